@@ -1,0 +1,136 @@
+// Package api is the protocol llmgw's processes speak to one another: the
+// request and response types of the coordinator's HTTP API and of the agent's
+// local socket, the error shape both return, and the clients for them.
+//
+// It is a leaf on purpose. The agent, the Slurm hooks and the command line
+// link it without linking any server code, so a hook that runs inside every
+// job start stays small, and an agent never depends on the coordinator's
+// database driver.
+package api
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Version is the API's path prefix. A breaking change gets a new one; fields
+// are only ever added to the types below.
+const Version = "v1"
+
+// Report is what an agent tells the coordinator about its node, whole, each
+// time. The coordinator replaces what it knew of the node with it, so a lost
+// report costs nothing but freshness.
+type Report struct {
+	// ID identifies this report (a UUID), for logs and for dropping a replay.
+	ID string `json:"id"`
+	// Seq increases by one per report from one agent process; with Started it
+	// lets the coordinator drop a report that arrives after a newer one.
+	Seq int64 `json:"seq"`
+	// Started is when the agent process started.
+	Started time.Time `json:"started"`
+	// Time is when the report was made.
+	Time time.Time `json:"time"`
+
+	Node   string `json:"node"`
+	Fabric string `json:"fabric"`
+	// Looked is false when the node has no weight directories configured. It
+	// must rank exactly like a node that looked and found nothing: turning
+	// the feature on for one node must not push jobs off every other.
+	Looked bool `json:"looked"`
+
+	Weights []Weight    `json:"weights"`
+	Dirs    []DirStatus `json:"dirs,omitempty"`
+	Cache   Cache       `json:"cache"`
+	Fetches []Fetch     `json:"fetches,omitempty"`
+	// Errors are recent problems the agent wants an operator to see, newest
+	// last, already bounded by the agent.
+	Errors       []string `json:"errors,omitempty"`
+	AgentVersion string   `json:"agent_version"`
+}
+
+// Weight is one model a node can see (weights.Local on the wire).
+type Weight struct {
+	Path     string `json:"path"`
+	Size     int64  `json:"size_bytes"`
+	Shared   bool   `json:"shared"`
+	Complete bool   `json:"complete"`
+	Problem  string `json:"problem,omitempty"`
+	ModelID  string `json:"model_id,omitempty"`
+	Revision string `json:"revision,omitempty"`
+}
+
+// DirStatus is what one configured weight directory looked like.
+type DirStatus struct {
+	Path    string `json:"path"`
+	Shared  bool   `json:"shared"`
+	FSType  string `json:"fs_type,omitempty"`
+	Missing bool   `json:"missing,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Skipped int    `json:"skipped,omitempty"`
+}
+
+// Cache is the node's fetch cache: where, and how much room it has.
+type Cache struct {
+	Dir        string `json:"dir,omitempty"`
+	FreeBytes  int64  `json:"free_bytes"`
+	TotalBytes int64  `json:"total_bytes"`
+}
+
+// Fetch is one fetch in progress on a node.
+type Fetch struct {
+	Source string `json:"source"`
+	Done   int64  `json:"bytes_done"`
+	// Total is -1 when the origin did not say.
+	Total int64 `json:"bytes_total"`
+	// Rate is bytes per second over the last few seconds.
+	Rate    float64   `json:"rate_bytes_per_second"`
+	Started time.Time `json:"started"`
+	// Progressed is when the last byte arrived. A fetch whose Progressed is
+	// old is stuck, not slow; that difference is what status exists to show.
+	Progressed time.Time `json:"progressed"`
+}
+
+// Model is one catalog entry.
+type Model struct {
+	// Name becomes a Slurm node feature (with a prefix), so it is restricted
+	// to what job expressions accept; see ValidModelName.
+	Name string `json:"name"`
+	// Source is a path, an hf:org/repo[@rev]/file, an http(s) URL, or a bare
+	// model id that the engine resolves itself.
+	Source    string    `json:"source"`
+	Size      int64     `json:"size_bytes,omitempty"`
+	SHA256    string    `json:"sha256,omitempty"`
+	GPUMemory int64     `json:"gpu_memory_bytes,omitempty"`
+	Created   time.Time `json:"created,omitzero"`
+	Updated   time.Time `json:"updated,omitzero"`
+}
+
+// Models is the catalog as GET /v1/models returns it.
+type Models struct {
+	Models []Model `json:"models"`
+}
+
+// MaxModelName is the longest model name accepted. The name becomes part of
+// a Slurm feature and of --prefer expressions, which Slurm caps at 1024
+// characters in all; 64 leaves room to combine several.
+const MaxModelName = 64
+
+var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidModelName says why name cannot be a model name, or nil.
+//
+// Slurm accepts almost anything in a feature name through scontrol, but job
+// expressions treat , | & * [ ] ( ) as syntax, so a model named with one of
+// them could be set on nodes and never asked for.
+func ValidModelName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("model name is empty")
+	case len(name) > MaxModelName:
+		return fmt.Errorf("model name %q is %d characters; the limit is %d, because it becomes a Slurm feature", name, len(name), MaxModelName)
+	case !modelNameRE.MatchString(name):
+		return fmt.Errorf("model name %q may contain only letters, digits, '.', '_' and '-', because it becomes a Slurm feature", name)
+	}
+	return nil
+}

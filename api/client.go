@@ -1,0 +1,137 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Client speaks to the coordinator's HTTP API.
+type Client struct {
+	// BaseURL is the coordinator, e.g. "http://coord:8420". Required.
+	BaseURL string
+	// Token is sent as a bearer token when set.
+	Token string
+	// HTTP is the client used (default: one with a 30 s timeout).
+	HTTP *http.Client
+	// UserAgent identifies the caller in the coordinator's logs.
+	UserAgent string
+}
+
+// ReadToken reads a bearer token from a file, trimming surrounding space.
+// An empty file is an error: a token that is silently empty would turn every
+// write into a confusing 401.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// PostReport sends a node report (agent token).
+func (c *Client) PostReport(ctx context.Context, r *Report) error {
+	return c.Do(ctx, http.MethodPost, "/v1/reports", r, nil)
+}
+
+// Models returns the catalog.
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	var out Models
+	if err := c.Do(ctx, http.MethodGet, "/v1/models", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Models, nil
+}
+
+// PutModel adds or replaces a catalog entry (admin token).
+func (c *Client) PutModel(ctx context.Context, m Model) (Model, error) {
+	var out Model
+	err := c.Do(ctx, http.MethodPut, "/v1/models/"+url.PathEscape(m.Name), m, &out)
+	return out, err
+}
+
+// DeleteModel removes a catalog entry (admin token).
+func (c *Client) DeleteModel(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/models/"+url.PathEscape(name), nil, nil)
+}
+
+// maxResponse bounds what a client reads from the coordinator; a status over
+// ten thousand nodes is a few megabytes.
+const maxResponse = 256 << 20
+
+// Do sends one request with a JSON body (when in is non-nil) and decodes a
+// JSON answer into out (when non-nil). A non-2xx answer becomes an *Error.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	if c.BaseURL == "" {
+		return fmt.Errorf("no coordinator configured: pass --coordinator URL or set LLMGW_COORDINATOR")
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	u := strings.TrimRight(c.BaseURL, "/") + path
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return fmt.Errorf("coordinator URL %q: %w", c.BaseURL, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.UserAgent != "" {
+		req.Header.Set("User-Agent", c.UserAgent)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("coordinator %s: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return fmt.Errorf("coordinator %s: reading answer to %s %s: %w", c.BaseURL, method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &Error{Status: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Message == "" {
+			e.Code = CodeInternal
+			e.Message = fmt.Sprintf("%s %s: %s", method, path, strings.TrimSpace(truncate(string(b), 200)))
+		}
+		return e
+	}
+	if out == nil || len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("coordinator %s: answer to %s %s is not the JSON expected: %w", c.BaseURL, method, path, err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

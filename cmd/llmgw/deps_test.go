@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/llmgw/llmgw"
+
+// importRules says, for each llmgw package, which other llmgw packages it may
+// import, and why the line is drawn there. A package missing from the table
+// fails the test: a new package decides its place on purpose.
+var importRules = map[string]struct {
+	may []string
+	why string
+}{
+	"api":               {nil, "the protocol is a leaf, so hooks and agents link no server code"},
+	"weights":           {nil, "weights stands alone: agent, hooks and coordinator all build on it"},
+	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
+	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
+	"agent":             {[]string{"api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
+	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
+	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
+	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
+	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
+}
+
+// onlyIn confines an import to the packages that own what it does.
+var onlyIn = map[string]struct {
+	pkgs []string
+	why  string
+}{
+	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell"},
+}
+
+type listedPackage struct {
+	ImportPath string
+	Imports    []string
+}
+
+func TestImportDirections(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		rule, ok := importRules[rel]
+		if !ok {
+			t.Errorf("package %s has no import rule; add it to importRules with the reason for its place", rel)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if dep, ok := strings.CutPrefix(imp, module+"/"); ok {
+				if !slices.Contains(rule.may, "*") && !slices.Contains(rule.may, dep) {
+					t.Errorf("%s imports %s: %s", rel, dep, rule.why)
+				}
+			}
+			if only, ok := onlyIn[imp]; ok && !slices.Contains(only.pkgs, rel) {
+				t.Errorf("%s imports %s: %s", rel, imp, only.why)
+			}
+		}
+	}
+}
