@@ -43,6 +43,9 @@ type Dir struct {
 	Err string `json:"error,omitempty"`
 	// Skipped lists entries that were looked at and passed over, with why.
 	Skipped []Skip `json:"skipped,omitempty"`
+	// SkippedCount is how many entries were skipped in all; Skipped lists at
+	// most ScanOptions.MaxSkipped of them.
+	SkippedCount int `json:"skipped_count,omitempty"`
 	// Took is how long the directory took to scan.
 	Took time.Duration `json:"took_ns"`
 }

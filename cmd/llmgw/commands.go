@@ -45,6 +45,8 @@ var commands []command
 
 func init() {
 	commands = []command{
+		// The services, then the operator's commands, then node-side tools.
+		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

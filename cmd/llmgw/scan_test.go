@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/llmgw/weights"
+)
+
+func scanRunCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &env{
+		stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
+		getenv: func(string) string { return "" },
+	})
+	return code, out.String(), errb.String()
+}
+
+func scanCLIFile(t *testing.T, p string, size int64) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestScanCommand(t *testing.T) {
+	dir := t.TempDir()
+	scanCLIFile(t, dir+"/llama/model.safetensors", 3<<30)
+	scanCLIFile(t, dir+"/odd\nname.gguf", 10)
+	scanCLIFile(t, dir+"/half/model.safetensors.part", 5)
+	scanCLIFile(t, dir+"/README", 5)
+	missing := dir + "/not-mounted"
+
+	t.Run("table", func(t *testing.T) {
+		code, out, errs := scanRunCLI(t, "scan", dir, missing)
+		if code != 0 {
+			t.Fatalf("llmgw scan = %d, want 0; stderr %s", code, errs)
+		}
+		for _, want := range []string{"PATH", dir + "/llama", "3.0 GiB", "local", "complete", `"` + dir + `/odd\nname.gguf"`,
+			dir + "/half", "incomplete: a download is still being written"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("llmgw scan stdout lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Count(out, "\n") != 4 {
+			t.Errorf("llmgw scan printed %d lines, want a header and 3 rows (the odd name quoted onto one):\n%s", strings.Count(out, "\n"), out)
+		}
+		for _, want := range []string{missing + ": not there", "skipped " + dir + "/README: not weights"} {
+			if !strings.Contains(errs, want) {
+				t.Errorf("llmgw scan stderr lacks %q:\n%s", want, errs)
+			}
+		}
+	})
+	t.Run("json is the inventory", func(t *testing.T) {
+		code, out, _ := scanRunCLI(t, "scan", "--json", dir, missing)
+		if code != 0 {
+			t.Fatalf("llmgw scan --json = %d, want 0", code)
+		}
+		var inv weights.Inventory
+		dec := json.NewDecoder(strings.NewReader(out))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&inv); err != nil {
+			t.Fatalf("llmgw scan --json output does not decode: %v\n%s", err, out)
+		}
+		if len(inv.Weights) != 3 || len(inv.Dirs) != 2 || !inv.Dirs[1].Missing {
+			t.Errorf("llmgw scan --json = %+v, want 3 weights and 2 dirs, the second missing", inv)
+		}
+		if inv.Weights[2].Path != dir+"/odd\nname.gguf" {
+			t.Errorf("llmgw scan --json path = %q, want the name with its newline", inv.Weights[2].Path)
+		}
+	})
+	t.Run("nothing found still exits 0", func(t *testing.T) {
+		code, out, errs := scanRunCLI(t, "scan", missing)
+		if code != 0 || out != "" || !strings.Contains(errs, "no weights found") {
+			t.Errorf("llmgw scan MISSING = %d, %q, %q; want 0, nothing, a note", code, out, errs)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no dir", []string{"scan"}, "scan needs at least one DIR"},
+		{"bad flag", []string{"scan", "--nope", dir}, "unknown flag"},
+		{"bad timeout", []string{"scan", "--timeout", "0s", dir}, "--timeout must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := scanRunCLI(t, tc.args...)
+			if code != 2 || !strings.Contains(errs, tc.want) {
+				t.Errorf("llmgw %s = %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestScanHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 141 << 30: "141.0 GiB", 3 << 40: "3.0 TiB"} {
+		if got := scanHumanSize(n); got != want {
+			t.Errorf("scanHumanSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package weights
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The names below decide what a scan counts as weights and when a candidate
+// is finished. They are about names only (no I/O) except scanReadIndex.
+
+// scanIsWeightName reports whether a file name is a weight file by its
+// extension: what llama.cpp, vLLM, transformers and torch load. A name that
+// is a download still in progress is never a weight file, whatever it ends in.
+func scanIsWeightName(name string) bool {
+	if scanIsPartialName(name) {
+		return false
+	}
+	switch strings.ToLower(path.Ext(name)) {
+	case ".gguf", ".safetensors", ".bin", ".pt", ".pth":
+		return true
+	}
+	return false
+}
+
+// scanIsPartialName reports whether a name is a download still being
+// written: llmgw's own fetcher and most download tools write to ".part"
+// (the fetcher keeps its resume state in ".part.ranges" beside it),
+// huggingface_hub to ".incomplete", and rsync to a hidden ".NAME.XXXXXX"
+// beside the target. Such a file is never weights, and a directory holding
+// one is not finished: the tool that is writing it has not renamed it yet.
+func scanIsPartialName(name string) bool {
+	lower := strings.ToLower(name)
+	if strings.HasSuffix(lower, ".part") || strings.HasSuffix(lower, ".part.ranges") || strings.HasSuffix(lower, ".incomplete") ||
+		strings.HasSuffix(lower, ".partial") || strings.Contains(lower, ".partial-") {
+		return true
+	}
+	return scanIsRsyncTemp(name)
+}
+
+// scanIsRsyncTemp recognises rsync's temporary name for a weight file it is
+// still receiving: "." + the final name + "." + six random characters.
+func scanIsRsyncTemp(name string) bool {
+	if len(name) < 9 || name[0] != '.' || name[len(name)-7] != '.' {
+		return false
+	}
+	for _, r := range name[len(name)-6:] {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	final := name[1 : len(name)-7]
+	switch strings.ToLower(path.Ext(final)) {
+	case ".gguf", ".safetensors", ".bin", ".pt", ".pth":
+		return true
+	}
+	return false
+}
+
+// scanSplitGGUF parses a split GGUF part name as llama.cpp's gguf-split
+// writes it, "PREFIX-00001-of-00003.gguf". A split model loads from its
+// first part and needs every other part beside it.
+func scanSplitGGUF(name string) (prefix string, part, total int, ok bool) {
+	const suffix = ".gguf"
+	if len(name) < len("-00001-of-00001")+len(suffix) || !strings.EqualFold(name[len(name)-len(suffix):], suffix) {
+		return "", 0, 0, false
+	}
+	stem := name[:len(name)-len(suffix)]
+	i := strings.LastIndex(stem, "-of-")
+	if i < 6 || stem[i-6] != '-' {
+		return "", 0, 0, false
+	}
+	ps, ts := stem[i-5:i], stem[i+4:]
+	if len(ts) != 5 || !scanAllDigits(ps) || !scanAllDigits(ts) {
+		return "", 0, 0, false
+	}
+	part, _ = strconv.Atoi(ps)
+	total, _ = strconv.Atoi(ts)
+	if part < 1 || total < 1 || part > total {
+		return "", 0, 0, false
+	}
+	return stem[:i-6], part, total, true
+}
+
+func scanAllDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// scanSplitName is the name of one part of a split GGUF set.
+func scanSplitName(prefix string, part, total int) string {
+	return fmt.Sprintf("%s-%05d-of-%05d.gguf", prefix, part, total)
+}
+
+// scanIsIndexName reports whether a file is a sharded checkpoint's index:
+// model.safetensors.index.json, pytorch_model.bin.index.json, and the same
+// with another stem (diffusers' diffusion_pytorch_model..., consolidated...).
+// It lists every shard the checkpoint needs, which is the only way to tell
+// a complete sharded download from one that stopped between two shards.
+func scanIsIndexName(name string) bool {
+	lower := strings.ToLower(name)
+	stem, ok := strings.CutSuffix(lower, ".index.json")
+	return ok && (strings.HasSuffix(stem, ".safetensors") || strings.HasSuffix(stem, ".bin"))
+}
+
+// scanMaxIndexBytes bounds how much of an index file is read. Real ones are
+// tens to hundreds of kilobytes; anything past this is not an index.
+const scanMaxIndexBytes = 64 << 20
+
+// scanReadIndex returns the shard file names an index lists, sorted and
+// de-duplicated, as paths relative to the index's directory.
+func scanReadIndex(p string) ([]string, error) {
+	// O_NONBLOCK: a FIFO given an index's name must not stall the scan. The
+	// caller has already seen a regular file here, but it can be replaced.
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	var idx struct {
+		WeightMap map[string]any `json:"weight_map"`
+	}
+	if err := json.NewDecoder(io.LimitReader(f, scanMaxIndexBytes)).Decode(&idx); err != nil {
+		return nil, fmt.Errorf("not valid JSON (truncated?): %v", err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, errors.New("lists no shards (no weight_map)")
+	}
+	seen := map[string]bool{}
+	var shards []string
+	for tensor, v := range idx.WeightMap {
+		s, ok := v.(string)
+		if !ok || s == "" {
+			return nil, fmt.Errorf("tensor %q maps to %v, not a file name", tensor, v)
+		}
+		if !seen[s] {
+			seen[s] = true
+			shards = append(shards, s)
+		}
+	}
+	sort.Strings(shards)
+	return shards, nil
+}
+
+// scanShardOutside reports whether a shard name from an index would leave
+// the index's directory. Such an index is not trusted: the loader would
+// read a file the operator did not put in the model.
+func scanShardOutside(shard string) bool {
+	if shard == "" || path.IsAbs(shard) {
+		return true
+	}
+	c := path.Clean(shard)
+	return c == ".." || strings.HasPrefix(c, "../")
+}
+
+// scanTrouble collects what is wrong with a candidate: named files (missing,
+// empty, broken) and general problems, in the order found, and renders them
+// as one Problem line that a person can act on.
+type scanTrouble struct {
+	general []string
+	files   []string // "NAME (why)"
+	seen    map[string]bool
+}
+
+func (t *scanTrouble) add(msg string) {
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	if !t.seen[msg] {
+		t.seen[msg] = true
+		t.general = append(t.general, msg)
+	}
+}
+
+func (t *scanTrouble) file(name, why string) {
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	if !t.seen["f:"+name] {
+		t.seen["f:"+name] = true
+		t.files = append(t.files, scanQuoteName(name)+" ("+why+")")
+	}
+}
+
+func (t *scanTrouble) empty() bool { return len(t.general) == 0 && len(t.files) == 0 }
+
+// scanMaxNamed is how many files one Problem names before summarising.
+const scanMaxNamed = 3
+
+// String renders the trouble sorted, so that the same tree gives the same
+// Problem on every scan whatever order its directories were read in.
+func (t *scanTrouble) String() string {
+	parts := slices.Sorted(slices.Values(t.general))
+	files := slices.Sorted(slices.Values(t.files))
+	switch n := len(files); {
+	case n == 1:
+		parts = append(parts, files[0])
+	case n > 1:
+		shown := files[:min(n, scanMaxNamed)]
+		s := fmt.Sprintf("%d files missing or unusable: %s", n, strings.Join(shown, ", "))
+		if n > len(shown) {
+			s += fmt.Sprintf(", and %d more", n-len(shown))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// scanQuoteName quotes a name for a message when it holds anything a
+// terminal or a log line would mangle (newlines, control characters,
+// invalid UTF-8), and leaves ordinary names as they are.
+func scanQuoteName(name string) string {
+	if scanNeedsQuote(name) {
+		return strconv.Quote(name)
+	}
+	return name
+}
+
+// scanNeedsQuote reports whether a name must be quoted to be shown on one
+// line: it holds a control character, invalid UTF-8, or spaces at its ends.
+// Such names are legal on Linux and turn up in real model directories.
+func scanNeedsQuote(s string) bool {
+	if strings.TrimSpace(s) != s {
+		return true
+	}
+	for _, r := range s {
+		// Invalid UTF-8 decodes as U+FFFD; a real U+FFFD is rare enough
+		// to be quoted too.
+		if r == 0xFFFD || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,241 @@
+package weights
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Defaults for ScanOptions.
+const (
+	// DefaultDirTimeout bounds the scan of one configured directory.
+	DefaultDirTimeout = 10 * time.Second
+	// DefaultScanWorkers is how many directories a scan reads at once.
+	DefaultScanWorkers = 8
+	// DefaultMaxSkipped is how many skipped entries each Dir lists.
+	DefaultMaxSkipped = 100
+)
+
+// ScanOptions tunes Scan. The zero value is ready to use.
+type ScanOptions struct {
+	// DirTimeout bounds the scan of one configured directory (default
+	// DefaultDirTimeout). A directory that has not answered by then is
+	// reported with an error and nothing from it counts as present; the
+	// other directories are not held up, because each is scanned on its own.
+	DirTimeout time.Duration
+
+	// Workers is how many directories within one configured directory are
+	// read at once (default DefaultScanWorkers; 1 reads strictly in
+	// sequence). More hides the latency of a cold disk or a network
+	// filesystem, where each directory read is a round trip.
+	Workers int
+
+	// MaxSkipped bounds how many skipped entries each Dir lists (default
+	// DefaultMaxSkipped; negative lists none). Dir.SkippedCount always has
+	// the total: a directory of 100,000 notes must not become a 100,000-line
+	// report to the coordinator.
+	MaxSkipped int
+}
+
+func (o ScanOptions) withDefaults() ScanOptions {
+	if o.DirTimeout <= 0 {
+		o.DirTimeout = DefaultDirTimeout
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultScanWorkers
+	}
+	if o.MaxSkipped == 0 {
+		o.MaxSkipped = DefaultMaxSkipped
+	}
+	return o
+}
+
+// Scan lists the weights a node can see in dirs.
+//
+// Each entry of each directory is a candidate: a weight file (.gguf,
+// .safetensors, .bin, .pt, .pth) is weights; a directory is weights when it
+// holds at least one weight file anywhere below it, and its size is every
+// file in it. An empty directory is a half-finished download, not weights,
+// because reporting it would send placement to a node whose engine then fails
+// to load. Anything else is someone's notes and is skipped, and Dir.Skipped
+// says so. A Hugging Face hub cache (models--org--name, or a directory of
+// them) is reported per snapshot with its model id and revision.
+//
+// A candidate that looks like weights but is not finished (a shard listed in
+// its index is missing, a split GGUF lacks a part, a .part or .incomplete
+// file is still being written, a symlink is dangling) is reported with
+// Complete false and a Problem, never as present.
+//
+// Storage differs at every installation (Lustre, NFS, an image exported over
+// the fabric, local NVMe, an rsync), so Scan only observes the result: how
+// the files got there is nobody's business here. Scanning nothing is the
+// default and constrains nothing: Scan(nil) reports no weights, exactly as a
+// scan that looked and found none, so that turning the feature on for one
+// node does not make every other node look worse.
+//
+// A directory that does not exist is not an error (Dir.Missing): a mount that
+// has not come back yet looks like this, and the node simply holds nothing
+// there until it does. Every directory is scanned on its own under
+// opt.DirTimeout, so a network mount that stops answering cannot stall the
+// node: it is reported with Dir.Err and the others are reported as usual.
+// The read stuck in the kernel cannot be interrupted; until it returns,
+// later scans of that directory report it still stuck at once rather than
+// block beside it.
+//
+// Weights are sorted by path and de-duplicated; Dirs follow the order of
+// dirs, without repeats. Paths are made absolute. Scan is safe for
+// concurrent use.
+func Scan(ctx context.Context, dirs []string, opt ScanOptions) Inventory {
+	opt = opt.withDefaults()
+	var paths []string
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Clean(d)
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+
+	// Every directory at once: the time a scan takes is that of the slowest
+	// directory, bounded by DirTimeout, not the sum of them.
+	results := make([]scanResult, len(paths))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = scanBounded(ctx, p, opt)
+		}()
+	}
+	wg.Wait()
+
+	inv := Inventory{Weights: []Local{}, Dirs: make([]Dir, 0, len(paths))}
+	have := map[string]bool{}
+	for _, r := range results {
+		inv.Dirs = append(inv.Dirs, r.dir)
+		for _, w := range r.weights {
+			if !have[w.Path] {
+				have[w.Path] = true
+				inv.Weights = append(inv.Weights, w)
+			}
+		}
+	}
+	sort.Slice(inv.Weights, func(i, j int) bool { return inv.Weights[i].Path < inv.Weights[j].Path })
+	return inv
+}
+
+// scanResult is what scanning one configured directory produced.
+type scanResult struct {
+	dir     Dir
+	weights []Local
+}
+
+func (r scanResult) clone() scanResult {
+	r.dir.Skipped = slices.Clone(r.dir.Skipped)
+	r.weights = slices.Clone(r.weights)
+	return r
+}
+
+// scanRun is one scan of one directory, possibly still running.
+type scanRun struct {
+	started time.Time
+	done    chan struct{} // closed when res is set
+	res     scanResult
+}
+
+// scanRuns holds the scans in progress, by directory. A scan that outlived
+// its timeout stays here until its goroutine returns, so that later scans of
+// the same directory wait on it (or report it still stuck) instead of
+// starting another goroutine to block beside it.
+var scanRuns = struct {
+	sync.Mutex
+	m map[string]*scanRun
+}{m: map[string]*scanRun{}}
+
+// scanDirFunc scans one configured directory. It is a variable so that tests
+// can stand in a filesystem that never answers.
+var scanDirFunc = scanDir
+
+// scanBounded scans dir, giving up after opt.DirTimeout or when ctx ends.
+//
+// A read from a hung NFS or FUSE mount blocks in the kernel and no Go code can
+// interrupt it: the goroutine doing it stays blocked (holding one OS thread
+// per blocked call, at most opt.Workers+1) until the filesystem answers or is
+// unmounted. What Scan can do is not wait for it, and not add to it: while
+// that goroutine lives, the directory's entry in scanRuns makes every later
+// scan report "still not answering" at once instead of starting another.
+// When the mount answers again the goroutine finishes, the entry goes, and
+// the next scan reads the directory afresh.
+//
+// Concurrent scans of the same directory share one run for the same reason.
+func scanBounded(ctx context.Context, dir string, opt ScanOptions) scanResult {
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		return scanResult{dir: Dir{Path: dir, Err: "not scanned: " + err.Error()}}
+	}
+	scanRuns.Lock()
+	run, joined := scanRuns.m[dir]
+	if !joined {
+		run = &scanRun{started: start, done: make(chan struct{})}
+		scanRuns.m[dir] = run
+		rctx, cancel := context.WithTimeout(ctx, opt.DirTimeout)
+		go func() {
+			defer cancel()
+			res := scanDirFunc(rctx, dir, opt)
+			if err := rctx.Err(); err != nil {
+				// Stopped part way: what was found is not the whole
+				// directory, and a partial list must not be taken for it.
+				res = scanResult{dir: Dir{Path: dir, Shared: res.dir.Shared, FSType: res.dir.FSType,
+					Err: scanTimeoutMsg(err, opt.DirTimeout)}}
+			}
+			res.dir.Took = time.Since(run.started)
+			scanRuns.Lock()
+			delete(scanRuns.m, dir)
+			scanRuns.Unlock()
+			run.res = res
+			close(run.done)
+		}()
+	}
+	scanRuns.Unlock()
+
+	deadline := run.started.Add(opt.DirTimeout)
+	if joined && !time.Now().Before(deadline) {
+		select {
+		case <-run.done:
+			return run.res.clone()
+		default:
+		}
+		return scanResult{dir: Dir{Path: dir, Took: time.Since(start), Err: fmt.Sprintf(
+			"still not answering, since %s (a hung network mount?); not read again until that read returns",
+			run.started.UTC().Format(time.RFC3339))}}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-run.done:
+		return run.res.clone()
+	case <-timer.C:
+		return scanResult{dir: Dir{Path: dir, Took: time.Since(start),
+			Err: scanTimeoutMsg(context.DeadlineExceeded, opt.DirTimeout)}}
+	case <-ctx.Done():
+		return scanResult{dir: Dir{Path: dir, Took: time.Since(start), Err: "scan interrupted: " + ctx.Err().Error()}}
+	}
+}
+
+func scanTimeoutMsg(err error, timeout time.Duration) string {
+	if err == context.DeadlineExceeded {
+		return fmt.Sprintf("not answering after %s (a hung network mount?)", timeout)
+	}
+	return "scan interrupted: " + err.Error()
+}

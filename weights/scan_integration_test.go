@@ -1,0 +1,198 @@
+//go:build integration
+
+package weights
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests mount a real FUSE filesystem (Debian's bindfs), so statfs
+// answers as it does on a filer, and then make it stop answering, as a dead
+// NFS server does. They need root and bindfs:
+//
+//	apt-get install bindfs fuse3
+//	sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan -v ./weights/
+
+func scanNeedBindfs(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting FUSE needs root: run 'sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan ./weights/' or 'make integration'")
+	}
+	if _, err := exec.LookPath("bindfs"); err != nil {
+		t.Skip("bindfs not installed: apt-get install bindfs fuse3")
+	}
+}
+
+// scanMount mounts src on mnt with bindfs in the foreground, so the test
+// holds its process (to stop it), and unmounts it when the test ends.
+func scanMount(t *testing.T, src, mnt string) *os.Process {
+	t.Helper()
+	cmd := exec.Command("bindfs", "-f", src, mnt)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("bindfs %s %s: %v", src, mnt, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		if err := exec.Command("fusermount", "-u", mnt).Run(); err != nil {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if magic, err := scanStatfs(mnt); err == nil && magic == scanMagicFUSE {
+			return cmd.Process
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bindfs %s %s: not mounted after 10s", src, mnt)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestScanIntegrationSharedFUSE(t *testing.T) {
+	scanNeedBindfs(t)
+	src, outer := t.TempDir(), t.TempDir()
+	scanTestFile(t, src+"/llama/model.safetensors", 1<<30)
+	scanTestFile(t, src+"/qwen.gguf", 100)
+	// A filer mounted inside a local weights directory: the mount point is
+	// judged by its own filesystem, not its parent's.
+	mnt := outer + "/filer"
+	scanTestMkdir(t, mnt)
+	scanTestFile(t, outer+"/local.gguf", 7)
+	// And a local link into the filer counts as shared too.
+	scanTestLink(t, mnt+"/qwen.gguf", outer+"/linked.gguf")
+	scanMount(t, src, mnt)
+
+	inv := Scan(context.Background(), []string{src, mnt, outer}, ScanOptions{})
+	dirs := map[string]Dir{}
+	for _, d := range inv.Dirs {
+		dirs[d.Path] = d
+	}
+	if d := dirs[src]; d.Shared || d.Err != "" || d.FSType == "fuse" {
+		t.Errorf("Scan(%s) = %+v, want local", src, d)
+	}
+	if d := dirs[mnt]; !d.Shared || d.Err != "" || d.FSType != "fuse" {
+		t.Errorf("Scan(bindfs mount) = %+v, want shared fuse", d)
+	}
+	want := map[string]bool{
+		src + "/llama":         false,
+		src + "/qwen.gguf":     false,
+		mnt + "/llama":         true,
+		mnt + "/qwen.gguf":     true,
+		outer + "/filer":       true,
+		outer + "/local.gguf":  false,
+		outer + "/linked.gguf": true,
+	}
+	got := map[string]bool{}
+	for _, l := range inv.Weights {
+		got[l.Path] = l.Shared
+		if !l.Complete {
+			t.Errorf("Scan: %s incomplete: %s", l.Path, l.Problem)
+		}
+	}
+	for p, shared := range want {
+		if g, ok := got[p]; !ok || g != shared {
+			t.Errorf("Scan: %s shared = %v (reported %v), want %v", p, g, ok, shared)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("Scan reported %d weights, want %d: %+v", len(got), len(want), inv.Weights)
+	}
+}
+
+func TestScanIntegrationHungMount(t *testing.T) {
+	scanNeedBindfs(t)
+	src, mnt, local := t.TempDir(), t.TempDir(), t.TempDir()
+	scanTestFile(t, src+"/model.gguf", 10)
+	scanTestFile(t, local+"/here.gguf", 20)
+	proc := scanMount(t, src, mnt)
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	t.Cleanup(func() {
+		if !continued {
+			proc.Signal(syscall.SIGCONT)
+		}
+	})
+
+	// Prove the mount really hangs before testing anything against it.
+	probe := make(chan error, 1)
+	go func() { _, err := os.Stat(mnt + "/model.gguf"); probe <- err }()
+	select {
+	case err := <-probe:
+		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	opt := ScanOptions{DirTimeout: time.Second}
+	start := time.Now()
+	inv := Scan(context.Background(), []string{mnt, local}, opt)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Scan with a hung mount took %s, want about DirTimeout (1s)", took)
+	}
+	if d := inv.Dirs[0]; !strings.Contains(d.Err, "not answering after 1s") {
+		t.Errorf("Scan(hung mount) = %+v, want a not-answering error", d)
+	}
+	if len(inv.Weights) != 1 || inv.Weights[0].Path != local+"/here.gguf" {
+		t.Errorf("Scan beside a hung mount = %+v, want the local model", inv.Weights)
+	}
+
+	// Scanning again and again does not pile goroutines onto the mount.
+	before := runtime.NumGoroutine()
+	for range 20 {
+		inv = Scan(context.Background(), []string{mnt}, opt)
+		if d := inv.Dirs[0]; !strings.Contains(d.Err, "still not answering") {
+			t.Fatalf("Scan(still hung) = %+v, want still-not-answering", d)
+		}
+	}
+	if after := runtime.NumGoroutine(); after > before+2 {
+		t.Errorf("goroutines grew from %d to %d over 20 scans of a hung mount", before, after)
+	}
+
+	// The filer answers again: the stuck read returns and the next scan is clean.
+	proc.Signal(syscall.SIGCONT)
+	continued = true
+	<-probe
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		scanRuns.Lock()
+		_, running := scanRuns.m[mnt]
+		scanRuns.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck scan did not return after the mount answered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	inv = Scan(context.Background(), []string{mnt}, opt)
+	if d := inv.Dirs[0]; d.Err != "" || !d.Shared {
+		t.Errorf("Scan(recovered mount) = %+v, want a clean shared scan", d)
+	}
+	if len(inv.Weights) != 1 || inv.Weights[0].Path != filepath.Join(mnt, "model.gguf") {
+		t.Errorf("Scan(recovered mount) = %+v, want its model", inv.Weights)
+	}
+}
+
+func TestScanIntegration100kEntries(t *testing.T) {
+	scanTestManyEntries(t, 100_000)
+}
