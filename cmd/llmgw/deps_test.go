@@ -27,6 +27,9 @@ var importRules = map[string]struct {
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
+
+	// Tools under scripts/ are programs of their own, not part of llmgw.
+	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
 }
 
 // onlyIn confines an import to the packages that own what it does.

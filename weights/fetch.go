@@ -1,0 +1,519 @@
+package weights
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Default fetch settings.
+const (
+	// DefaultConnections is how many connections a large file is fetched
+	// with when the origin serves ranges. Eight is what aria2c users settle
+	// on: origins and CDNs commonly cap each connection, and eight capped
+	// flows fill a node's link without looking like an attack.
+	DefaultConnections = 8
+	// DefaultLockDir is the node-local directory for cross-process fetch
+	// locks. /run is a tmpfs on every systemd machine, so a lock there is
+	// local to the node by construction.
+	DefaultLockDir = "/run/llmgw/locks"
+	// DefaultIdleTimeout is how long a connection may deliver nothing before
+	// it is dropped and retried.
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultRetries is how many times one request is retried after a
+	// network error, a 5xx or a 429 before the fetch gives up.
+	DefaultRetries = 5
+	// DefaultRetryWait is the first pause before a retry; it doubles up to
+	// maxRetryWait.
+	DefaultRetryWait = time.Second
+	// DefaultParallelMin is the smallest file fetched with more than one
+	// connection. Below it the extra requests cost more than they save.
+	DefaultParallelMin = 64 << 20
+	// DefaultProgressInterval is how often OnProgress is called.
+	DefaultProgressInterval = time.Second
+)
+
+// maxRetryWait caps the backoff between retries (a Retry-After the server
+// sends is honoured even when longer; the context bounds it).
+const maxRetryWait = 30 * time.Second
+
+// maxRestarts bounds how often a fetch throws its bytes away and starts over
+// because the remote changed under it. A remote that changes on every
+// attempt cannot be fetched consistently, and saying so beats looping.
+const maxRestarts = 3
+
+// Progress reports how a fetch is going, for anything that wants to say so.
+// A missing model is the difference between a replica that is slow to start
+// and one that is stuck; without this the two look the same from outside.
+type Progress struct {
+	Source string
+	Done   int64 // bytes on disk, including those kept from earlier attempts
+	Total  int64 // -1 when the origin does not say
+}
+
+// Percent is how far along, or -1 when the total is unknown.
+func (p Progress) Percent() int {
+	if p.Total <= 0 {
+		return -1
+	}
+	return int(p.Done * 100 / p.Total)
+}
+
+// Want is what the caller knows the file must be. Zero values are not
+// checked; the size the origin announces is always checked.
+type Want struct {
+	// SHA256 is the expected digest, hex (any case). The catalog passes it;
+	// for hf: sources the hub's published digest is checked as well.
+	SHA256 string
+	// Size is the expected length in bytes.
+	Size int64
+}
+
+// ErrNotLocal reports that a path source names nothing on this node. A path
+// is checked, never fetched, so there is nowhere to get it from. Ensure
+// returns it wrapped; test for it with errors.Is.
+var ErrNotLocal = errors.New("the weights are not on this node and the source is a path, which is never fetched")
+
+// ErrNoSpace reports that the cache's filesystem cannot hold a fetch, found
+// either before it started (from the announced size) or by ENOSPC during it.
+// Ensure returns it wrapped, with the sizes and the mount; test for it with
+// errors.Is. The partial file is kept, so freeing space and retrying resumes.
+var ErrNoSpace = errors.New("not enough disk space")
+
+// FetchError records a failed Ensure and the step that failed. Op is one of
+// "parse", "check", "mkdir", "lock", "get", "write", "verify" or "rename".
+type FetchError struct {
+	Source string // as given to Ensure
+	Op     string
+	Err    error
+}
+
+func (e *FetchError) Error() string {
+	src := e.Source
+	if src == "" {
+		src = `""`
+	}
+	return e.Op + " " + src + ": " + e.Err.Error()
+}
+
+func (e *FetchError) Unwrap() error { return e.Err }
+
+// Fetcher makes sources local. The zero value is usable for path and model-id
+// sources; remote sources need CacheDir. A Fetcher must not be copied after
+// first use, and its fields must not change while Ensure runs.
+type Fetcher struct {
+	// CacheDir is where remote sources land, named by CachePathFor. Required
+	// for remote sources.
+	CacheDir string
+
+	// LockDir holds one lock file per cache file, so that only one process
+	// on the node fetches it (default: DefaultLockDir if it can be created,
+	// else os.TempDir()/llmgw-locks-<uid>; see defaultLockDir). It must be on
+	// a node-local filesystem: on Lustre, GPFS and some NFS setups flock
+	// succeeds for every caller, which is no lock at all.
+	LockDir string
+
+	// Connections is how many connections a large file is fetched with when
+	// the origin serves ranges (default DefaultConnections; 1 fetches with a
+	// single stream).
+	Connections int
+
+	// Client makes the requests (default: an HTTP/1.1-only client, see
+	// newClient). HTTP/1.1 matters: Go's HTTP/2 would multiplex every range
+	// onto one TCP flow, and a per-connection cap would then cap the lot.
+	Client *http.Client
+
+	// OnProgress is called from one goroutine at most every
+	// ProgressInterval while a fetch runs, and once at its end. May be nil.
+	OnProgress func(Progress)
+
+	// ProgressInterval throttles OnProgress (default DefaultProgressInterval).
+	ProgressInterval time.Duration
+
+	// Log receives one line per fetch started, retried, restarted or
+	// finished. May be nil. Tokens are never logged.
+	Log logrus.FieldLogger
+
+	// IdleTimeout drops a connection that delivered no bytes for this long
+	// and retries it (default DefaultIdleTimeout). It also bounds the wait
+	// for response headers. The overall deadline is the caller's context.
+	IdleTimeout time.Duration
+
+	// Retries is how many times one request is retried after a network
+	// error, a 5xx or a 429 (default DefaultRetries; negative: never).
+	Retries int
+
+	// RetryWait is the first backoff (default DefaultRetryWait), doubling
+	// each retry up to 30s. A Retry-After header takes precedence.
+	RetryWait time.Duration
+
+	// ParallelMin is the smallest file fetched over several connections
+	// (default DefaultParallelMin).
+	ParallelMin int64
+
+	// ChunkSize is the size of the ranges a parallel fetch hands its
+	// connections (default: the file split into four per connection, between
+	// 16 MiB and 1 GiB). A killed fetch redoes at most one chunk per
+	// connection.
+	ChunkSize int64
+
+	// HFEndpoint is the hub hf: sources resolve against (default
+	// $HF_ENDPOINT, else https://huggingface.co), so mirrors work.
+	HFEndpoint string
+
+	// HFToken is sent to the hub for gated and private models (default
+	// $HF_TOKEN, else the token file huggingface-cli login writes; see
+	// hfToken). It is sent only to the hub's host, never logged.
+	HFToken string
+
+	mu            sync.Mutex
+	inflight      map[string]*fetchCall
+	defaultClient *http.Client
+}
+
+// fetchCall is one fetch shared by every Ensure waiting for the same file.
+type fetchCall struct {
+	done    chan struct{}
+	cancel  context.CancelFunc
+	waiters int
+
+	path string
+	sum  string // hex sha256 of the file, when the fetch computed it
+	err  error
+}
+
+// Ensure returns a local path for source, fetching it first if it is remote
+// and not yet in the cache.
+//
+// A plain path ("/", "./", "../") is never fetched, only checked: a path is
+// what an operator writes when the file is already there — local disk, a
+// Lustre mount, an image exported over the fabric — and a downloader that
+// second-guessed it would copy a hundred gigabytes that were already present.
+// A missing path is an error wrapping ErrNotLocal. A bare model id
+// ("Qwen/Qwen2.5-7B-Instruct") is returned unchanged: vLLM and SGLang resolve
+// those themselves. "hf:org/repo[@revision]/file" and "http(s)://" sources
+// are fetched into CacheDir under CachePathFor's name.
+//
+// Concurrent calls for one source share a single fetch. The fetch runs on its
+// own context, canceled only when every caller waiting on it has given up:
+// one impatient caller gets its own ctx.Err() and does not fail the others,
+// and nobody waiting means nobody should pay for the download. The bytes a
+// canceled fetch got are kept for the next attempt to resume. Across
+// processes on one node a lock in LockDir does the same job: the second
+// process waits, then finds the file.
+//
+// The file is written to "<path>.part" and renamed only once its size, and
+// its sha256 when one is known (want.SHA256, or the hub's for hf: sources),
+// have been checked; no partial or unverified file is ever visible under the
+// real name. Errors are *FetchError.
+func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string, error) {
+	switch KindOf(source) {
+	case KindInvalid:
+		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("empty source; give a path, a model id, hf:org/repo/file or an http(s) URL")}
+	case KindModelID:
+		if err := checkModelID(source); err != nil {
+			return "", &FetchError{Source: source, Op: "parse", Err: err}
+		}
+		// Not a file and never meant to be one: the engine resolves it, and
+		// doing it for it would be a duplicate downloader and a change in
+		// documented behaviour.
+		return source, nil
+	case KindPath:
+		if _, err := os.Stat(source); err != nil {
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+				return "", &FetchError{Source: source, Op: "check", Err: fmt.Errorf("%w (%v)", ErrNotLocal, err)}
+			}
+			return "", &FetchError{Source: source, Op: "check", Err: err}
+		}
+		return source, nil
+	}
+
+	rem, err := parseRemote(source, f.hfEndpoint())
+	if err != nil {
+		return "", &FetchError{Source: source, Op: "parse", Err: err}
+	}
+	if want.SHA256 != "" {
+		if !isSHA256Hex(want.SHA256) {
+			return "", &FetchError{Source: source, Op: "parse", Err: fmt.Errorf("expected sha256 %q is not 64 hex digits", want.SHA256)}
+		}
+		want.SHA256 = strings.ToLower(want.SHA256)
+	}
+	if f.CacheDir == "" {
+		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
+	}
+	target := CachePathFor(f.CacheDir, source)
+	if p, ok, err := present(target, want); err != nil {
+		return "", &FetchError{Source: source, Op: "check", Err: err}
+	} else if ok {
+		return p, nil
+	}
+
+	f.mu.Lock()
+	if f.inflight == nil {
+		f.inflight = make(map[string]*fetchCall)
+	}
+	c, ok := f.inflight[target]
+	if !ok {
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		c = &fetchCall{done: make(chan struct{}), cancel: cancel}
+		f.inflight[target] = c
+		go func() {
+			c.path, c.sum, c.err = f.fetch(fctx, rem, target, want)
+			f.mu.Lock()
+			if f.inflight[target] == c {
+				delete(f.inflight, target)
+			}
+			f.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	c.waiters++
+	f.mu.Unlock()
+
+	select {
+	case <-c.done:
+		f.leave(target, c)
+		if c.err != nil {
+			return "", c.err
+		}
+		// The shared fetch verified what its first caller wanted; a later
+		// caller with other expectations checks its own.
+		if err := checkWant(c.path, c.sum, want); err != nil {
+			return "", &FetchError{Source: source, Op: "verify", Err: err}
+		}
+		return c.path, nil
+	case <-ctx.Done():
+		f.leave(target, c)
+		return "", &FetchError{Source: source, Op: "get", Err: ctx.Err()}
+	}
+}
+
+// leave drops one waiter; the last one out cancels the fetch and forgets it,
+// so the next caller starts afresh (resuming from the .part) instead of
+// joining a canceled fetch.
+func (f *Fetcher) leave(target string, c *fetchCall) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c.waiters--
+	if c.waiters == 0 {
+		c.cancel()
+		if f.inflight[target] == c {
+			delete(f.inflight, target)
+		}
+	}
+}
+
+// present reports whether target is already in the cache. A file under the
+// real name was verified before it was renamed there, so only the cheap size
+// check is repeated; a size the caller expects that differs means the origin
+// has published a new file, which is fetched (and renamed over the old one
+// only once it verifies).
+func present(target string, want Want) (string, bool, error) {
+	st, err := os.Stat(target)
+	switch {
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return "", false, nil // and MkdirAll will say what is wrong with the directory
+	case err != nil:
+		return "", false, err
+	case !st.Mode().IsRegular():
+		return "", false, fmt.Errorf("%s is in the cache but is not a regular file; remove it", target)
+	case want.Size > 0 && st.Size() != want.Size:
+		return "", false, nil
+	}
+	return target, true, nil
+}
+
+// checkWant checks a fetched file against one caller's expectations. sum is
+// the digest the fetch computed, or "" when it computed none.
+func checkWant(path, sum string, want Want) error {
+	if want.Size > 0 {
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if st.Size() != want.Size {
+			return fmt.Errorf("%s has %d bytes, expected %d", path, st.Size(), want.Size)
+		}
+	}
+	if want.SHA256 == "" {
+		return nil
+	}
+	if sum == "" {
+		var err error
+		if sum, err = fileSHA256(context.Background(), path); err != nil {
+			return err
+		}
+	}
+	if sum != want.SHA256 {
+		return fmt.Errorf("%s has sha256 %s, expected %s", path, sum, want.SHA256)
+	}
+	return nil
+}
+
+// fetch makes target present: under the node lock, unless another process
+// made it present while this one waited.
+func (f *Fetcher) fetch(ctx context.Context, rem remote, target string, want Want) (path, sum string, err error) {
+	fail := func(op string, err error) (string, string, error) {
+		return "", "", &FetchError{Source: rem.source, Op: op, Err: err}
+	}
+	dir := filepath.Dir(target)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail("mkdir", fmt.Errorf("cache directory cannot be created: %w", err))
+	}
+	unlock, err := f.lock(ctx, target)
+	if err != nil {
+		return fail("lock", err)
+	}
+	defer unlock()
+	// Another process may have finished it while this one waited.
+	if p, ok, err := present(target, want); err != nil {
+		return fail("check", err)
+	} else if ok {
+		return p, "", nil
+	}
+
+	d := &download{f: f, rem: rem, target: target, want: want, log: f.logger().WithField("source", rem.source)}
+	sum, err = d.run(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	return target, sum, nil
+}
+
+func (f *Fetcher) logger() logrus.FieldLogger {
+	if f.Log != nil {
+		return f.Log
+	}
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+func (f *Fetcher) connections() int {
+	if f.Connections > 0 {
+		return f.Connections
+	}
+	return DefaultConnections
+}
+
+func (f *Fetcher) idleTimeout() time.Duration {
+	if f.IdleTimeout > 0 {
+		return f.IdleTimeout
+	}
+	return DefaultIdleTimeout
+}
+
+func (f *Fetcher) retries() int {
+	switch {
+	case f.Retries < 0:
+		return 0
+	case f.Retries == 0:
+		return DefaultRetries
+	}
+	return f.Retries
+}
+
+func (f *Fetcher) retryWait() time.Duration {
+	if f.RetryWait > 0 {
+		return f.RetryWait
+	}
+	return DefaultRetryWait
+}
+
+func (f *Fetcher) parallelMin() int64 {
+	if f.ParallelMin > 0 {
+		return f.ParallelMin
+	}
+	return DefaultParallelMin
+}
+
+func (f *Fetcher) progressInterval() time.Duration {
+	if f.ProgressInterval > 0 {
+		return f.ProgressInterval
+	}
+	return DefaultProgressInterval
+}
+
+// client returns the configured client, or builds the default once.
+func (f *Fetcher) client() *http.Client {
+	if f.Client != nil {
+		return f.Client
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.defaultClient == nil {
+		f.defaultClient = newClient(f.connections(), f.idleTimeout())
+	}
+	return f.defaultClient
+}
+
+// newClient is an HTTP/1.1-only client: ForceAttemptHTTP2 off and an empty
+// TLSNextProto, so each range gets its own TCP connection (HTTP/2 would put
+// them all on one flow, under one per-connection cap). It has no overall
+// timeout — a 100 GB file legitimately takes an hour; the caller's context is
+// the deadline and IdleTimeout catches a stalled connection.
+func newClient(conns int, idle time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     false,
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+		TLSHandshakeTimeout:   30 * time.Second,
+		ResponseHeaderTimeout: idle,
+		MaxIdleConnsPerHost:   conns,
+		IdleConnTimeout:       90 * time.Second,
+		// Ranges and sizes are of the stored bytes; a transparently
+		// decompressed body would make both wrong.
+		DisableCompression: true,
+		ReadBufferSize:     256 << 10,
+	}}
+}
+
+// fileSHA256 hashes a file, stopping early when ctx ends.
+func fileSHA256(ctx context.Context, path string) (string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer fh.Close()
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		n, err := fh.Read(buf)
+		h.Write(buf[:n])
+		if err == io.EOF {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}

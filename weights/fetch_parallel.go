@@ -1,0 +1,479 @@
+package weights
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// stateSaveInterval is how often a parallel fetch records its finished
+// chunks. Each save first fsyncs the .part, so the state never claims bytes
+// a crash could lose; once a second keeps that flush small.
+const stateSaveInterval = time.Second
+
+// span is the bytes [start, end) of a file.
+type span struct{ start, end int64 }
+
+// rangeState is the .part.ranges file: which version of the remote the .part
+// holds and, for a parallel fetch, which of its bytes are done. It is written
+// atomically (temporary file, fsync, rename) before any byte it describes,
+// so the .part never holds bytes of unknown provenance.
+type rangeState struct {
+	Source       string `json:"source"`
+	Size         int64  `json:"size"` // -1 when the origin gave none
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
+	// Parallel .part files are preallocated to Size, so their length says
+	// nothing; Done does. A stream's .part is done up to its length.
+	Parallel bool       `json:"parallel"`
+	Done     [][2]int64 `json:"done,omitempty"`
+}
+
+// newState reads the validator from a response. A weak ETag is not used:
+// If-Range requires a strong one, since a weak one may name bytes that
+// differ.
+func newState(source string, resp *http.Response) *rangeState {
+	st := &rangeState{Source: source, Size: -1}
+	if et := resp.Header.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
+		st.ETag = et
+	} else {
+		st.LastModified = resp.Header.Get("Last-Modified")
+	}
+	return st
+}
+
+// validator is what If-Range carries: the strong ETag, else Last-Modified.
+func (s *rangeState) validator() string {
+	if s.ETag != "" {
+		return s.ETag
+	}
+	return s.LastModified
+}
+
+// add records [start, end) as done, merging neighbours.
+func (s *rangeState) add(sp span) {
+	spans := []span{sp}
+	for _, d := range s.Done {
+		spans = append(spans, span{d[0], d[1]})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return int(a.start - b.start) })
+	merged := spans[:1]
+	for _, x := range spans[1:] {
+		last := &merged[len(merged)-1]
+		if x.start <= last.end {
+			last.end = max(last.end, x.end)
+		} else {
+			merged = append(merged, x)
+		}
+	}
+	s.Done = s.Done[:0]
+	for _, m := range merged {
+		s.Done = append(s.Done, [2]int64{m.start, m.end})
+	}
+}
+
+// missing is what is not done yet, in order.
+func (s *rangeState) missing() []span {
+	var gaps []span
+	at := int64(0)
+	for _, d := range s.Done {
+		if d[0] > at {
+			gaps = append(gaps, span{at, d[0]})
+		}
+		at = max(at, d[1])
+	}
+	if at < s.Size {
+		gaps = append(gaps, span{at, s.Size})
+	}
+	return gaps
+}
+
+func (s *rangeState) doneBytes() int64 {
+	var n int64
+	for _, d := range s.Done {
+		n += d[1] - d[0]
+	}
+	return n
+}
+
+// save writes the state atomically.
+func (s *rangeState) save(path string) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fh.Write(b)
+	if err == nil {
+		err = fh.Sync()
+	}
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// loadState reads a state file, or returns nil when there is none or it
+// cannot be trusted (another source, nonsense ranges): the .part is then
+// thrown away rather than guessed at.
+func loadState(path, source string) *rangeState {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var s rangeState
+	if json.Unmarshal(b, &s) != nil || s.Source != source || s.validator() == "" || s.Size < -1 {
+		return nil
+	}
+	if s.Parallel && s.Size < 0 {
+		return nil
+	}
+	for _, d := range s.Done {
+		if d[0] < 0 || d[1] <= d[0] || d[1] > s.Size {
+			return nil
+		}
+	}
+	return &s
+}
+
+// contentRange is a parsed "bytes START-END/SIZE"; size is -1 for "*".
+type contentRange struct{ start, end, size int64 }
+
+func parseContentRange(v string) (contentRange, error) {
+	bad := fmt.Errorf("unusable Content-Range %q", v)
+	rest, ok := strings.CutPrefix(v, "bytes ")
+	if !ok {
+		return contentRange{}, bad
+	}
+	rng, size, ok := strings.Cut(rest, "/")
+	if !ok {
+		return contentRange{}, bad
+	}
+	a, b, ok := strings.Cut(rng, "-")
+	if !ok {
+		return contentRange{}, bad
+	}
+	var cr contentRange
+	var err1, err2, err3 error
+	cr.start, err1 = strconv.ParseInt(a, 10, 64)
+	cr.end, err2 = strconv.ParseInt(b, 10, 64)
+	if size == "*" {
+		cr.size = -1
+	} else {
+		cr.size, err3 = strconv.ParseInt(size, 10, 64)
+	}
+	if err1 != nil || err2 != nil || err3 != nil || cr.start < 0 || cr.end < cr.start {
+		return contentRange{}, bad
+	}
+	return cr, nil
+}
+
+// chunkSize is the size of the ranges handed to connections: ChunkSize, or
+// the file split four ways per connection, so that a slow connection at the
+// end holds up at most a quarter of its share, within 16 MiB to 1 GiB.
+func (d *download) chunkSize(size int64) int64 {
+	if d.f.ChunkSize > 0 {
+		return d.f.ChunkSize
+	}
+	cs := size / int64(d.f.connections()*4)
+	return min(max(cs, 16<<20), 1<<30)
+}
+
+// parallelFetch fills the missing chunks of a preallocated .part over
+// Connections connections. first is the open response for the first missing
+// chunk, starting at from.
+//
+// Each chunk is its own range request carrying If-Range, and its 206 must
+// name exactly the chunk and the size on record; anything else means the
+// remote changed and the whole fetch starts over, never splices. Finished
+// chunks are recorded in the state file, so a killed fetch resumes without
+// asking for them again.
+func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *body, from int64) (string, error) {
+	dir := filepath.Dir(d.part)
+	fail := func(op string, err error) (string, error) {
+		first.Close()
+		return "", &FetchError{Source: d.rem.source, Op: op, Err: err}
+	}
+	fresh := len(st.Done) == 0
+	if fresh {
+		if err := os.Remove(d.part); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fail("write", err)
+		}
+	}
+	if err := checkSpace(dir, st.Size-allocated(d.part)); err != nil {
+		return fail("get", err)
+	}
+	fh, err := os.OpenFile(d.part, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fail("write", err)
+	}
+	defer fh.Close()
+	if err := preallocate(fh, st.Size); err != nil {
+		return fail("write", noSpace(err, dir, st.Size))
+	}
+	st.Parallel = true
+	if err := st.save(d.statePath); err != nil {
+		return fail("write", err)
+	}
+	d.done.Store(st.doneBytes())
+
+	var chunks []span
+	cs := d.chunkSize(st.Size)
+	for _, g := range st.missing() {
+		for s := g.start; s < g.end; s += cs {
+			chunks = append(chunks, span{s, min(s+cs, g.end)})
+		}
+	}
+	if len(chunks) == 0 || chunks[0].start != from {
+		return fail("get", fmt.Errorf("internal: first chunk does not start at %d", from))
+	}
+	work := make(chan span, len(chunks))
+	for _, c := range chunks[1:] {
+		work <- c
+	}
+	close(work)
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	poke := make(chan struct{}, 1) // a chunk finished: the hash frontier may move
+	var (
+		mu       sync.Mutex
+		dirty    bool
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	setErr := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		cancel()
+	}
+	save := func() error {
+		mu.Lock()
+		if !dirty {
+			mu.Unlock()
+			return nil
+		}
+		dirty = false
+		mu.Unlock()
+		// Data first, then the record that claims it.
+		if err := fh.Sync(); err != nil {
+			return err
+		}
+		mu.Lock()
+		snap := *st
+		snap.Done = slices.Clone(st.Done)
+		mu.Unlock()
+		return snap.save(d.statePath)
+	}
+	worker := func(b *body, c span, more bool) {
+		defer wg.Done()
+		for {
+			if err := d.fetchChunk(wctx, fh, st, c, b); err != nil {
+				setErr(err)
+				return
+			}
+			b = nil
+			mu.Lock()
+			st.add(c)
+			dirty = true
+			mu.Unlock()
+			select {
+			case poke <- struct{}{}:
+			default:
+			}
+			if !more {
+				return
+			}
+			var ok bool
+			if c, ok = <-work; !ok {
+				return
+			}
+			if wctx.Err() != nil {
+				return
+			}
+		}
+	}
+	// With a digest to check, hash behind the download: the bytes from 0 up
+	// to the first unfinished chunk are final, so they can be read back from
+	// the page cache while later chunks still arrive, instead of in a second
+	// pass over the whole file after the last byte.
+	var hashed chan hashResult
+	if d.expectedSum() != "" {
+		hashed = make(chan hashResult, 1)
+		frontier := func() (int64, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(st.Done) > 0 && st.Done[0][0] == 0 {
+				return st.Done[0][1], st.Done[0][1] == st.Size
+			}
+			return 0, st.Size == 0
+		}
+		go func() {
+			sum, err := hashBehind(wctx, fh, frontier, poke)
+			hashed <- hashResult{sum, err}
+		}()
+	}
+
+	n := min(d.f.connections(), len(chunks))
+	wg.Add(n)
+	go worker(first, chunks[0], true)
+	for range n - 1 {
+		c, ok := <-work
+		if !ok {
+			wg.Done()
+			continue
+		}
+		go worker(nil, c, true)
+	}
+
+	saverDone := make(chan struct{})
+	stopSaver := make(chan struct{})
+	go func() {
+		defer close(saverDone)
+		t := time.NewTicker(stateSaveInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSaver:
+				return
+			case <-t.C:
+				if err := save(); err != nil {
+					setErr(&writeError{err})
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	close(stopSaver)
+	<-saverDone
+	// Record what finished even when the fetch failed: that is what the
+	// next attempt resumes from.
+	if err := save(); err != nil && firstErr == nil {
+		firstErr = &writeError{err}
+	}
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		var we *writeError
+		if errors.As(firstErr, &we) {
+			return "", &FetchError{Source: d.rem.source, Op: "write", Err: noSpace(we.err, dir, st.Size-st.doneBytes())}
+		}
+		return "", firstErr
+	}
+	if gaps := st.missing(); len(gaps) > 0 {
+		return "", fmt.Errorf("internal: %d ranges still missing", len(gaps))
+	}
+	sum := ""
+	if hashed != nil {
+		h := <-hashed
+		if h.err != nil {
+			return "", &FetchError{Source: d.rem.source, Op: "verify", Err: h.err}
+		}
+		sum = h.sum
+	}
+	if err := fh.Close(); err != nil {
+		return "", &FetchError{Source: d.rem.source, Op: "write", Err: err}
+	}
+	return d.finish(ctx, st.Size, sum)
+}
+
+type hashResult struct {
+	sum string
+	err error
+}
+
+// hashBehind hashes fh from 0, never reading past what limit reports as
+// final, until limit reports the file complete; it waits on poke for the
+// limit to move.
+func hashBehind(ctx context.Context, fh *os.File, limit func() (end int64, complete bool), poke <-chan struct{}) (string, error) {
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var pos int64
+	for {
+		end, complete := limit()
+		for pos < end {
+			n, err := fh.ReadAt(buf[:min(int64(len(buf)), end-pos)], pos)
+			h.Write(buf[:n])
+			pos += int64(n)
+			if err != nil && !(err == io.EOF && pos == end) {
+				return "", err
+			}
+		}
+		if complete {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-poke:
+		}
+	}
+}
+
+// fetchChunk fetches the bytes of c into fh at their offsets, resuming within
+// the chunk after a network error. b, if not nil, is an open response
+// positioned at c.start (it may run past c.end; the rest is not read).
+func (d *download) fetchChunk(ctx context.Context, fh *os.File, st *rangeState, c span, b *body) error {
+	off := c.start
+	for retry := 0; ; {
+		if b == nil {
+			var err error
+			if b, err = d.open(ctx, off, c.end-1, st.validator()); err != nil {
+				return err
+			}
+			if err := d.checkRange(b.resp, st, off, c.end-1); err != nil {
+				b.Close()
+				return err
+			}
+		}
+		n, err := d.copyAt(fh, b, off, c.end-off, nil)
+		b.Close()
+		b = nil
+		off += n
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var we *writeError
+		if errors.As(err, &we) {
+			return err
+		}
+		if n > 0 {
+			retry = 0
+		}
+		if retry++; retry > d.f.retries() {
+			return err
+		}
+		if err := d.sleep(ctx, retry, 0, err); err != nil {
+			return err
+		}
+	}
+}

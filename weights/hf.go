@@ -1,0 +1,180 @@
+package weights
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// defaultHFEndpoint is the public hub; HF_ENDPOINT overrides it for mirrors,
+// as it does for huggingface_hub, vLLM and SGLang.
+const defaultHFEndpoint = "https://huggingface.co"
+
+// remote is a fetchable source, resolved to something to GET.
+type remote struct {
+	source string // as given to Ensure
+	url    string // what to GET
+	hf     bool   // an hf: source: the hub's headers are trusted for the digest
+	// hubHost is the host the hub token may be sent to. Go's client already
+	// drops Authorization on a redirect to another host; this keeps the token
+	// off any request not aimed at the hub in the first place.
+	hubHost string
+}
+
+// parseRemote resolves an hf: or http(s):// source. endpoint is the hub's
+// base URL for hf: sources.
+//
+// hf: names one file in a repository, which is what a GGUF is:
+// hf:org/repo/path/in/repo, or hf:org/repo@revision/path to pin a branch, tag
+// or commit. A whole repository of shards is deliberately not fetched here:
+// vLLM and SGLang download those themselves and do it well, and a snapshot
+// downloader competing with them would be work spent to arrive back where we
+// started.
+func parseRemote(source, endpoint string) (remote, error) {
+	if rest, ok := strings.CutPrefix(source, "hf:"); ok {
+		return parseHF(source, rest, endpoint)
+	}
+	u, err := url.Parse(source)
+	if err != nil {
+		return remote{}, fmt.Errorf("malformed URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return remote{}, fmt.Errorf("unknown scheme %q; llmgw fetches hf: and http(s):// sources", u.Scheme)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return remote{}, errors.New("malformed URL: no host")
+	}
+	if u.Path == "" || strings.HasSuffix(u.Path, "/") {
+		return remote{}, errors.New("URL names a directory, not a file; give the URL of the weights file itself")
+	}
+	return remote{source: source, url: u.String()}, nil
+}
+
+func parseHF(source, rest, endpoint string) (remote, error) {
+	parts := strings.Split(rest, "/")
+	if len(parts) < 3 || parts[len(parts)-1] == "" {
+		return remote{}, fmt.Errorf("%s names a repository, not a file; give the file as hf:org/repo/model.gguf, "+
+			"or use the repository id directly and let the engine download it", source)
+	}
+	org, repo := parts[0], parts[1]
+	rev := "main"
+	if r, v, ok := strings.Cut(repo, "@"); ok {
+		if v == "" {
+			return remote{}, errors.New("empty revision after @; write hf:org/repo@REVISION/file")
+		}
+		repo, rev = r, v
+	}
+	if org == "" || repo == "" {
+		return remote{}, errors.New("malformed hub source; write hf:org/repo/file or hf:org/repo@revision/file")
+	}
+	file := parts[2:]
+	for i, seg := range file {
+		if seg == "" || seg == "." || seg == ".." {
+			return remote{}, fmt.Errorf("malformed file path %q in hub source", strings.Join(file, "/"))
+		}
+		file[i] = url.PathEscape(seg)
+	}
+	base, err := url.Parse(strings.TrimRight(endpoint, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return remote{}, fmt.Errorf("hub endpoint %q (HF_ENDPOINT) is not an http(s) URL", endpoint)
+	}
+	// The revision is one path segment; a branch such as refs/pr/1 is escaped
+	// into it, as huggingface_hub does.
+	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(repo) +
+		"/resolve/" + url.PathEscape(rev) + "/" + strings.Join(file, "/")
+	return remote{source: source, url: u, hf: true, hubHost: base.Host}, nil
+}
+
+// checkModelID refuses what looks like a URL in a scheme llmgw does not
+// fetch. Without this, "s3://bucket/model.gguf" would be handed to the engine
+// as a model id and fail there, far from the mistake. A hub model id has no
+// colon before its first slash.
+func checkModelID(source string) error {
+	i := strings.IndexByte(source, ':')
+	if i > 0 && !strings.Contains(source[:i], "/") {
+		return fmt.Errorf("unknown scheme %q; llmgw fetches hf: and http(s):// sources, "+
+			"checks /paths, and passes bare model ids (org/name) to the engine", source[:i])
+	}
+	return nil
+}
+
+func (f *Fetcher) hfEndpoint() string {
+	if f.HFEndpoint != "" {
+		return f.HFEndpoint
+	}
+	if e := os.Getenv("HF_ENDPOINT"); e != "" {
+		return e
+	}
+	return defaultHFEndpoint
+}
+
+// hfToken is the hub token: HFToken, else $HF_TOKEN, else the file
+// huggingface-cli login writes ($HF_TOKEN_PATH, else $HF_HOME/token, else
+// ~/.cache/huggingface/token). "" when there is none, which is fine for
+// public models.
+func (f *Fetcher) hfToken() string {
+	if f.HFToken != "" {
+		return f.HFToken
+	}
+	if t := strings.TrimSpace(os.Getenv("HF_TOKEN")); t != "" {
+		return t
+	}
+	path := os.Getenv("HF_TOKEN_PATH")
+	if path == "" {
+		home := os.Getenv("HF_HOME")
+		if home == "" {
+			cache := os.Getenv("XDG_CACHE_HOME")
+			if cache == "" {
+				h, err := os.UserHomeDir()
+				if err != nil {
+					return ""
+				}
+				cache = filepath.Join(h, ".cache")
+			}
+			home = filepath.Join(cache, "huggingface")
+		}
+		path = filepath.Join(home, "token")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// hubSHA256 is the sha256 the hub publishes for an LFS file, found in
+// X-Linked-Etag on the hub's own response — the redirect to the storage
+// backend, so the response chain is walked. Non-LFS files carry a git blob
+// id there instead, which is not a sha256 and is ignored.
+func hubSHA256(resp *http.Response) string {
+	for r := resp; r != nil; {
+		v := strings.Trim(strings.TrimPrefix(r.Header.Get("X-Linked-Etag"), "W/"), `"`)
+		if isSHA256Hex(v) {
+			return strings.ToLower(v)
+		}
+		if r.Request == nil {
+			break
+		}
+		r = r.Request.Response
+	}
+	return ""
+}
+
+// hintFor adds what a person can do about a status, for the common ones.
+func hintFor(rem remote, code int) string {
+	switch {
+	case rem.hf && (code == http.StatusUnauthorized || code == http.StatusForbidden):
+		return "; the model may be gated or private: accept its license on the hub and set HF_TOKEN (or run huggingface-cli login)"
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return "; the origin refused access"
+	case code == http.StatusNotFound && rem.hf:
+		return "; check the repository, revision and file name on the hub"
+	case code == http.StatusNotFound:
+		return "; check the URL"
+	}
+	return ""
+}
