@@ -46,6 +46,7 @@ var commands []command
 func init() {
 	commands = []command{
 		// The services, then the operator's commands, then node-side tools.
+		{name: "agent", synopsis: "[--config FILE] [--coordinator URL] [--node NAME] [--fabric NAME] [--weights-dir DIR]... [--cache-dir DIR] [--socket PATH] [--once]", summary: "run the node agent: scan weights, report, serve the hooks", run: agentCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
 		{name: "version", summary: "print the version", run: versionCmd},

@@ -78,13 +78,19 @@ func envName(flag string) string {
 	return "LLMGW_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// applyEnv sets every flag the command line left unset from its LLMGW_*
+// notSettings are flags that choose what a command does or how it prints,
+// not how llmgw is configured. The environment does not set them: an
+// LLMGW_ONCE or LLMGW_JSON left exported in a shell would silently change
+// what every later command does.
+var notSettings = map[string]bool{"config": true, "once": true, "json": true, "help": true}
+
+// applyEnv sets every setting the command line left unset from its LLMGW_*
 // variable, if that is set. The error names the variable, since that is
 // where the bad value is.
 func applyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "config" {
+		if err != nil || f.Changed || notSettings[f.Name] {
 			return
 		}
 		v := getenv(envName(f.Name))

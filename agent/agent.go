@@ -1,0 +1,572 @@
+// Package agent is llmgw's node daemon. It scans the weight directories it
+// is told about and its fetch cache, reports what the node holds to the
+// coordinator, keeps a node-local copy of the catalog, and serves the Slurm
+// hooks on a unix socket: ensure(source) makes weights present with one
+// fetch per source for the whole node, however many jobs wait for it.
+//
+// The agent observes storage; it does not manage it. A node with no weight
+// directories configured reports no weights and ranks exactly like a node
+// that looked and found nothing, so enabling the feature on one node never
+// pushes jobs off the others. And the agent never stops serving its node
+// because the coordinator is away: reports back off and resume, the hooks
+// keep their socket, and the catalog copy keeps resolving model names.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights"
+)
+
+// Agent is one node's daemon. Create it with New; Run serves until its
+// context ends, Once scans and reports a single time.
+type Agent struct {
+	log     logrus.FieldLogger
+	started time.Time
+	metrics *metrics
+	http    *http.Client
+
+	// Knobs tests turn; New sets the production values.
+	debounce       time.Duration
+	backoffBase    time.Duration
+	backoffCap     time.Duration
+	notifySocket   string                   // $NOTIFY_SOCKET
+	configureFetch func(f *weights.Fetcher) // applied to every Fetcher made
+
+	kickc chan kick // wakes the loops; see kick
+
+	mu      sync.Mutex
+	cfg     Config  // in force
+	pending *Config // from Reload, applied before the next scan
+	fetcher *weights.Fetcher
+	flights map[string]*flight
+	inv     weights.Inventory
+	invFP   string
+	scanned time.Time
+	scanDur time.Duration
+	errs    errorRing
+	seq     int64
+	last    *api.Report
+	result  api.ReportResult
+	catalog api.CatalogStatus
+	// failing is the class of the current run of report failures ("" when
+	// the last report got through), so each change is logged once.
+	failing     string
+	failures    int
+	catalogFail string
+	dirState    map[string]string // path → "", "missing" or the scan error
+}
+
+// kick is a request to one of the agent's loops.
+type kick int
+
+const (
+	kickReport kick = iota // report soon (debounced)
+	kickScan               // scan now, then report soon
+)
+
+// New checks cfg, fills in its defaults and returns an agent ready to Run.
+// It does not touch the network or the socket.
+func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(os.Stderr)
+		l.SetFormatter(&logrus.JSONFormatter{})
+		log = l
+	}
+	a := &Agent{
+		log:     log,
+		started: time.Now().UTC(),
+		// Reporting and scanning share one loop; a coordinator that accepts
+		// connections and never answers must not hold scans up for long.
+		http:         &http.Client{Timeout: 15 * time.Second},
+		debounce:     time.Second,
+		backoffBase:  backoffBase,
+		backoffCap:   backoffCap,
+		notifySocket: os.Getenv("NOTIFY_SOCKET"),
+		kickc:        make(chan kick, 16),
+		cfg:          cfg,
+		flights:      map[string]*flight{},
+	}
+	a.catalog.Path = filepath.Join(cfg.StateDir, catalogFile)
+	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
+	if cfg.Coordinator != "" && cfg.TokenFile == "" {
+		log.Warn("no token file configured: reports are sent without a token, which a coordinator with --agent-token-file refuses")
+	}
+	return a, nil
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (a *Agent) Config() Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.cfg
+	c.WeightDirs = slices.Clone(c.WeightDirs)
+	return c
+}
+
+// Reload replaces the configuration. It is checked now and applied before
+// the next scan, so a scan or a report never sees half of one config and
+// half of another. The socket, state directory and metrics address are
+// bound at start; a change to them is logged and waits for a restart.
+func (a *Agent) Reload(cfg Config) error {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.pending = &cfg
+	a.mu.Unlock()
+	a.kick(kickScan)
+	return nil
+}
+
+// applyPending installs a configuration given to Reload.
+func (a *Agent) applyPending() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending == nil {
+		return
+	}
+	old, nc := a.cfg, *a.pending
+	a.pending = nil
+	for name, pair := range map[string][2]string{
+		"socket": {old.Socket, nc.Socket}, "state_dir": {old.StateDir, nc.StateDir}, "metrics_listen": {old.MetricsListen, nc.MetricsListen},
+	} {
+		if pair[0] != pair[1] {
+			a.log.WithField("setting", name).Warnf("%s changed from %q to %q; it takes effect when the agent restarts", name, pair[0], pair[1])
+		}
+	}
+	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
+	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections {
+		// A Fetcher's fields must not change under a running Ensure; fetches
+		// under way finish on the old one, new ones use the new one. The
+		// node-wide lock directory keeps the two from fetching one file twice.
+		a.fetcher = nil
+	}
+	a.cfg = nc
+	a.log.WithField("node", nc.Node).Info("configuration reloaded")
+}
+
+// fetcherLocked returns the Fetcher for the current config. a.mu is held.
+func (a *Agent) fetcherLocked() *weights.Fetcher {
+	if a.fetcher == nil {
+		f := &weights.Fetcher{
+			CacheDir:    a.cfg.CacheDir,
+			Connections: a.cfg.Connections,
+			OnProgress:  a.onProgress,
+			Log:         a.log.WithField("part", "fetch"),
+		}
+		if a.configureFetch != nil {
+			a.configureFetch(f)
+		}
+		a.fetcher = f
+	}
+	return a.fetcher
+}
+
+// kick asks the loops for a scan or a report without blocking: requests
+// that arrive while one is pending are the same request.
+func (a *Agent) kick(k kick) {
+	select {
+	case a.kickc <- k:
+	default:
+	}
+}
+
+// recordError keeps msg among the recent errors the next report carries.
+func (a *Agent) recordError(msg string) {
+	a.mu.Lock()
+	a.errs.add(time.Now(), msg)
+	a.mu.Unlock()
+}
+
+// scanDirs is what a scan covers: the configured weight directories, then
+// the cache, where what the agent fetched lives.
+func scanDirs(cfg Config) []string {
+	dirs := slices.Clone(cfg.WeightDirs)
+	if !slices.Contains(dirs, cfg.CacheDir) {
+		dirs = append(dirs, cfg.CacheDir)
+	}
+	return dirs
+}
+
+// scan scans once and reports whether the inventory changed.
+func (a *Agent) scan(ctx context.Context) bool {
+	cfg := a.Config()
+	start := time.Now()
+	inv := weights.Scan(ctx, scanDirs(cfg), weights.ScanOptions{DirTimeout: cfg.DirTimeout})
+	took := time.Since(start)
+	fp := fingerprint(inv)
+
+	counts := map[[2]string]int{}
+	for _, w := range inv.Weights {
+		kind := "local"
+		if w.Shared {
+			kind = "shared"
+		}
+		counts[[2]string{kind, fmt.Sprint(w.Complete)}]++
+	}
+	for _, kind := range []string{"shared", "local"} {
+		for _, c := range []string{"true", "false"} {
+			a.metrics.weights.WithLabelValues(kind, c).Set(float64(counts[[2]string{kind, c}]))
+		}
+	}
+	a.metrics.scanDuration.Observe(took.Seconds())
+	a.metrics.lastScanSuccess.SetToCurrentTime()
+
+	a.mu.Lock()
+	changed := fp != a.invFP
+	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
+	a.mu.Unlock()
+	a.logDirChanges(inv.Dirs)
+	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
+	return changed
+}
+
+// logDirChanges logs a directory that became unreadable, missing, or
+// fine again — once per change, not once per scan: a mount that is gone
+// overnight is one line, and the report carries its state every time.
+func (a *Agent) logDirChanges(dirs []weights.Dir) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := map[string]string{}
+	for _, d := range dirs {
+		state := d.Err
+		if d.Missing && state == "" {
+			state = "missing"
+		}
+		now[d.Path] = state
+		if state == a.dirState[d.Path] {
+			continue
+		}
+		log := a.log.WithField("dir", d.Path)
+		switch {
+		case d.Err != "":
+			log.Warn("directory not scanned: " + d.Err)
+			a.errs.add(time.Now(), "scan "+d.Path+": "+d.Err)
+		case d.Missing:
+			// Not an error: a mount that has not come back yet looks like
+			// this, and the node simply holds nothing there until it does.
+			log.Info("directory does not exist (yet); it holds nothing until it does")
+		case a.dirState[d.Path] == "missing":
+			log.Info("directory exists now")
+		case a.dirState[d.Path] != "":
+			log.Info("directory scanned again")
+		}
+	}
+	a.dirState = now
+}
+
+// buildReport makes the next report from the last scan.
+func (a *Agent) buildReport() *api.Report {
+	now := time.Now().UTC()
+	cfg := a.Config()
+	cache, cerr := cacheRoom(cfg.CacheDir)
+	if cerr != nil {
+		a.recordError(cerr.Error())
+	}
+	fetches := a.fetchesNow(now)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := reportOf(a.inv, len(cfg.WeightDirs) > 0)
+	a.seq++
+	r.ID = uuid.NewString()
+	r.Seq = a.seq
+	r.Started = a.started
+	r.Time = now
+	r.Node = cfg.Node
+	r.Fabric = cfg.Fabric
+	r.Cache = cache
+	r.Fetches = fetches
+	r.Errors = a.errs.strings(now)
+	r.AgentVersion = cfg.Version
+	a.last = &r
+	return &r
+}
+
+// client returns a coordinator client with the current token, or why there
+// is none. The token file is read each time so a rotated token is picked up
+// without a restart.
+func (a *Agent) client(cfg Config) (*api.Client, error) {
+	c := &api.Client{BaseURL: cfg.Coordinator, HTTP: a.http, UserAgent: "llmgw-agent/" + cfg.Version}
+	if cfg.TokenFile != "" {
+		tok, err := api.ReadToken(cfg.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Token = tok
+	}
+	return c, nil
+}
+
+// send posts r. The answer must be empty or JSON: a 200 from something that
+// is not the coordinator (a login page, a wrong port) is a failure, not a
+// report delivered.
+func send(ctx context.Context, c *api.Client, r *api.Report) error {
+	var ack jsonAck
+	return c.Do(ctx, http.MethodPost, "/"+api.Version+"/reports", r, &ack)
+}
+
+// jsonAck accepts any JSON value and refuses anything else.
+type jsonAck struct{}
+
+func (*jsonAck) UnmarshalJSON([]byte) error { return nil }
+
+// report builds a report and sends it. It returns the report and, when
+// the coordinator did not take it, why, with the failure's class.
+func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
+	cfg := a.Config()
+	r := a.buildReport()
+	if cfg.Coordinator == "" {
+		return r, "", nil
+	}
+	c, err := a.client(cfg)
+	result := resultNoToken
+	if err == nil {
+		err = send(ctx, c, r)
+		result = classify(err)
+	}
+	a.metrics.reports.WithLabelValues(result).Inc()
+	now := time.Now().UTC()
+
+	a.mu.Lock()
+	a.result.Time, a.result.Seq, a.result.OK = now, r.Seq, err == nil
+	a.result.Error = errString(err)
+	prev, fails := a.failing, a.failures
+	if err == nil {
+		a.result.LastOK = now
+		a.failing, a.failures = "", 0
+	} else {
+		a.failing = result
+		a.failures++
+		a.errs.add(now, "report: "+err.Error())
+	}
+	a.mu.Unlock()
+
+	log := a.log.WithFields(logrus.Fields{"seq": r.Seq, "coordinator": cfg.Coordinator})
+	switch {
+	case err == nil && prev != "":
+		log.WithField("failed_attempts", fails).Info("coordinator takes reports again")
+	case err == nil:
+		log.WithField("weights", len(r.Weights)).Debug("reported")
+	case result != prev:
+		// Logged once per kind of failure, not once per retry: a coordinator
+		// down overnight is one line, and the metric counts the attempts.
+		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result) + "; retrying with backoff, still serving this node")
+	default:
+		log.WithError(err).WithField("result", result).Debug("report not delivered")
+	}
+	if err == nil {
+		a.metrics.lastReportSuccess.SetToCurrentTime()
+		if cp, cerr := refreshCatalog(ctx, c, cfg); cerr != nil {
+			a.catalogFailed(cerr)
+		} else {
+			a.catalogOK(cp)
+		}
+	}
+	return r, result, err
+}
+
+func (a *Agent) catalogOK(cp api.CatalogCopy) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
+	if a.catalogFail != "" {
+		a.log.Info("catalog copy up to date again")
+	}
+	a.catalogFail = ""
+}
+
+func (a *Agent) catalogFailed(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.catalog.Error = err.Error()
+	a.errs.add(time.Now(), err.Error())
+	if class := classify(err); class != a.catalogFail {
+		a.log.WithError(err).Warn("catalog not refreshed; the hooks keep using the last copy")
+		a.catalogFail = class
+	}
+}
+
+// Once scans, builds one report and, when a coordinator is configured,
+// sends it. sent says whether the coordinator took it; err says why not.
+// The report is returned either way.
+func (a *Agent) Once(ctx context.Context) (r *api.Report, sent bool, err error) {
+	a.scan(ctx)
+	r, _, err = a.report(ctx)
+	return r, err == nil && a.Config().Coordinator != "", err
+}
+
+// Status is what the agent knows, as the socket's GET /v1/status answers.
+func (a *Agent) Status() api.AgentStatus {
+	cfg := a.Config()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := api.AgentStatus{
+		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
+		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
+		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+	}
+	if st.WeightDirs == nil {
+		st.WeightDirs = []string{}
+	}
+	return st
+}
+
+// Run serves until ctx ends: it binds the socket (and the metrics address),
+// scans, tells systemd it is ready, then scans and reports on its intervals
+// and whenever something changes. It returns nil on a clean stop; an error
+// only when it cannot start.
+func (a *Agent) Run(ctx context.Context) error {
+	cfg := a.Config()
+	l, err := listenSocket(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	var ml net.Listener
+	if cfg.MetricsListen != "" {
+		if ml, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			l.Close()
+			os.Remove(cfg.Socket)
+			return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
+		}
+	}
+	if cp, err := api.ReadCatalogCopy(a.catalog.Path); err == nil {
+		a.mu.Lock()
+		a.catalog.Fetched, a.catalog.Models = cp.Fetched, len(cp.Models)
+		a.mu.Unlock()
+	}
+	a.log.WithFields(logrus.Fields{
+		"node": cfg.Node, "fabric": cfg.Fabric, "weight_dirs": cfg.WeightDirs, "cache_dir": cfg.CacheDir,
+		"socket": cfg.Socket, "coordinator": cfg.Coordinator, "version": cfg.Version,
+	}).Info("agent starting")
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() {
+		if err := a.serveSocket(ctx, l, cfg.Socket); err != nil && ctx.Err() == nil {
+			errc <- err
+			cancel()
+		}
+	})
+	if ml != nil {
+		srv := &http.Server{
+			Handler:           promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{Registry: a.metrics.reg}),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		wg.Go(func() { srv.Serve(ml) })
+		wg.Go(func() {
+			<-ctx.Done()
+			sctx, c := context.WithTimeout(context.Background(), time.Second)
+			defer c()
+			srv.Shutdown(sctx)
+		})
+		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
+	}
+
+	a.scan(ctx)
+	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {
+		a.log.WithError(err).Warn("could not tell systemd the agent is ready")
+	} else if sent {
+		a.log.Debug("told systemd the agent is ready")
+	}
+
+	a.loop(ctx)
+	cancel()
+	wg.Wait()
+	if _, err := sdNotify(a.notifySocket, "STOPPING=1"); err != nil {
+		a.log.WithError(err).Debug("sd_notify STOPPING")
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	a.log.Info("agent stopped")
+	return nil
+}
+
+// loop is the agent's clock: scans every ScanInterval, reports every
+// ReportInterval ±10%, and sooner when a scan found a change or a fetch
+// ended (after debounce, so a burst of changes is one report). While the
+// coordinator refuses or cannot be reached, reports back off exponentially
+// with jitter; nothing else waits for them.
+func (a *Agent) loop(ctx context.Context) {
+	cfg := a.Config()
+	scanT := time.NewTimer(cfg.ScanInterval)
+	defer scanT.Stop()
+	reportAt := time.Now() // the first report goes out at once
+	reportT := time.NewTimer(0)
+	defer reportT.Stop()
+	soon := func() {
+		a.mu.Lock()
+		failing := a.failures > 0
+		a.mu.Unlock()
+		// During backoff a change waits for the next attempt, which carries
+		// it anyway: a change is no reason to hammer a coordinator that is down.
+		if t := time.Now().Add(a.debounce); !failing && t.Before(reportAt) {
+			reportAt = t
+			reportT.Reset(a.debounce)
+		}
+	}
+	rescan := func() {
+		a.applyPending()
+		if a.scan(ctx) {
+			soon()
+		}
+		scanT.Reset(a.Config().ScanInterval)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-scanT.C:
+			rescan()
+		case k := <-a.kickc:
+			if k == kickScan {
+				rescan()
+			}
+			soon()
+		case <-reportT.C:
+			_, _, err := a.report(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			var wait time.Duration
+			if err != nil {
+				a.mu.Lock()
+				n := a.failures
+				a.mu.Unlock()
+				wait = backoff(n, a.backoffBase, a.backoffCap)
+			} else {
+				wait = jitter(a.Config().ReportInterval)
+			}
+			reportAt = time.Now().Add(wait)
+			a.mu.Lock()
+			a.result.NextAttempt = reportAt.UTC()
+			a.mu.Unlock()
+			reportT.Reset(wait)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Report results, the values of llmgw_agent_reports_total's result label.
+// A small fixed set, so that an alert can say which way the coordinator is
+// failing without a label per error message.
+const (
+	resultOK          = "ok"
+	resultUnreachable = "unreachable"  // no HTTP answer: refused, timeout, DNS
+	resultRejected    = "rejected"     // 401/403: the token is wrong or missing
+	resultServerError = "server_error" // 5xx
+	resultBadRequest  = "bad_request"  // another 4xx: this agent sent something the coordinator refuses
+	resultBadAnswer   = "bad_answer"   // 2xx whose body is not JSON: a proxy or a wrong URL
+	resultNoToken     = "no_token"     // the token file could not be read
+)
+
+var reportResults = []string{resultOK, resultUnreachable, resultRejected, resultServerError, resultBadRequest, resultBadAnswer, resultNoToken}
+
+// metrics are the agent's Prometheus series, on a registry of its own so
+// that two agents in one test process do not collide, and so that /metrics
+// shows only what this agent exports (plus the Go runtime and process).
+type metrics struct {
+	reg *prometheus.Registry
+
+	scanDuration      prometheus.Histogram
+	weights           *prometheus.GaugeVec
+	fetchedBytes      prometheus.Counter
+	fetchErrors       prometheus.Counter
+	reports           *prometheus.CounterVec
+	lastReportSuccess prometheus.Gauge
+	lastScanSuccess   prometheus.Gauge
+	info              *prometheus.GaugeVec
+}
+
+func newMetrics(version string, fetchesInProgress func() float64) *metrics {
+	const ns, sub = "llmgw", "agent"
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		scanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "scan_duration_seconds",
+			Help: "Time one scan of every weight directory and the cache took.",
+			// From a warm local disk to a filer at its timeout.
+			Buckets: []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		weights: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "weights",
+			Help: "Weights the last scan found, by storage kind and completeness.",
+		}, []string{"kind", "complete"}),
+		fetchedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "fetched_bytes_total",
+			Help: "Bytes fetched into the cache by this agent.",
+		}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "fetch_errors_total",
+			Help: "Fetches that failed (each counted once, however many hooks waited on it).",
+		}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "reports_total",
+			Help: "Attempts to report to the coordinator, by result.",
+		}, []string{"result"}),
+		lastReportSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "last_report_success_timestamp_seconds",
+			Help: "When the coordinator last accepted a report, as a Unix time.",
+		}),
+		lastScanSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "last_scan_success_timestamp_seconds",
+			Help: "When the last scan finished, as a Unix time.",
+		}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "info",
+			Help: "The agent's version; the value is always 1.",
+		}, []string{"version"}),
+	}
+	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "fetches_in_progress",
+		Help: "Fetches moving bytes right now.",
+	}, fetchesInProgress)
+	for _, r := range reportResults {
+		m.reports.WithLabelValues(r)
+	}
+	for _, kind := range []string{"shared", "local"} {
+		for _, c := range []string{"true", "false"} {
+			m.weights.WithLabelValues(kind, c)
+		}
+	}
+	m.info.WithLabelValues(version).Set(1)
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.fetchErrors, m.reports,
+		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
