@@ -403,19 +403,18 @@ func (f *Fetcher) logger() logrus.FieldLogger {
 	return l
 }
 
-func (f *Fetcher) connections() int {
-	if f.Connections > 0 {
-		return f.Connections
+// positiveOr is v, or def when v is zero or negative: the Fetcher's numeric
+// fields all document zero as "the default".
+func positiveOr[T int | int64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	return DefaultConnections
+	return def
 }
 
-func (f *Fetcher) idleTimeout() time.Duration {
-	if f.IdleTimeout > 0 {
-		return f.IdleTimeout
-	}
-	return DefaultIdleTimeout
-}
+func (f *Fetcher) connections() int { return positiveOr(f.Connections, DefaultConnections) }
+
+func (f *Fetcher) idleTimeout() time.Duration { return positiveOr(f.IdleTimeout, DefaultIdleTimeout) }
 
 func (f *Fetcher) retries() int {
 	switch {
@@ -427,25 +426,12 @@ func (f *Fetcher) retries() int {
 	return f.Retries
 }
 
-func (f *Fetcher) retryWait() time.Duration {
-	if f.RetryWait > 0 {
-		return f.RetryWait
-	}
-	return DefaultRetryWait
-}
+func (f *Fetcher) retryWait() time.Duration { return positiveOr(f.RetryWait, DefaultRetryWait) }
 
-func (f *Fetcher) parallelMin() int64 {
-	if f.ParallelMin > 0 {
-		return f.ParallelMin
-	}
-	return DefaultParallelMin
-}
+func (f *Fetcher) parallelMin() int64 { return positiveOr(f.ParallelMin, DefaultParallelMin) }
 
 func (f *Fetcher) progressInterval() time.Duration {
-	if f.ProgressInterval > 0 {
-		return f.ProgressInterval
-	}
-	return DefaultProgressInterval
+	return positiveOr(f.ProgressInterval, DefaultProgressInterval)
 }
 
 // client returns the configured client, or builds the default once.
