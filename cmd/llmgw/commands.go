@@ -46,7 +46,10 @@ var commands []command
 func init() {
 	commands = []command{
 		// The services, then the operator's commands, then node-side tools.
+		{name: "coordinator", synopsis: "[--config FILE] [--listen ADDR] [--db PATH]", summary: "run the coordinator: the catalog, node reports, per-fabric status", run: coordinatorCmd},
 		{name: "agent", synopsis: "[--config FILE] [--coordinator URL] [--node NAME] [--fabric NAME] [--weights-dir DIR]... [--cache-dir DIR] [--socket PATH] [--once]", summary: "run the node agent: scan weights, report, serve the hooks", run: agentCmd},
+		{name: "models", synopsis: "add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES] | rm NAME | list [--json]", summary: "show and change the model catalog", run: modelsCmd},
+		{name: "status", synopsis: "[MODEL] [--json]", summary: "per fabric: which models are held (shared/local), fetching, stale nodes", run: statusCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
 		{name: "version", summary: "print the version", run: versionCmd},

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/coordinator"
+)
+
+const defaultCoordinatorConfig = "/etc/llmgw/coordinator.toml"
+
+const coordinatorAbout = `Runs the coordinator: keeps the model catalog, takes the agents' reports,
+and answers, per fabric, which models each fabric can serve (GET /v1/status).
+
+Settings come from the TOML file (--config, default /etc/llmgw/coordinator.toml;
+keys are the flag names with '_' for '-'; unknown keys are an error), then
+LLMGW_* environment variables (LLMGW_DB for --db), then flags.
+
+Tokens: agents post reports with the agent token; catalog changes need the admin
+token, which may also post reports. A write the server has no token for is
+refused with 403 (there is no unauthenticated write mode). Reads (status,
+catalog) are open unless --read-token-file is set; then they need the read,
+agent or admin token. /healthz, /readyz and /metrics are always open.`
+
+// coordinatorCmd wires flags, environment and file into coordinator.Config
+// and runs the coordinator until ctx ends (SIGTERM).
+func coordinatorCmd(ctx context.Context, e *env, args []string) error {
+	var cfg coordinator.Config
+	path, explicit := configPath(args, e.getenv, defaultCoordinatorConfig)
+	if err := decodeTOML("coordinator", path, explicit, &cfg); err != nil {
+		return err
+	}
+	def := func(v, d string) string {
+		if v == "" {
+			return d
+		}
+		return v
+	}
+	fs := newFlags(e, "coordinator", lookup("coordinator").synopsis, coordinatorAbout)
+	fs.String("config", path, "TOML configuration file")
+	fs.StringVar(&cfg.Listen, "listen", def(cfg.Listen, coordinator.DefaultListen), "address to serve the API on (loopback by default; set it to serve the cluster)")
+	fs.StringVar(&cfg.DB, "db", def(cfg.DB, coordinator.DefaultDB), "sqlite database file (created if missing)")
+	fs.StringVar(&cfg.AgentTokenFile, "agent-token-file", cfg.AgentTokenFile, "file holding the token agents report with")
+	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the token for catalog changes")
+	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", cfg.ReadTokenFile, "file holding a token reads must carry (none: reads are open)")
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = coordinator.DefaultReportInterval
+	}
+	if cfg.StallAfter == 0 {
+		cfg.StallAfter = coordinator.DefaultStallAfter
+	}
+	fs.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, fmt.Sprintf("how often agents report; a node is stale after %d missed", coordinator.StaleIntervals))
+	fs.DurationVar(&cfg.StallAfter, "stall-after", cfg.StallAfter, "how long a fetch may make no progress before status calls it stalled")
+	level := fs.String("log-level", "info", "log level: debug (one line per report), info, warn, error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("Run 'llmgw coordinator --help'", "coordinator takes no arguments, got %q", fs.Args())
+	}
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return err
+	}
+	lvl, err := logrus.ParseLevel(*level)
+	if err != nil {
+		return usagef("Use debug, info, warn or error", "--log-level %q: %v", *level, err)
+	}
+	// Paths typed on the command line mean the directory they were typed in.
+	for _, name := range []string{"db", "agent-token-file", "admin-token-file", "read-token-file"} {
+		if f := fs.Lookup(name); f.Changed && f.Value.String() != "" {
+			if abs, err := filepath.Abs(f.Value.String()); err == nil {
+				fs.Set(name, abs)
+			}
+		}
+	}
+	log := logrus.New()
+	log.SetOutput(e.stderr)
+	log.SetFormatter(&logrus.JSONFormatter{})
+	log.SetLevel(lvl)
+	return coordinator.Run(ctx, cfg, log)
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator"
+)
+
+const modelsAbout = `Shows and changes the coordinator's model catalog.
+
+  llmgw models add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES]
+  llmgw models rm NAME
+  llmgw models list [--json]
+
+NAME becomes a Slurm node feature (llmgw.NAME), so it may hold only letters,
+digits, '.', '_' and '-', at most 64 characters. SOURCE is an absolute path
+(checked on each node, never fetched), hf:org/repo[@rev]/file or an http(s)
+URL (fetched into each node's cache), or a bare model id such as
+Qwen/Qwen2.5-7B-Instruct (left to the engine). add replaces an entry of the
+same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
+Changes need the admin token (--token-file or LLMGW_TOKEN_FILE).`
+
+// coordFlags adds the flags every coordinator client takes.
+func coordFlags(fs *pflag.FlagSet) (url, tokenFile *string) {
+	url = fs.String("coordinator", "", "coordinator base URL, e.g. http://coord:8420 (env LLMGW_COORDINATOR)")
+	tokenFile = fs.String("token-file", "", "file holding the bearer token (env LLMGW_TOKEN_FILE)")
+	return url, tokenFile
+}
+
+// coordClient builds the API client from those flags.
+func coordClient(url, tokenFile string) (*api.Client, error) {
+	if url == "" {
+		return nil, usagef("Pass --coordinator URL or set LLMGW_COORDINATOR, e.g. http://127.0.0.1:8420", "no coordinator given")
+	}
+	c := &api.Client{BaseURL: url, UserAgent: "llmgw/" + version}
+	if tokenFile != "" {
+		tok, err := api.ReadToken(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Token = tok
+	}
+	return c, nil
+}
+
+func modelsCmd(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "models", lookup("models").synopsis, modelsAbout)
+	url, tokenFile := coordFlags(fs)
+	size := fs.String("size", "", "add: the model's size in bytes, for 'a job fetches N GB' and disk checks")
+	sha := fs.String("sha256", "", "add: the file's sha256, checked after a fetch")
+	gpu := fs.String("gpu-memory", "", "add: GPU memory the model needs, in bytes")
+	asJSON := fs.Bool("json", false, "list: print the catalog as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return usagef("Try 'llmgw models list'", "models needs a subcommand: add, rm or list")
+	}
+	sub, rest := rest[0], rest[1:]
+	if sub != "add" && (fs.Changed("size") || fs.Changed("sha256") || fs.Changed("gpu-memory")) {
+		return usagef("Use them with 'llmgw models add'", "--size, --sha256 and --gpu-memory apply only to add")
+	}
+	if sub != "list" && *asJSON {
+		return usagef("Use it with 'llmgw models list'", "--json applies only to list")
+	}
+	var m api.Model
+	switch sub {
+	case "add":
+		if len(rest) != 2 {
+			return usagef("Try 'llmgw models add llama /models/llama-3-8b.gguf --size 8G'", "models add takes NAME SOURCE, got %d arguments", len(rest))
+		}
+		m = api.Model{Name: rest[0], Source: rest[1], SHA256: *sha}
+		var err error
+		if m.Size, err = parseBytes("--size", *size); err != nil {
+			return err
+		}
+		if m.GPUMemory, err = parseBytes("--gpu-memory", *gpu); err != nil {
+			return err
+		}
+		if err := api.ValidModelName(m.Name); err != nil {
+			return usagef("", "%v", err)
+		}
+	case "rm":
+		if len(rest) != 1 {
+			return usagef("Try 'llmgw models rm llama'", "models rm takes one NAME, got %d arguments", len(rest))
+		}
+	case "list":
+		if len(rest) != 0 {
+			return usagef("Try 'llmgw models list'", "models list takes no arguments, got %q", rest)
+		}
+	default:
+		return usagef("Use add, rm or list", "unknown models subcommand %q", sub)
+	}
+	c, err := coordClient(*url, *tokenFile)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "add":
+		got, err := c.PutModel(ctx, m)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s -> %s\n", got.Name, got.Source)
+	case "rm":
+		if err := c.DeleteModel(ctx, rest[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "removed %s\n", rest[0])
+	case "list":
+		models, err := c.Models(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(api.Models{Models: models})
+		}
+		return coordinator.WriteModels(e.stdout, models)
+	}
+	return nil
+}
+
+// parseBytes reads a byte count: a plain integer, or a number with a
+// decimal unit (K, M, G, T, optionally with B) or a binary one (KiB, MiB,
+// GiB, TiB).
+func parseBytes(flag, s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.ToUpper(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	units := map[string]float64{
+		"": 1, "B": 1,
+		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"KI": 1 << 10, "KIB": 1 << 10, "MI": 1 << 20, "MIB": 1 << 20, "GI": 1 << 30, "GIB": 1 << 30, "TI": 1 << 40, "TIB": 1 << 40,
+	}
+	mult, ok := units[unit]
+	f, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || f < 0 || f*mult > 1<<62 {
+		return 0, usagef("Give bytes, e.g. 14000000000, 14G or 13GiB", "%s %q is not a byte count", flag, s)
+	}
+	return int64(f * mult), nil
+}

@@ -1,0 +1,150 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/weights"
+)
+
+func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
+	// The view's copy is current: catalog writes reload it before they
+	// answer, so a client that just wrote reads its own write.
+	s.view.mu.RLock()
+	models := append([]api.Model{}, s.view.models...)
+	s.view.mu.RUnlock()
+	writeJSON(w, http.StatusOK, api.Models{Models: models})
+	return nil
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// validModel checks a catalog entry and says what is wrong with it.
+func validModel(m *api.Model) error {
+	if err := api.ValidModelName(m.Name); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	bad := func(format string, args ...any) error {
+		return api.Errorf(api.CodeInvalid, "model %s: %s", m.Name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case m.Source == "":
+		return bad("source is empty; give a path, hf:org/repo/file, an http(s) URL, or a model id")
+	case len(m.Source) > MaxPath || strings.ContainsRune(m.Source, 0) || !utf8.ValidString(m.Source):
+		return bad("source must be at most %d bytes of text without NUL", MaxPath)
+	case strings.ContainsAny(m.Source, " \t\n\r"):
+		return bad("source %q contains white space", m.Source)
+	case weights.KindOf(m.Source) == weights.KindPath && !strings.HasPrefix(m.Source, "/"):
+		return bad("source %q is a relative path; nodes see absolute paths, so give one", m.Source)
+	case m.Size < 0:
+		return bad("size is negative")
+	case m.GPUMemory < 0:
+		return bad("GPU memory is negative")
+	}
+	m.SHA256 = strings.ToLower(m.SHA256)
+	if m.SHA256 != "" && !sha256RE.MatchString(m.SHA256) {
+		return bad("sha256 must be 64 hex digits")
+	}
+	return nil
+}
+
+func (s *Server) putModel(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	var m api.Model
+	if err := decode(w, r, MaxModelBytes, "model", &m); err != nil {
+		return err
+	}
+	if m.Name == "" {
+		m.Name = name
+	}
+	if m.Name != name {
+		return api.Errorf(api.CodeInvalid, "the body names model %q but the URL names %q", m.Name, name)
+	}
+	if err := validModel(&m); err != nil {
+		return err
+	}
+	var stored api.Model
+	var created bool
+	err := s.changeCatalog(r.Context(), func(ctx context.Context) error {
+		var err error
+		stored, created, err = s.db.PutModel(ctx, m, s.now())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	code := http.StatusOK
+	if created {
+		code = http.StatusCreated
+	}
+	s.log.WithFields(map[string]any{"model": m.Name, "source": m.Source, "created": created}).Info("catalog entry stored")
+	writeJSON(w, code, stored)
+	return nil
+}
+
+func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	if err := api.ValidModelName(name); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	err := s.changeCatalog(r.Context(), func(ctx context.Context) error { return s.db.DeleteModel(ctx, name) })
+	if err != nil {
+		return err
+	}
+	s.log.WithField("model", name).Info("catalog entry removed")
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// changeCatalog runs a catalog write and reloads the view from the store,
+// both under writeMu, and maps the store's errors to API errors.
+func (s *Server) changeCatalog(ctx context.Context, change func(ctx context.Context) error) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	// The change must not be half-done because a client hung up.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	err := change(ctx)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return api.Errorf(api.CodeNotFound, "%v; 'llmgw models list' shows the catalog", err)
+	case errors.Is(err, store.ErrConflict):
+		return api.Errorf(api.CodeConflict, "%s", strings.TrimSuffix(err.Error(), ": "+store.ErrConflict.Error()))
+	case err != nil:
+		s.metrics.dbErrors.WithLabelValues("catalog").Inc()
+		s.dbOK.Store(false)
+		return api.Errorf(api.CodeUnavailable, "the catalog could not be changed (database: %v)", err)
+	}
+	s.dbOK.Store(true)
+	if err := s.view.load(ctx, s.db); err != nil {
+		s.metrics.dbErrors.WithLabelValues("read").Inc()
+		return api.Errorf(api.CodeUnavailable, "the catalog was changed, but reloading the state failed (database: %v)", err)
+	}
+	return nil
+}
+
+func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, s.Status(s.now()))
+	return nil
+}
+
+func (s *Server) getModelStatus(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("model")
+	if err := api.ValidModelName(name); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	st, ok := s.ModelStatus(name, s.now())
+	if !ok {
+		return api.Errorf(api.CodeNotFound, "model %s is not in the catalog; 'llmgw models list' shows it", name)
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}

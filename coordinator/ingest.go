@@ -1,0 +1,414 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/store"
+)
+
+// Report bounds. They are far above any real node (a node with thousands
+// of models is a mistake) and low enough that one report cannot make the
+// coordinator allocate without limit. A report over them is refused whole:
+// storing part of a node's weights would say it lacks the rest.
+const (
+	MaxWeights   = 4096
+	MaxFetches   = 64
+	MaxDirs      = 256
+	MaxPath      = 4096
+	maxShortText = 256  // ids, versions, model ids, revisions
+	maxErrors    = 32   // error lines kept per report
+	maxErrorText = 1024 // bytes kept of each
+)
+
+// DefaultFabric is the fabric of a node that reports none: a cluster with
+// one fabric need not name it.
+const DefaultFabric = "default"
+
+// validReport checks a report before it is queued and normalises what may
+// be normalised (an empty fabric, over-long error lines). It returns an
+// *api.Error naming the first problem.
+func validReport(r *api.Report) error {
+	if err := api.ValidNodeName(r.Node); err != nil {
+		return api.Errorf(api.CodeInvalid, "report: %v", err)
+	}
+	bad := func(format string, args ...any) error {
+		return api.Errorf(api.CodeInvalid, "report from %s: %s", r.Node, fmt.Sprintf(format, args...))
+	}
+	if r.Fabric == "" {
+		r.Fabric = DefaultFabric
+	}
+	if err := api.ValidFabricName(r.Fabric); err != nil {
+		return bad("%v", err)
+	}
+	if err := shortText("id", r.ID); err != nil {
+		return bad("%v", err)
+	}
+	if err := shortText("agent_version", r.AgentVersion); err != nil {
+		return bad("%v", err)
+	}
+	if r.Seq < 0 {
+		return bad("seq is %d; it counts up from 0", r.Seq)
+	}
+	if len(r.Weights) > MaxWeights {
+		return bad("lists %d weights; the limit is %d", len(r.Weights), MaxWeights)
+	}
+	if len(r.Fetches) > MaxFetches {
+		return bad("lists %d fetches; the limit is %d", len(r.Fetches), MaxFetches)
+	}
+	if len(r.Dirs) > MaxDirs {
+		return bad("lists %d directories; the limit is %d", len(r.Dirs), MaxDirs)
+	}
+	if r.Cache.Dir != "" {
+		if err := absPath("cache dir", r.Cache.Dir); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if r.Cache.FreeBytes < 0 || r.Cache.TotalBytes < 0 {
+		return bad("cache sizes are negative")
+	}
+	seen := make(map[string]struct{}, len(r.Weights))
+	for i := range r.Weights {
+		w := &r.Weights[i]
+		if err := absPath("weight path", w.Path); err != nil {
+			return bad("weights[%d]: %v", i, err)
+		}
+		p := filepath.Clean(w.Path)
+		if _, dup := seen[p]; dup {
+			return bad("lists weights at %q twice", p)
+		}
+		seen[p] = struct{}{}
+		if w.Size < 0 {
+			return bad("weights at %q have negative size %d", p, w.Size)
+		}
+		for _, f := range []struct{ name, v string }{{"model_id", w.ModelID}, {"revision", w.Revision}} {
+			if err := shortText(f.name, f.v); err != nil {
+				return bad("weights at %q: %v", p, err)
+			}
+		}
+		w.Problem = clip(w.Problem, maxErrorText)
+	}
+	sources := make(map[string]struct{}, len(r.Fetches))
+	for i, f := range r.Fetches {
+		if f.Source == "" || len(f.Source) > MaxPath || strings.ContainsRune(f.Source, 0) || !utf8.ValidString(f.Source) {
+			return bad("fetches[%d]: source must be 1 to %d bytes of text without NUL", i, MaxPath)
+		}
+		if _, dup := sources[f.Source]; dup {
+			return bad("lists a fetch of %q twice", f.Source)
+		}
+		sources[f.Source] = struct{}{}
+		if f.Done < 0 || f.Total < -1 || f.Rate < 0 {
+			return bad("fetch of %q has negative progress", f.Source)
+		}
+	}
+	// Error lines are for people; a chatty agent loses lines, not its report.
+	if len(r.Errors) > maxErrors {
+		r.Errors = r.Errors[len(r.Errors)-maxErrors:]
+	}
+	for i := range r.Errors {
+		r.Errors[i] = clip(r.Errors[i], maxErrorText)
+	}
+	return nil
+}
+
+func shortText(name, v string) error {
+	if len(v) > maxShortText || strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
+		return fmt.Errorf("%s must be at most %d bytes of text without NUL", name, maxShortText)
+	}
+	return nil
+}
+
+func absPath(what, p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%s is empty", what)
+	case len(p) > MaxPath:
+		return fmt.Errorf("%s is %d bytes; the limit is %d", what, len(p), MaxPath)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("%s %q contains NUL", what, p)
+	case !utf8.ValidString(p):
+		return fmt.Errorf("%s %q is not UTF-8", what, p)
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%s %q is not absolute", what, p)
+	}
+	return nil
+}
+
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "?")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// queued is one report waiting for its batch.
+type queued struct {
+	r *api.Report
+	// key fingerprints the report's weights as sent (the raw JSON) and its
+	// cache dir; same says the handler found it equal to the node's last
+	// stored key and left the weights undecoded.
+	key  [32]byte
+	same bool
+	done chan ingestResult
+}
+
+// ingestResult is how a report fared: stored, dropped as older than what
+// is stored, failed, or sent back for its weights (retry) because they
+// changed after the handler looked.
+type ingestResult struct {
+	stored bool
+	retry  bool
+	err    error
+}
+
+// ReportAnswer is the body of a 202 answer to a report.
+type ReportAnswer struct {
+	// Result is "stored", or "dropped" when a report at least as new from
+	// the same agent was already stored (a replay, or a late arrival).
+	Result string `json:"result"`
+}
+
+// wireReport is a report as decoded from the wire: everything but the
+// weights, which stay raw until needed. Nearly every report lists exactly
+// the weights its node listed last time, and decoding them was most of the
+// cost of handling one; identical bytes need no second look.
+type wireReport struct {
+	api.Report
+	Weights json.RawMessage `json:"weights"`
+}
+
+func weightsKey(raw []byte, cacheDir string) [32]byte {
+	h := sha256.New()
+	h.Write(raw)
+	h.Write([]byte{0})
+	h.Write([]byte(cacheDir))
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// decodeWeights decodes raw weights into r, as strictly as the rest of the
+// report.
+func decodeWeights(raw []byte, r *api.Report) error {
+	r.Weights = nil
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r.Weights); err != nil {
+		return api.Errorf(api.CodeInvalid, "report from %.40q: weights are not the JSON expected: %v", r.Node, err)
+	}
+	return nil
+}
+
+func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
+	var wire wireReport
+	if err := decode(w, r, MaxReportBytes, "report", &wire); err != nil {
+		s.metrics.reports.WithLabelValues("invalid").Inc()
+		return err
+	}
+	rep := &wire.Report
+	key := weightsKey(wire.Weights, rep.Cache.Dir)
+	same := len(wire.Weights) > 0 && s.view.sameWeights(rep.Node, key)
+	for {
+		if !same {
+			if err := decodeWeights(wire.Weights, rep); err != nil {
+				s.metrics.reports.WithLabelValues("invalid").Inc()
+				return err
+			}
+		}
+		if err := validReport(rep); err != nil {
+			s.metrics.reports.WithLabelValues("invalid").Inc()
+			return err
+		}
+		res, err := s.submit(r, &queued{r: rep, key: key, same: same, done: make(chan ingestResult, 1)})
+		if err != nil {
+			return err
+		}
+		if res.retry && same {
+			same = false
+			continue
+		}
+		if res.err != nil {
+			return res.err
+		}
+		ans := ReportAnswer{Result: "stored"}
+		if !res.stored {
+			ans.Result = "dropped"
+		}
+		writeJSON(w, http.StatusAccepted, ans)
+		return nil
+	}
+}
+
+// submit queues q for the writer and waits for its batch to commit: an
+// agent that got 202 never has to wonder whether its report was kept.
+func (s *Server) submit(r *http.Request, q *queued) (ingestResult, error) {
+	select {
+	case s.queue <- q:
+	case <-s.stop:
+		return ingestResult{}, api.Errorf(api.CodeUnavailable, "the coordinator is shutting down; report again")
+	case <-r.Context().Done():
+		return ingestResult{}, r.Context().Err()
+	}
+	select {
+	case res := <-q.done:
+		return res, nil
+	case <-s.done:
+		// The writer stopped; it may have answered on its way out.
+		select {
+		case res := <-q.done:
+			return res, nil
+		default:
+			return ingestResult{}, api.Errorf(api.CodeUnavailable, "the coordinator is shutting down; report again")
+		}
+	}
+}
+
+// writer is the one goroutine that writes reports. It takes the first
+// queued report and every report queued behind it (up to MaxBatch), and
+// commits them in one transaction: group commit. Reports that arrive while
+// a batch commits form the next batch, so batches grow with the load and
+// cost nothing when idle. The writer also waits up to MaxBatchWait for a
+// batch to fill, and no longer: the reports in flight are bounded by the
+// agents' connections, so a batch may never fill, and a long wait would
+// only stall the writer.
+func (s *Server) writer() {
+	defer close(s.done)
+	batch := make([]*queued, 0, s.cfg.MaxBatch)
+	var timer *time.Timer
+	for {
+		batch = batch[:0]
+		select {
+		case q := <-s.queue:
+			batch = append(batch, q)
+		case <-s.stop:
+			// Answer what is queued, then stop.
+			for {
+				select {
+				case q := <-s.queue:
+					s.commit([]*queued{q})
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case q := <-s.queue:
+				batch = append(batch, q)
+			default:
+				break drain
+			}
+		}
+		if s.cfg.MaxBatchWait > 0 && len(batch) < s.cfg.MaxBatch {
+			if timer == nil {
+				timer = time.NewTimer(s.cfg.MaxBatchWait)
+			} else {
+				timer.Reset(s.cfg.MaxBatchWait)
+			}
+		wait:
+			for len(batch) < s.cfg.MaxBatch {
+				select {
+				case q := <-s.queue:
+					batch = append(batch, q)
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
+		}
+		s.commit(batch)
+	}
+}
+
+// commit stores a batch and answers each report in it. When the batch
+// fails, each report is retried alone, so one report the database rejects
+// fails only itself.
+func (s *Server) commit(batch []*queued) {
+	res, err := s.ingest(batch)
+	if err != nil && len(batch) > 1 {
+		for _, q := range batch {
+			s.commit([]*queued{q})
+		}
+		return
+	}
+	if err != nil {
+		s.log.WithError(err).WithField("node", batch[0].r.Node).Error("storing a report failed")
+		err = api.Errorf(api.CodeUnavailable, "the coordinator could not store the report (database: %v); report again", err)
+		for _, q := range batch {
+			q.done <- ingestResult{err: err}
+		}
+		return
+	}
+	for i, q := range batch {
+		q.done <- res[i]
+	}
+}
+
+func (s *Server) ingest(batch []*queued) ([]ingestResult, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	res := make([]ingestResult, len(batch))
+	in := make([]store.Incoming, 0, len(batch))
+	idx := make([]int, 0, len(batch))
+	for i, q := range batch {
+		// Keys change only in this goroutine, under writeMu: this check is
+		// the authoritative one; the handler's was a guess.
+		if q.same && s.view.keys[q.r.Node] != q.key {
+			res[i].retry = true
+			continue
+		}
+		in = append(in, store.Incoming{Report: q.r, SameWeights: q.same})
+		idx = append(idx, i)
+	}
+	// No deadline: the driver runs every statement of a cancellable context
+	// in a goroutine of its own so that it can interrupt it, which costs
+	// more than the statement. busy_timeout already bounds the one wait a
+	// write can have.
+	out, err := s.db.IngestBatch(context.Background(), in, s.now())
+	if err != nil {
+		s.dbOK.Store(false)
+		s.metrics.dbErrors.WithLabelValues("ingest").Inc()
+		if len(batch) == 1 {
+			s.metrics.reports.WithLabelValues("error").Inc()
+		}
+		return nil, err
+	}
+	s.dbOK.Store(true)
+	var stored []storedNode
+	dropped := 0
+	for j, o := range out {
+		i := idx[j]
+		switch {
+		case o.NeedWeights:
+			res[i].retry = true
+		case o.Stored:
+			res[i].stored = true
+			stored = append(stored, storedNode{node: o.Node, key: batch[i].key, same: batch[i].same})
+		default:
+			dropped++
+		}
+	}
+	s.metrics.reports.WithLabelValues("stored").Add(float64(len(stored)))
+	s.metrics.reports.WithLabelValues("dropped").Add(float64(dropped))
+	if b := s.view.update(stored); b > 0 {
+		s.metrics.fetched.Add(float64(b))
+	}
+	return res, nil
+}

@@ -1,0 +1,111 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/llmgw/llmgw/api"
+)
+
+// metrics are the coordinator's Prometheus metrics, on a registry of its
+// own so that two servers in one process (tests) do not collide and only
+// what is listed here is exported.
+//
+// No label carries a job id, a path or a node name: those are unbounded
+// and belong in status, not in long-lived series. Model and fabric names
+// are bounded by the catalog and the cluster.
+type metrics struct {
+	reg      *prometheus.Registry
+	reports  *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	dbErrors *prometheus.CounterVec
+	fetched  prometheus.Counter
+}
+
+var (
+	nodesDesc = prometheus.NewDesc("llmgw_coordinator_nodes",
+		"Nodes the coordinator has heard from, by state (ok, stale, never_looked).",
+		[]string{"state"}, nil)
+	holdersDesc = prometheus.NewDesc("llmgw_coordinator_model_holders",
+		"Fresh nodes holding a complete copy of a catalog model, per fabric and kind (shared filer or local copy).",
+		[]string{"model", "fabric", "kind"}, nil)
+	fetchesDesc = prometheus.NewDesc("llmgw_coordinator_fetches_in_progress",
+		"Fetches of catalog models that fresh nodes report in progress.",
+		nil, nil)
+	stalledDesc = prometheus.NewDesc("llmgw_coordinator_fetches_stalled",
+		"Fetches in progress that have made no progress for longer than the stall threshold.",
+		nil, nil)
+)
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_coordinator_reports_total",
+			Help: "Agent reports received, by result: stored, dropped (older than one already stored), invalid, error (not stored).",
+		}, []string{"result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmgw_coordinator_http_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by route pattern and status code.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route", "code"}),
+		dbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_coordinator_db_errors_total",
+			Help: "Database operations that failed, by operation (ingest, catalog, read, ping).",
+		}, []string{"op"}),
+		fetched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmgw_coordinator_fetched_bytes_total",
+			Help: "Bytes that nodes' fetches were seen to advance by between their reports (an approximation: the last stretch of a fetch that finishes between two reports is not seen).",
+		}),
+	}
+	// Every result and op starts at zero, so a rate() over them works
+	// before the first error rather than after it.
+	for _, r := range []string{"stored", "dropped", "invalid", "error"} {
+		m.reports.WithLabelValues(r)
+	}
+	for _, op := range []string{"ingest", "catalog", "read", "ping"} {
+		m.dbErrors.WithLabelValues(op)
+	}
+	m.reg.MustRegister(m.reports, m.latency, m.dbErrors, m.fetched, &stateCollector{s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// stateCollector turns the view into gauges at scrape time, from the same
+// fold status uses, so the two never disagree.
+type stateCollector struct{ s *Server }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodesDesc
+	ch <- holdersDesc
+	ch <- fetchesDesc
+	ch <- stalledDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	a := s.aggregate(s.now())
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.OK), api.NodeOK)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.Stale), api.NodeStale)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.NeverLooked), "never_looked")
+	// Every catalog model in every fabric, zeros included: "no holder in
+	// ib-b" is the series an alert wants to see.
+	var fetching, stalled int
+	for f, fa := range a.fabrics {
+		for mi, m := range s.view.models {
+			g := &fa.groups[mi]
+			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.shared)), m.Name, f, api.HoldShared)
+			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.local)), m.Name, f, api.HoldLocal)
+			fetching += len(g.fetching)
+			for _, fs := range g.fetching {
+				if fs.Stalled {
+					stalled++
+				}
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(fetchesDesc, prometheus.GaugeValue, float64(fetching))
+	ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, float64(stalled))
+}

@@ -1,0 +1,353 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/store"
+)
+
+// Body limits. A report of MaxWeights weights with long paths is about a
+// megabyte; anything far larger is a broken or hostile agent, refused before
+// it is read into memory.
+const (
+	MaxReportBytes = 8 << 20
+	MaxModelBytes  = 64 << 10
+)
+
+// Server is the coordinator's HTTP service over one store.
+type Server struct {
+	cfg        Config
+	tokens     Tokens
+	db         *store.DB
+	log        *logrus.Logger
+	view       *view
+	metrics    *metrics
+	staleAfter time.Duration
+	now        func() time.Time
+
+	// writeMu is held across each database write and the view change that
+	// follows it (see view).
+	writeMu sync.Mutex
+	queue   chan *queued
+	// dbOK is false after a write failed, until one succeeds: readiness
+	// then answers 503 so a load balancer or operator sees it.
+	dbOK atomic.Bool
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// New returns a server over db, loading its view from it, and starts the
+// goroutine that writes reports. Close stops that goroutine; it does not
+// close db.
+func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logrus.Logger) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = logrus.New()
+		log.SetOutput(io.Discard)
+	}
+	s := &Server{
+		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
+		staleAfter: StaleIntervals * cfg.ReportInterval,
+		now:        time.Now,
+		queue:      make(chan *queued, 4*cfg.MaxBatch),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	// An agent whose clock went back is heard again once its node is stale.
+	db.ReplaceAfter = s.staleAfter
+	if err := s.view.load(ctx, db); err != nil {
+		return nil, fmt.Errorf("load state from %s: %w", db.Path(), err)
+	}
+	s.dbOK.Store(true)
+	s.metrics = newMetrics(s)
+	go s.writer()
+	return s, nil
+}
+
+// Close stops the report writer after it has answered every report queued.
+func (s *Server) Close() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// Handler is the coordinator's HTTP API.
+//
+// Routes: POST /v1/reports (agent or admin token); GET /v1/models,
+// GET /v1/status, GET /v1/status/{model} (open, or any token when a read
+// token is configured); PUT and DELETE /v1/models/{name} (admin token);
+// GET /healthz, /readyz and /metrics (always open).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	s.route(mux, "POST /v1/reports", roleAgent, s.postReport)
+	s.route(mux, "GET /v1/models", roleRead, s.getModels)
+	s.route(mux, "PUT /v1/models/{name}", roleAdmin, s.putModel)
+	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
+	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
+	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
+	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
+	})
+	s.route(mux, "GET /readyz", roleNone, s.ready)
+	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: s.log})
+	s.route(mux, "GET /metrics", roleNone, func(w http.ResponseWriter, r *http.Request) error {
+		metrics.ServeHTTP(w, r)
+		return nil
+	})
+	s.route(mux, "/", roleNone, func(w http.ResponseWriter, r *http.Request) error {
+		return api.Errorf(api.CodeNotFound, "no such endpoint: %s %s; the API is under /%s", r.Method, r.URL.Path, api.Version)
+	})
+	return mux
+}
+
+// Run serves on cfg.Listen until ctx ends, then shuts down gracefully:
+// requests in flight get a few seconds to finish and every queued report
+// is written before Run returns.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve is Run on a listener the caller opened.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler: s.Handler(),
+		// Slow clients must not hold connections open: agents send small
+		// bodies, and a status answer is written in well under a second.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "db": s.db.Path()}).Info("coordinator serving")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.Close()
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	s.Close()
+	s.log.Info("coordinator stopped")
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// statusWriter remembers the status for the log line and the latency metric.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// route registers h under pattern with what every route gets: a request
+// id, the token check for need, the JSON error answer, a log line and the
+// latency metric labelled by the pattern (never by the raw path, which
+// would put model names from strangers into label values).
+func (s *Server) route(mux *http.ServeMux, pattern string, need role, h handlerFunc) {
+	label := pattern
+	if label == "/" {
+		label = "other"
+	}
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := uuid.NewString()
+		w.Header().Set("X-Request-Id", id)
+		sw := &statusWriter{ResponseWriter: w}
+		err := s.authorize(r, need)
+		if err == nil {
+			err = h(sw, r)
+		}
+		if err != nil {
+			s.writeError(sw, r, id, err)
+		}
+		took := time.Since(start)
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		s.metrics.latency.WithLabelValues(label, fmt.Sprint(code)).Observe(took.Seconds())
+		level := logrus.InfoLevel
+		switch {
+		case code >= 500:
+			level = logrus.ErrorLevel
+		case code >= 400:
+			level = logrus.WarnLevel
+		case pattern == "POST /v1/reports", pattern == "GET /metrics", pattern == "GET /healthz", pattern == "GET /readyz":
+			// Thousands a second on a big cluster: debug only.
+			level = logrus.DebugLevel
+		}
+		// Checked first: building the entry costs more than the rest of
+		// an unchanged report's handling.
+		if !s.log.IsLevelEnabled(level) {
+			return
+		}
+		entry := s.log.WithFields(logrus.Fields{
+			"request_id": id, "method": r.Method, "route": label, "path": r.URL.Path,
+			"status": code, "duration_ms": float64(took.Microseconds()) / 1000, "remote": r.RemoteAddr,
+		})
+		if err != nil {
+			entry = entry.WithField("error", err.Error())
+		}
+		entry.Log(level, "request")
+	})
+}
+
+// writeError answers err as JSON. An *api.Error keeps its code; anything
+// else is an internal error whose details go to the log, not the client.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		ae = api.Errorf(api.CodeInternal, "internal error; the coordinator's log has the details under request id %s", id)
+	}
+	if ae.Code == api.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="llmgw"`)
+	}
+	writeJSON(w, api.HTTPStatus(ae.Code), ae)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+// authorize checks r's bearer token against need. Writes are refused
+// outright when the server has no token for them: an unauthenticated write
+// path on a cluster service is a hole, and the message says how to close
+// it properly instead.
+func (s *Server) authorize(r *http.Request, need role) error {
+	if need == roleNone || need == roleRead && s.tokens.Read == "" {
+		return nil
+	}
+	switch {
+	case need == roleAgent && s.tokens.Agent == "" && s.tokens.Admin == "":
+		return api.Errorf(api.CodeForbidden, "reports are refused: this coordinator has no agent token; start it with --agent-token-file FILE and give the agents the same token")
+	case need == roleAdmin && s.tokens.Admin == "":
+		return api.Errorf(api.CodeForbidden, "catalog changes are refused: this coordinator has no admin token; start it with --admin-token-file FILE and pass the same token with --token-file")
+	}
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if auth == "" || !ok || strings.TrimSpace(tok) == "" {
+		return api.Errorf(api.CodeUnauthorized, "%s needs a bearer token: pass --token-file FILE or set LLMGW_TOKEN_FILE", what(need))
+	}
+	got := s.tokens.roleOf(strings.TrimSpace(tok))
+	switch {
+	case got == roleNone:
+		return api.Errorf(api.CodeUnauthorized, "the token matches none this coordinator accepts; check --token-file")
+	case got < need:
+		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(need), need, got)
+	}
+	return nil
+}
+
+func what(r role) string {
+	switch r {
+	case roleAgent:
+		return "posting a report"
+	case roleAdmin:
+		return "changing the catalog"
+	}
+	return "reading"
+}
+
+func (r role) String() string {
+	switch r {
+	case roleRead:
+		return "read"
+	case roleAgent:
+		return "agent"
+	case roleAdmin:
+		return "admin"
+	}
+	return "no"
+}
+
+// decode reads one JSON value of at most limit bytes into v, strictly: an
+// unknown field is an error (a misspelt field silently dropped is a setting
+// nobody chose), and so is anything after the value.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, what string, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return api.Errorf(api.CodeInvalid, "%s must be application/json, not %s", what, ct)
+	}
+	if r.ContentLength > limit {
+		return api.Errorf(api.CodeTooLarge, "%s is %d bytes; the limit is %d", what, r.ContentLength, limit)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("more data after the JSON value")
+		}
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &mbe):
+		return api.Errorf(api.CodeTooLarge, "%s is over the limit of %d bytes", what, limit)
+	case errors.Is(err, io.EOF):
+		return api.Errorf(api.CodeInvalid, "%s is empty; send a JSON object", what)
+	}
+	return api.Errorf(api.CodeInvalid, "%s is not the JSON expected: %v", what, err)
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.db.Ping(ctx); err != nil {
+		s.metrics.dbErrors.WithLabelValues("ping").Inc()
+		s.log.WithError(err).Error("database unusable")
+		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
+	}
+	if !s.dbOK.Load() {
+		return api.Errorf(api.CodeUnavailable, "the last database write failed; see the coordinator's log")
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights"
+)
+
+// matcher says which catalog entry a reported weight is. It is rebuilt on
+// every catalog change and used at ingest, so matching costs map lookups.
+//
+// The rules follow what each kind of source means on a node:
+//   - a path source is the path itself, seen by the node;
+//   - a remote source (hf:, http(s)://) is the file weights.CachePathFor
+//     names in that node's cache directory, nowhere else: a file of the same
+//     name elsewhere was not put there by llmgw and may be anything;
+//   - a bare model id is a Hugging Face cache snapshot of that id (or
+//     "id@revision" for one revision).
+type matcher struct {
+	byPath      map[string]string // cleaned path → model
+	byCacheName map[string]string // base name in a cache dir → model
+	byModelID   map[string]string // "org/name" or "org/name@rev" → model
+}
+
+func newMatcher(models []api.Model) *matcher {
+	m := &matcher{byPath: map[string]string{}, byCacheName: map[string]string{}, byModelID: map[string]string{}}
+	for _, mod := range models {
+		switch weights.KindOf(mod.Source) {
+		case weights.KindPath:
+			m.byPath[filepath.Clean(mod.Source)] = mod.Name
+		case weights.KindRemote:
+			m.byCacheName[filepath.Base(weights.CachePathFor("/", mod.Source))] = mod.Name
+		case weights.KindModelID:
+			m.byModelID[mod.Source] = mod.Name
+		}
+	}
+	return m
+}
+
+// model returns the catalog name of w as seen by a node whose cache
+// directory is cacheDir (cleaned), or "". w.Path must be cleaned.
+func (m *matcher) model(cacheDir string, w *api.Weight) string {
+	if name, ok := m.byPath[w.Path]; ok {
+		return name
+	}
+	if cacheDir != "" && len(m.byCacheName) > 0 {
+		dir, base := filepath.Split(w.Path)
+		if filepath.Clean(dir) == cacheDir {
+			if name, ok := m.byCacheName[base]; ok {
+				return name
+			}
+		}
+	}
+	if w.ModelID != "" {
+		if name, ok := m.byModelID[w.ModelID]; ok {
+			return name
+		}
+		if w.Revision != "" {
+			if name, ok := m.byModelID[w.ModelID+"@"+w.Revision]; ok {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func loadMatcher(ctx context.Context, q querier) (*matcher, error) {
+	models, err := listModels(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return newMatcher(models), nil
+}
+
+const modelCols = `name, source, size_bytes, sha256, gpu_memory_bytes, created, updated`
+
+func scanModel(s interface{ Scan(...any) error }) (api.Model, error) {
+	var m api.Model
+	var created, updated int64
+	err := s.Scan(&m.Name, &m.Source, &m.Size, &m.SHA256, &m.GPUMemory, &created, &updated)
+	m.Created, m.Updated = fromNanos(created), fromNanos(updated)
+	return m, err
+}
+
+func listModels(ctx context.Context, q querier) ([]api.Model, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+modelCols+` FROM catalog ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	defer rows.Close()
+	out := []api.Model{}
+	for rows.Next() {
+		m, err := scanModel(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list models: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	return out, nil
+}
+
+// Models returns the catalog in name order.
+func (db *DB) Models(ctx context.Context) ([]api.Model, error) {
+	return listModels(ctx, db.r)
+}
+
+// Model returns one catalog entry, or an error wrapping ErrNotFound.
+func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
+	m, err := scanModel(db.r.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
+	if err == sql.ErrNoRows {
+		return api.Model{}, fmt.Errorf("model %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return api.Model{}, fmt.Errorf("model %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// PutModel adds m to the catalog or replaces the entry of the same name,
+// and returns the stored entry and whether it was new. The caller validates
+// m. A source that another entry already has is an error wrapping
+// ErrConflict.
+//
+// Presence already reported is matched against the entry in the same
+// transaction: a model added after the reports arrived is held at once,
+// not one interval later.
+func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Model, bool, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	}
+	defer tx.Rollback()
+
+	var other string
+	err = tx.QueryRowContext(ctx, `SELECT name FROM catalog WHERE source = ? AND name != ?`, m.Source, m.Name).Scan(&other)
+	switch {
+	case err == nil:
+		return api.Model{}, false, fmt.Errorf("put model %s: source %s is already model %s; remove that one first, or give this one another source: %w", m.Name, m.Source, other, ErrConflict)
+	case err != sql.ErrNoRows:
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	}
+
+	old, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, m.Name))
+	created := err == sql.ErrNoRows
+	if err != nil && !created {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	}
+	m.Updated = now.UTC()
+	m.Created = m.Updated
+	if !created {
+		m.Created = old.Created
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO catalog (`+modelCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET source = excluded.source, size_bytes = excluded.size_bytes,
+			sha256 = excluded.sha256, gpu_memory_bytes = excluded.gpu_memory_bytes, updated = excluded.updated`,
+		m.Name, m.Source, m.Size, m.SHA256, m.GPUMemory, nanos(m.Created), nanos(m.Updated))
+	if err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	}
+	match, err := loadMatcher(ctx, tx)
+	if err != nil {
+		return api.Model{}, false, err
+	}
+	if created || old.Source != m.Source {
+		ns := needles(m)
+		if !created {
+			ns = append(ns, modelNeedle(m.Name))
+		}
+		if err := rematch(ctx, tx, match, ns); err != nil {
+			return api.Model{}, false, fmt.Errorf("put model %s: match presence: %w", m.Name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	}
+	db.committed()
+	db.match = match
+	return m, created, nil
+}
+
+// DeleteModel removes a catalog entry, or returns an error wrapping
+// ErrNotFound. Presence stays (it is what the nodes see); its weights stop
+// being that model, and become another entry if one matches them.
+func (db *DB) DeleteModel(ctx context.Context, name string) error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("delete model %s: %w", name, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `DELETE FROM catalog WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("delete model %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("model %s: %w", name, ErrNotFound)
+	}
+	match, err := loadMatcher(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := rematch(ctx, tx, match, []string{modelNeedle(name)}); err != nil {
+		return fmt.Errorf("delete model %s: unmatch presence: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("delete model %s: %w", name, err)
+	}
+	db.committed()
+	db.match = match
+	return nil
+}

@@ -1,0 +1,251 @@
+package coordinator
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+)
+
+// The tables below are what `llmgw status` and `llmgw models list` print:
+// sinfo's style, one row per model and fabric, node names as hostlists.
+// They format api types only, so the command line renders exactly what the
+// coordinator answered; --json prints that answer itself.
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// WriteStatus prints the cluster status: per model and fabric whether the
+// fabric can serve it and how, fetches in progress, then the stale and
+// never-looked nodes.
+func WriteStatus(w io.Writer, st *api.Status) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "MODEL\tFABRIC\tSERVE\tHOLDERS\tNODES\tFETCHING")
+	switch {
+	case len(st.Models) == 0:
+		fmt.Fprintln(tw, "(the catalog is empty: add a model with 'llmgw models add NAME SOURCE')")
+	case len(st.Fabrics) == 0:
+		for _, m := range st.Models {
+			fmt.Fprintf(tw, "%s\t-\t-\t(no node has reported yet)\t-\t-\n", m.Model.Name)
+		}
+	}
+	for _, m := range st.Models {
+		for _, p := range m.Fabrics {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Model.Name, p.Fabric, p.Serve,
+				holdersText(m.Model, p), dash(p.Holders), fetchingText(p.Fetching))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Fabrics) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "FABRIC\tNODES\tOK\tSTALE\tNEVER-LOOKED")
+	for _, f := range st.Fabrics {
+		c := f.Counts
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", f.Fabric, c.Total, c.OK, c.Stale, c.NeverLooked)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.Nodes.Stale > 0 {
+		fmt.Fprintf(w, "\nSTALE: no report for over %s; what they last said does not count\n", seconds(st.StaleAfter))
+		if err := hostlists(w, st.Fabrics, func(f api.FabricNodes) string { return f.Stale }); err != nil {
+			return err
+		}
+	}
+	if st.Nodes.NeverLooked > 0 {
+		fmt.Fprintln(w, "\nNEVER LOOKED: the agent has no weight directories configured; these rank like nodes that hold nothing")
+		if err := hostlists(w, st.Fabrics, func(f api.FabricNodes) string { return f.NeverLooked }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hostlists(w io.Writer, fabrics []api.FabricNodes, get func(api.FabricNodes) string) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "FABRIC\tNODES")
+	for _, f := range fabrics {
+		if l := get(f); l != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", f.Fabric, l)
+		}
+	}
+	return tw.Flush()
+}
+
+// holdersText says in words how a fabric holds a model, or what a job
+// placed there would have to do without it.
+func holdersText(m api.Model, p api.FabricPresence) string {
+	switch p.Serve {
+	case api.HoldShared:
+		s := "filer (" + plural(p.SharedNodes, "node") + ")"
+		if p.LocalNodes > 0 {
+			s += " + local on " + plural(p.LocalNodes, "node")
+		}
+		return s
+	case api.HoldLocal:
+		return "local on " + plural(p.LocalNodes, "node")
+	}
+	switch {
+	case !p.Fetchable && strings.HasPrefix(m.Source, "/"):
+		return "nowhere (a path source is never fetched)"
+	case !p.Fetchable:
+		return "nowhere (the engine resolves the id)"
+	case p.FetchBytes > 0:
+		return "a job fetches " + Bytes(p.FetchBytes)
+	}
+	return "a job fetches it (size unknown)"
+}
+
+func fetchingText(fs []api.FetchStatus) string {
+	if len(fs) == 0 {
+		return "-"
+	}
+	const show = 2
+	var parts []string
+	for i, f := range fs {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("+%d more", len(fs)-show))
+			break
+		}
+		parts = append(parts, fetchText(f))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fetchText is one fetch: "n3 41% 120 MB/s ETA 1m12s", or "n3 41% stalled
+// 5m0s" when no byte has arrived for longer than the stall threshold.
+func fetchText(f api.FetchStatus) string {
+	s := f.Node
+	if f.Percent >= 0 {
+		s += fmt.Sprintf(" %.0f%%", f.Percent)
+	} else {
+		s += " " + Bytes(f.Done)
+	}
+	if f.Stalled {
+		return s + " stalled " + seconds(f.SinceProgress)
+	}
+	s += " " + Bytes(int64(f.Rate)) + "/s"
+	if f.ETA >= 0 {
+		s += " ETA " + seconds(f.ETA)
+	}
+	return s
+}
+
+// WriteModelNodes prints one model: its per-fabric rows, then every node.
+func WriteModelNodes(w io.Writer, st *api.ModelNodes) error {
+	m := st.Model
+	fmt.Fprintf(w, "MODEL %s  source %s", m.Name, m.Source)
+	if m.Size > 0 {
+		fmt.Fprintf(w, "  size %s", Bytes(m.Size))
+	}
+	if m.GPUMemory > 0 {
+		fmt.Fprintf(w, "  gpu memory %s", Bytes(m.GPUMemory))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "FABRIC\tSERVE\tHOLDERS\tNODES\tFETCHING")
+	if len(st.Fabrics) == 0 {
+		fmt.Fprintln(tw, "-\t-\t(no node has reported yet)\t-\t-")
+	}
+	for _, p := range st.Fabrics {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Fabric, p.Serve, holdersText(m, p), dash(p.Holders), fetchingText(p.Fetching))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Nodes) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "NODE\tFABRIC\tSTATE\tHOLDS\tPATH\tCACHE FREE\tFETCH\tLAST REPORT")
+	for _, n := range st.Nodes {
+		path := dash(n.Path)
+		if n.Holds == api.HoldNone && n.Incomplete != "" {
+			path = "incomplete " + n.Incomplete
+		}
+		fetch := "-"
+		if n.Fetch != nil {
+			fetch = strings.TrimPrefix(fetchText(*n.Fetch), n.Node+" ")
+		}
+		free := "-"
+		if n.CacheTotal > 0 {
+			free = Bytes(n.CacheFree)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\n", n.Node, n.Fabric, n.State, n.Holds, path, free, fetch, seconds(n.Age))
+	}
+	return tw.Flush()
+}
+
+// WriteModels prints the catalog.
+func WriteModels(w io.Writer, models []api.Model) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tGPU MEMORY\tSHA256\tUPDATED")
+	for _, m := range models {
+		sum := "-"
+		if m.SHA256 != "" {
+			sum = m.SHA256[:min(12, len(m.SHA256))] + "…"
+		}
+		size, gpu := "-", "-"
+		if m.Size > 0 {
+			size = Bytes(m.Size)
+		}
+		if m.GPUMemory > 0 {
+			gpu = Bytes(m.GPUMemory)
+		}
+		updated := "-"
+		if !m.Updated.IsZero() {
+			updated = m.Updated.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Source, size, gpu, sum, updated)
+	}
+	return tw.Flush()
+}
+
+// Bytes formats n in decimal units, as disks and download tools count:
+// "14 GB", "1.5 MB", "512 B".
+func Bytes(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v := float64(n)
+	for _, u := range []string{"kB", "MB", "GB", "TB", "PB"} {
+		v /= unit
+		if v < unit || u == "PB" {
+			if v < 10 {
+				return fmt.Sprintf("%.1f %s", v, u)
+			}
+			return fmt.Sprintf("%.0f %s", v, u)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func seconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
