@@ -113,12 +113,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("coordinator %s: reading answer to %s %s: %w", c.BaseURL, method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		e := &Error{Status: resp.StatusCode}
-		if json.Unmarshal(b, e) != nil || e.Message == "" {
-			e.Code = CodeInternal
-			e.Message = fmt.Sprintf("%s %s: %s", method, path, strings.TrimSpace(truncate(string(b), 200)))
-		}
-		return e
+		return errorFrom(resp.StatusCode, b, method+" "+path)
 	}
 	if out == nil || len(b) == 0 {
 		return nil
@@ -127,6 +122,19 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("coordinator %s: answer to %s %s is not the JSON expected: %w", c.BaseURL, method, path, err)
 	}
 	return nil
+}
+
+// errorFrom is the *Error a non-2xx answer carries. An answer that is not
+// one of ours (a proxy's error page, a bare status) still becomes an *Error,
+// coded internal and quoting the start of the body, with what (the request)
+// in front so the message says where it came from.
+func errorFrom(status int, body []byte, what string) *Error {
+	e := &Error{Status: status}
+	if json.Unmarshal(body, e) != nil || e.Message == "" {
+		e.Code = CodeInternal
+		e.Message = fmt.Sprintf("%s: %s", what, strings.TrimSpace(truncate(string(body), 200)))
+	}
+	return e
 }
 
 func truncate(s string, n int) string {

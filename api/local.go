@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -205,12 +204,7 @@ func (c *LocalClient) do(ctx context.Context, method, path string, in any) (*htt
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		e := &Error{Status: resp.StatusCode}
-		if json.Unmarshal(b, e) != nil || e.Message == "" {
-			e.Code = CodeInternal
-			e.Message = fmt.Sprintf("agent %s: %s %s: %s", c.socket(), method, path, strings.TrimSpace(truncate(string(b), 200)))
-		}
-		return nil, e
+		return nil, errorFrom(resp.StatusCode, b, fmt.Sprintf("agent %s: %s %s", c.socket(), method, path))
 	}
 	return resp, nil
 }
