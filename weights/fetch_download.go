@@ -267,7 +267,12 @@ func (d *download) expectedSum() string {
 // stream fetches with one connection, appending to the .part from off; b is
 // the open response whose body starts at off.
 func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int64) (string, error) {
-	defer func() { b.Close() }()
+	// b is replaced on every reconnect, and is nil after a failed one.
+	defer func() {
+		if b != nil {
+			b.Close()
+		}
+	}()
 	d.total.Store(st.Size)
 	if err := checkSpace(filepath.Dir(d.part), st.Size-off); err != nil {
 		return "", &FetchError{Source: d.rem.source, Op: "get", Err: err}
@@ -344,6 +349,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 			return "", err
 		}
 		b.Close()
+		b = nil
 		if st.validator() == "" {
 			// Nothing to make a resumed range safe with.
 			return "", fmt.Errorf("%w (no ETag or Last-Modified to resume against)", errRestart)

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -634,5 +636,32 @@ func TestEnsureWrongContentRange(t *testing.T) {
 	reqs := o.requests()
 	if len(reqs) != 3 || reqs[1].Range != fmt.Sprintf("bytes=%d-", 100<<10) || reqs[2].Range != "bytes=0-" {
 		t.Errorf("requests %+v; want the resume refused and a fresh fetch from 0", reqs)
+	}
+}
+
+// TestEnsureCutThenReconnectRefused is a single-stream fetch whose
+// connection is cut and whose reconnect is refused (an expired signed URL
+// answers 404). It must fail cleanly, keeping the bytes it has: it once
+// closed the nil body of the failed reconnect and took the agent down.
+func TestEnsureCutThenReconnectRefused(t *testing.T) {
+	o := newFakeOrigin(t, 300<<10)
+	var calls atomic.Int32
+	o.override = func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) > 1 {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(o.data[:100<<10])
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // cut the connection mid-body
+	}
+	f := testFetcher(t)
+	failedFetch(t, f, o.url(), Want{}, "404")
+	part := CachePathFor(f.CacheDir, o.url()) + ".part"
+	if st, err := os.Stat(part); err != nil || st.Size() != 100<<10 {
+		t.Errorf("after the refused reconnect: %v %v; want the 100 KiB kept for a later resume", st, err)
 	}
 }
