@@ -256,7 +256,7 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
 	target := CachePathFor(f.CacheDir, source)
-	if p, ok, err := present(target, want); err != nil {
+	if p, ok, err := present(ctx, target, want); err != nil {
 		return "", &FetchError{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
@@ -292,7 +292,7 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		}
 		// The shared fetch verified what its first caller wanted; a later
 		// caller with other expectations checks its own.
-		if err := checkWant(c.path, c.sum, want); err != nil {
+		if err := checkWant(ctx, c.path, c.sum, want); err != nil {
 			return "", &FetchError{Source: source, Op: "verify", Err: err}
 		}
 		return c.path, nil
@@ -317,12 +317,16 @@ func (f *Fetcher) leave(target string, c *fetchCall) {
 	}
 }
 
-// present reports whether target is already in the cache. A file under the
-// real name was verified before it was renamed there, so only the cheap size
-// check is repeated; a size the caller expects that differs means the origin
-// has published a new file, which is fetched (and renamed over the old one
-// only once it verifies).
-func present(target string, want Want) (string, bool, error) {
+// present reports whether target is already in the cache as the caller
+// wants it. A file under the real name was verified against what its fetch
+// knew before it was renamed there, so the size is checked again cheaply.
+// A digest the caller expects is checked too, against the sha256 recorded
+// on the file when it was fetched, or, where none is recorded (fetched
+// without a digest, or a filesystem without user xattrs), by hashing the
+// file once and recording the result. A size or digest that differs means
+// the origin has published a new file, which is fetched (and renamed over
+// the old one only once it verifies).
+func present(ctx context.Context, target string, want Want) (string, bool, error) {
 	st, err := os.Stat(target)
 	switch {
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
@@ -334,12 +338,22 @@ func present(target string, want Want) (string, bool, error) {
 	case want.Size > 0 && st.Size() != want.Size:
 		return "", false, nil
 	}
-	return target, true, nil
+	if want.SHA256 == "" {
+		return target, true, nil
+	}
+	sum := recordedSum(target)
+	if sum == "" {
+		if sum, err = fileSHA256(ctx, target); err != nil {
+			return "", false, err
+		}
+		recordSumAt(target, sum)
+	}
+	return target, sum == want.SHA256, nil
 }
 
 // checkWant checks a fetched file against one caller's expectations. sum is
 // the digest the fetch computed, or "" when it computed none.
-func checkWant(path, sum string, want Want) error {
+func checkWant(ctx context.Context, path, sum string, want Want) error {
 	if want.Size > 0 {
 		st, err := os.Stat(path)
 		if err != nil {
@@ -354,7 +368,7 @@ func checkWant(path, sum string, want Want) error {
 	}
 	if sum == "" {
 		var err error
-		if sum, err = fileSHA256(context.Background(), path); err != nil {
+		if sum, err = fileSHA256(ctx, path); err != nil {
 			return err
 		}
 	}
@@ -380,7 +394,7 @@ func (f *Fetcher) fetch(ctx context.Context, rem remote, target string, want Wan
 	}
 	defer unlock()
 	// Another process may have finished it while this one waited.
-	if p, ok, err := present(target, want); err != nil {
+	if p, ok, err := present(ctx, target, want); err != nil {
 		return fail("check", err)
 	} else if ok {
 		return p, "", nil

@@ -435,6 +435,9 @@ func (d *download) finish(ctx context.Context, size int64, sum string) (string, 
 	if err != nil {
 		return fail("sync", err)
 	}
+	if sum != "" {
+		recordSum(fh, sum)
+	}
 	err = fh.Sync()
 	if cerr := fh.Close(); err == nil {
 		err = cerr

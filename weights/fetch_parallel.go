@@ -279,15 +279,16 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 			return nil
 		}
 		dirty = false
+		// The record is taken before the sync, so it claims only ranges
+		// whose bytes the sync below makes durable: a chunk finishing
+		// between the two must wait for the next save.
+		snap := *st
+		snap.Done = slices.Clone(st.Done)
 		mu.Unlock()
 		// Data first, then the record that claims it.
 		if err := fh.Sync(); err != nil {
 			return err
 		}
-		mu.Lock()
-		snap := *st
-		snap.Done = slices.Clone(st.Done)
-		mu.Unlock()
 		return snap.save(d.statePath)
 	}
 	worker := func(b *body, c span, more bool) {

@@ -665,3 +665,31 @@ func TestEnsureCutThenReconnectRefused(t *testing.T) {
 		t.Errorf("after the refused reconnect: %v %v; want the 100 KiB kept for a later resume", st, err)
 	}
 }
+
+// TestEnsureCachedFileCheckedAgainstDigest: a file already in the cache is
+// trusted for a digest only when it has that digest. One fetched without a
+// digest, then asked for with the catalog's, is hashed once; a stale copy of
+// the same size is fetched again; a verified one is not re-read or re-fetched.
+func TestEnsureCachedFileCheckedAgainstDigest(t *testing.T) {
+	o := newFakeOrigin(t, 200<<10)
+	f := testFetcher(t)
+	target := mustEnsure(t, f, o.url(), Want{})
+
+	// The origin publishes a new file of the same size; the stale copy
+	// must not satisfy a caller that knows the new digest.
+	o.setData(randomBytes(t, 200<<10), `"v2"`)
+	before := len(o.requests())
+	assertFile(t, mustEnsure(t, f, o.url(), Want{SHA256: sha256Hex(o.data)}), o.data)
+	if len(o.requests()) == before {
+		t.Fatal("a cached file with another sha256 was returned without fetching the new one")
+	}
+
+	// Now verified and recorded: asking again costs no request.
+	before = len(o.requests())
+	if p := mustEnsure(t, f, o.url(), Want{SHA256: sha256Hex(o.data)}); p != target {
+		t.Errorf("Ensure = %s, want %s", p, target)
+	}
+	if n := len(o.requests()) - before; n != 0 {
+		t.Errorf("%d requests for a cached file whose digest matches; want 0", n)
+	}
+}
