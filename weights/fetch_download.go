@@ -86,7 +86,7 @@ func (d *download) run(ctx context.Context) (string, error) {
 	if d.rem.hf {
 		d.token = d.f.hfToken()
 	}
-	d.log.WithField("url", d.rem.url).Info("fetch started")
+	d.log.WithField("url", redactURL(d.rem.url)).Info("fetch started")
 	start := time.Now()
 
 	stop := d.reportProgress()
@@ -103,10 +103,16 @@ func (d *download) run(ctx context.Context) (string, error) {
 			var fe *FetchError
 			if !errors.As(err, &fe) {
 				// The FetchError names the source; Go's *url.Error would
-				// name the URL a second time.
+				// name the URL a second time, or name a redirect target,
+				// which for a CDN is a signed URL that must not travel into
+				// logs and the agent's reports. Only its host is kept.
 				var ue *url.Error
-				if errors.As(err, &ue) && ue.URL == d.rem.url {
-					err = ue.Err
+				if errors.As(err, &ue) {
+					if ue.URL == d.rem.url {
+						err = ue.Err
+					} else {
+						err = fmt.Errorf("%s %s: %w", ue.Op, redactURL(ue.URL), ue.Err)
+					}
 				}
 				err = &FetchError{Source: d.rem.source, Op: "get", Err: err}
 			}
@@ -724,4 +730,15 @@ func (d *download) reportProgress() (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-finished }
+}
+
+// redactURL is u without what may be a credential: the user info, the query
+// (where presigned URLs carry their signature) and the fragment.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	p.User, p.RawQuery, p.Fragment = nil, "", ""
+	return p.String()
 }

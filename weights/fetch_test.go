@@ -693,3 +693,15 @@ func TestEnsureCachedFileCheckedAgainstDigest(t *testing.T) {
 		t.Errorf("%d requests for a cached file whose digest matches; want 0", n)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://user:pw@cdn.example/a/b.gguf?X-Amz-Signature=s#f": "https://cdn.example/a/b.gguf",
+		"http://127.0.0.1:8080/m.gguf":                             "http://127.0.0.1:8080/m.gguf",
+		"http://[::1":                                              "(unparsable URL)",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
