@@ -130,6 +130,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// maxSocketPath is the longest unix socket path the kernel accepts
+// (sun_path is 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
 // Validate says what is wrong with c, naming the setting. Zero values are
 // valid: they mean the defaults.
 func (c Config) Validate() error {
@@ -162,9 +166,10 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if len(c.Socket) > 100 {
-		// sun_path holds 108 bytes; the agent binds a temporary name beside it.
-		errs = append(errs, fmt.Errorf("socket %q: a unix socket path must be shorter than 100 bytes", c.Socket))
+	if len(c.Socket) > maxSocketPath || len(filepath.Dir(c.Socket))+len("/.sock0123456789/s") > maxSocketPath {
+		// sun_path holds 108 bytes, and the agent first binds in a private
+		// directory beside the socket (see listenSocket).
+		errs = append(errs, fmt.Errorf("socket %q: a unix socket path must be shorter than %d bytes, and its directory %d shorter", c.Socket, maxSocketPath, len("/.sock0123456789/s")))
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {

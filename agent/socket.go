@@ -32,8 +32,9 @@ const maxEnsureBody = 64 << 10
 // listenSocket binds the agent's unix socket, mode 0600 in a directory
 // created 0755 if missing.
 //
-// The socket is bound under a temporary name, restricted, then renamed into
-// place, so there is no moment at which anyone but root could connect. A
+// The socket is bound in a private directory beside path, restricted, then
+// renamed into place, so there is no moment at which anyone but root could
+// connect, whatever the umask. A
 // socket file already at path is removed only if nothing answers on it: an
 // agent that is running keeps its socket, and this one stops with an error
 // instead of silently taking the hooks away from it.
@@ -54,8 +55,15 @@ func listenSocket(path string) (*net.UnixListener, error) {
 			return nil, fmt.Errorf("socket %s: removing the stale socket: %w", path, err)
 		}
 	}
-	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-	os.Remove(tmp)
+	// Bound inside a private directory (MkdirTemp makes it 0700), so that
+	// whatever the umask gives the fresh socket, nobody else can reach it
+	// before the chmod; then renamed into place.
+	priv, err := os.MkdirTemp(filepath.Dir(path), ".sock")
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	defer os.RemoveAll(priv)
+	tmp := filepath.Join(priv, "s")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
@@ -63,12 +71,10 @@ func listenSocket(path string) (*net.UnixListener, error) {
 	l.SetUnlinkOnClose(false)
 	if err := os.Chmod(tmp, 0o600); err != nil {
 		l.Close()
-		os.Remove(tmp)
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		l.Close()
-		os.Remove(tmp)
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	return l, nil

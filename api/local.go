@@ -211,8 +211,10 @@ func (c *LocalClient) do(ctx context.Context, method, path string, in any) (*htt
 
 // Ensure asks the agent to make source present and returns its local path.
 // onProgress, when non-nil, is called with each progress event (a few per
-// second at most). An *Error means the agent tried and failed; fetching
-// again without the agent would fail the same way.
+// second at most). An *Error with CodeUnavailable means the agent is
+// stopping (a restart, an upgrade) and the caller should do what it does
+// for ErrNoAgent; any other *Error means the agent tried and failed, and
+// fetching again without it would fail the same way.
 func (c *LocalClient) Ensure(ctx context.Context, source, sha256 string, size int64, onProgress func(Fetch)) (string, error) {
 	resp, err := c.do(ctx, http.MethodPost, "/"+Version+"/ensure", EnsureRequest{Source: source, SHA256: sha256, Size: size})
 	if err != nil {
