@@ -120,10 +120,17 @@ func sourceBase(source string) string {
 
 // IsCacheName reports whether a file name has the shape CachePathFor gives:
 // sixteen lowercase hex digits, a dash, and a name. It is the test the node
-// applies before it will delete anything.
+// applies before it will delete anything, so the files of a fetch in
+// progress (.part, its .ranges record and that record's temporary file)
+// are not cache names: deleting them would destroy a download under way.
 func IsCacheName(name string) bool {
 	if len(name) < cacheHashLen+2 || name[cacheHashLen] != '-' {
 		return false
+	}
+	for _, suffix := range []string{".part", ".part.ranges", ".part.ranges.tmp"} {
+		if strings.HasSuffix(name, suffix) {
+			return false
+		}
 	}
 	for _, c := range name[:cacheHashLen] {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
