@@ -367,13 +367,21 @@ func (s *Server) ingest(batch []*queued) ([]ingestResult, error) {
 	res := make([]ingestResult, len(batch))
 	in := make([]store.Incoming, 0, len(batch))
 	idx := make([]int, 0, len(batch))
+	// inBatch marks nodes already passed on in this batch. An "unchanged"
+	// report was judged against the last committed weights; a report of the
+	// same node ahead of it in this batch may change them (or be dropped as
+	// older), so that judgement no longer holds and it is sent back to be
+	// decoded. Two reports of one node in a batch are rare: an agent that
+	// timed out and reported again while its first report was queued.
+	inBatch := make(map[string]bool, len(batch))
 	for i, q := range batch {
 		// Keys change only in this goroutine, under writeMu: this check is
 		// the authoritative one; the handler's was a guess.
-		if q.same && s.view.keys[q.r.Node] != q.key {
+		if q.same && (inBatch[q.r.Node] || s.view.keys[q.r.Node] != q.key) {
 			res[i].retry = true
 			continue
 		}
+		inBatch[q.r.Node] = true
 		in = append(in, store.Incoming{Report: q.r, SameWeights: q.same})
 		idx = append(idx, i)
 	}

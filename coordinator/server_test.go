@@ -648,3 +648,38 @@ func TestUnchangedWeights(t *testing.T) {
 		t.Fatalf("stored presence = %+v", ps)
 	}
 }
+
+// TestTwoReportsOfOneNodeInABatch: a report judged "unchanged" against the
+// committed weights must not be stored as unchanged when a report of the
+// same node ahead of it in the batch changed them. It once left the node
+// holding what the middle report said, for good.
+func TestTwoReportsOfOneNodeInABatch(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{MaxBatchWait: 300 * time.Millisecond}, testTokens)
+	a := api.Weight{Path: "/m/a", Size: 1, Complete: true}
+	b := api.Weight{Path: "/m/b", Size: 2, Complete: true}
+	for _, m := range []api.Model{{Name: "a", Source: "/m/a"}, {Name: "b", Source: "/m/b"}} {
+		if _, err := e.admin.PutModel(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.agent.PostReport(ctx, report("n1", "f", 1, a)); err != nil {
+		t.Fatal(err)
+	}
+	// seq 2 (holds b) and seq 3 (holds a again, the committed bytes) wait
+	// in one batch.
+	var wg sync.WaitGroup
+	wg.Go(func() { e.agent.PostReport(ctx, report("n1", "f", 2, b)) })
+	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { e.agent.PostReport(ctx, report("n1", "f", 3, a)) })
+	wg.Wait()
+	for m, want := range map[string]string{"a": api.HoldLocal, "b": api.HoldNone} {
+		st, err := e.anon.ModelStatus(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Nodes[0].Holds; got != want {
+			t.Errorf("after reports a, b, a: n1 holds %s of model %s; want %s", got, m, want)
+		}
+	}
+}
