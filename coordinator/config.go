@@ -67,7 +67,7 @@ type Config struct {
 
 	// MaxBatch bounds how many reports share one database transaction
 	// (default DefaultMaxBatch). MaxBatchWait is how long the writer waits
-	// for a batch to fill (default DefaultMaxBatchWait; negative: commit
+	// for a batch to fill (default DefaultMaxBatchWait, at most 1 s; negative: commit
 	// whatever is queued at once). A report is answered only after its
 	// batch commits.
 	MaxBatch     int           `toml:"max_batch"`
@@ -85,6 +85,8 @@ const DefaultMaxBatch = 256
 // coordinator.sh, 2 cores). 3 ms was worse. An agent reports every 30 s, so
 // the millisecond is not felt.
 const DefaultMaxBatchWait = time.Millisecond
+
+const maxBatchWait = time.Second
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
@@ -105,6 +107,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchWait == 0 {
 		c.MaxBatchWait = DefaultMaxBatchWait
+	}
+	if c.MaxBatchWait > maxBatchWait {
+		// Every report waits this long for its answer; past a second it
+		// is a mistake, not a tuning.
+		c.MaxBatchWait = maxBatchWait
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -48,6 +49,19 @@ func validModel(m *api.Model) error {
 		return bad("size is negative")
 	case m.GPUMemory < 0:
 		return bad("GPU memory is negative")
+	}
+	switch weights.KindOf(m.Source) {
+	case weights.KindPath:
+		// Nodes report clean paths, and two spellings of one path must
+		// collide on the catalog's unique source, not become two models of
+		// which one is never held.
+		m.Source = filepath.Clean(m.Source)
+	case weights.KindRemote:
+		// Fetched into a cache file named after the source's file; a name
+		// no scan takes for weights would be fetched and never seen as held.
+		if name := filepath.Base(weights.CachePathFor("/", m.Source)); !weights.IsWeightName(name) {
+			return bad("source %q does not name a weight file (.gguf, .safetensors, .bin, .pt or .pth), so a fetched copy would never count as held; name the file itself", m.Source)
+		}
 	}
 	m.SHA256 = strings.ToLower(m.SHA256)
 	if m.SHA256 != "" && !sha256RE.MatchString(m.SHA256) {

@@ -329,6 +329,8 @@ func (s *Server) writer() {
 					batch = append(batch, q)
 				case <-timer.C:
 					break wait
+				case <-s.stop:
+					break wait // commit what is here; the loop then stops
 				}
 			}
 			timer.Stop()

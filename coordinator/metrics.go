@@ -24,7 +24,7 @@ type metrics struct {
 
 var (
 	nodesDesc = prometheus.NewDesc("llmgw_coordinator_nodes",
-		"Nodes the coordinator has heard from, by state (ok, stale, never_looked).",
+		"Nodes the coordinator has heard from, by state (ok, stale, never-looked).",
 		[]string{"state"}, nil)
 	holdersDesc = prometheus.NewDesc("llmgw_coordinator_model_holders",
 		"Fresh nodes holding a complete copy of a catalog model, per fabric and kind (shared filer or local copy).",
@@ -89,7 +89,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	a := s.aggregate(s.now())
 	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.OK), api.NodeOK)
 	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.Stale), api.NodeStale)
-	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.NeverLooked), "never_looked")
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.NeverLooked), api.NodeNeverLooked)
 	// Every catalog model in every fabric, zeros included: "no holder in
 	// ib-b" is the series an alert wants to see.
 	var fetching, stalled int

@@ -76,9 +76,9 @@ llmgw_coordinator_model_holders{fabric="ib-a",kind="local",model="llama"} 0
 llmgw_coordinator_model_holders{fabric="ib-a",kind="shared",model="llama"} 2
 llmgw_coordinator_model_holders{fabric="ib-b",kind="local",model="llama"} 1
 llmgw_coordinator_model_holders{fabric="ib-b",kind="shared",model="llama"} 0
-# HELP llmgw_coordinator_nodes Nodes the coordinator has heard from, by state (ok, stale, never_looked).
+# HELP llmgw_coordinator_nodes Nodes the coordinator has heard from, by state (ok, stale, never-looked).
 # TYPE llmgw_coordinator_nodes gauge
-llmgw_coordinator_nodes{state="never_looked"} 1
+llmgw_coordinator_nodes{state="never-looked"} 1
 llmgw_coordinator_nodes{state="ok"} 4
 llmgw_coordinator_nodes{state="stale"} 1
 `

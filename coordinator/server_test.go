@@ -483,7 +483,7 @@ func TestCatalogAfterReports(t *testing.T) {
 	if err := e.admin.DeleteModel(ctx, "m"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.admin.PutModel(ctx, api.Model{Name: "m", Source: src + "2"}); err != nil {
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "m", Source: "https://example.org/elsewhere/model.safetensors"}); err != nil {
 		t.Fatal(err)
 	}
 	st, _ = e.anon.ModelStatus(ctx, "m")
@@ -681,5 +681,24 @@ func TestTwoReportsOfOneNodeInABatch(t *testing.T) {
 		if got := st.Nodes[0].Holds; got != want {
 			t.Errorf("after reports a, b, a: n1 holds %s of model %s; want %s", got, m, want)
 		}
+	}
+}
+
+func TestCatalogSourceRules(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, testTokens)
+	// Two spellings of one path are one source.
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "a", Source: "/m/a"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.admin.PutModel(ctx, api.Model{Name: "b", Source: "/m/./a/"})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeConflict {
+		t.Errorf("adding /m/./a/ beside /m/a = %v; want a conflict", err)
+	}
+	// A remote file that no scan would take for weights is refused.
+	_, err = e.admin.PutModel(ctx, api.Model{Name: "c", Source: "https://example.org/llama-3-8b"})
+	if !errors.As(err, &ae) || ae.Code != api.CodeInvalid || !strings.Contains(ae.Message, "weight file") {
+		t.Errorf("adding a remote source without a weight file name = %v; want invalid, naming the reason", err)
 	}
 }

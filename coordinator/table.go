@@ -62,7 +62,7 @@ func WriteStatus(w io.Writer, st *api.Status) error {
 		}
 	}
 	if st.Nodes.NeverLooked > 0 {
-		fmt.Fprintln(w, "\nNEVER LOOKED: the agent has no weight directories configured; these rank like nodes that hold nothing")
+		fmt.Fprintln(w, "\nNEVER LOOKED: the agent has no weight directories configured and sees only its fetch cache; these rank like nodes that hold nothing else")
 		if err := hostlists(w, st.Fabrics, func(f api.FabricNodes) string { return f.NeverLooked }); err != nil {
 			return err
 		}

@@ -17,13 +17,16 @@ import (
 // The names below decide what a scan counts as weights and when a candidate
 // is finished. They are about names only (no I/O) except scanReadIndex.
 
-// scanIsWeightName reports whether a file name is a weight file by its
+// IsWeightName reports whether a file name is a weight file by its
 // extension: what llama.cpp, vLLM, transformers and torch load. A name that
-// is a download still in progress is never a weight file, whatever it ends in.
-func scanIsWeightName(name string) bool {
-	if scanIsPartialName(name) {
-		return false
-	}
+// is a download still in progress is never a weight file, whatever it ends
+// in. Exported because a remote catalog source whose file name fails this
+// test could be fetched but would never be seen as held.
+func IsWeightName(name string) bool {
+	return !scanIsPartialName(name) && hasWeightExt(name)
+}
+
+func hasWeightExt(name string) bool {
 	switch strings.ToLower(path.Ext(name)) {
 	case ".gguf", ".safetensors", ".bin", ".pt", ".pth":
 		return true
@@ -57,12 +60,7 @@ func scanIsRsyncTemp(name string) bool {
 			return false
 		}
 	}
-	final := name[1 : len(name)-7]
-	switch strings.ToLower(path.Ext(final)) {
-	case ".gguf", ".safetensors", ".bin", ".pt", ".pth":
-		return true
-	}
-	return false
+	return hasWeightExt(name[1 : len(name)-7])
 }
 
 // scanSplitGGUF parses a split GGUF part name as llama.cpp's gguf-split

@@ -771,8 +771,8 @@ func TestScanNameRules(t *testing.T) {
 		{name: "model-00001-of-00003.safetensors", weight: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := scanIsWeightName(tc.name); got != tc.weight {
-				t.Errorf("scanIsWeightName(%q) = %v, want %v", tc.name, got, tc.weight)
+			if got := IsWeightName(tc.name); got != tc.weight {
+				t.Errorf("IsWeightName(%q) = %v, want %v", tc.name, got, tc.weight)
 			}
 			if got := scanIsPartialName(tc.name); got != tc.partial {
 				t.Errorf("scanIsPartialName(%q) = %v, want %v", tc.name, got, tc.partial)

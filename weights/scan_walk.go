@@ -225,7 +225,7 @@ func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 		c := s.newCand(abs)
 		s.spawn(func() { s.candRoot(c) })
 	case t.IsRegular():
-		if !scanIsWeightName(name) {
+		if !IsWeightName(name) {
 			// Decided by name, before any stat: a directory of 100,000
 			// notes costs one listing.
 			s.skip(abs, "not weights (not a .gguf, .safetensors, .bin, .pt or .pth file)")
@@ -462,7 +462,7 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 		if err != nil {
 			if follow {
 				troubles = append(troubles, [2]string{relOf(name), scanLinkErr(err)})
-				if scanIsWeightName(name) {
+				if IsWeightName(name) {
 					broken++
 				}
 			} else {
@@ -484,7 +484,7 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 			partials = append(partials, relOf(name))
 		case scanIsIndexName(name):
 			indexes = append(indexes, relOf(name))
-		case scanIsWeightName(name):
+		case IsWeightName(name):
 			weights = append(weights, scanNamedSize{relOf(name), st.size})
 		}
 	}

@@ -78,11 +78,15 @@ func envName(flag string) string {
 	return "LLMGW_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// notSettings are flags that choose what a command does or how it prints,
-// not how llmgw is configured. The environment does not set them: an
-// LLMGW_ONCE or LLMGW_JSON left exported in a shell would silently change
-// what every later command does.
-var notSettings = map[string]bool{"config": true, "once": true, "json": true, "help": true}
+// notSettings are flags that choose what a command does, describe the one
+// thing it acts on, or say how it prints; they are not how llmgw is
+// configured. The environment does not set them: an LLMGW_ONCE or
+// LLMGW_SHA256 left exported in a shell would silently change, or attach a
+// wrong digest to, every later command.
+var notSettings = map[string]bool{
+	"config": true, "help": true, "json": true, "once": true,
+	"size": true, "sha256": true, "gpu-memory": true,
+}
 
 // applyEnv sets every setting the command line left unset from its LLMGW_*
 // variable, if that is set. The error names the variable, since that is

@@ -44,6 +44,7 @@ func TestApplyEnv(t *testing.T) {
 	cacheDir := fs.String("cache-dir", "/default", "")
 	node := fs.String("node", "", "")
 	once := fs.Bool("once", false, "")
+	sum := fs.String("sha256", "", "")
 	n := fs.Int("connections", 8, "")
 	if err := fs.Parse([]string{"--node", "flag"}); err != nil {
 		t.Fatal(err)
@@ -52,12 +53,13 @@ func TestApplyEnv(t *testing.T) {
 		"LLMGW_CACHE_DIR": "/from-env",
 		"LLMGW_NODE":      "env", // the flag was given: the flag wins
 		"LLMGW_ONCE":      "true",
+		"LLMGW_SHA256":    "00",
 	}
 	if err := applyEnv(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if *cacheDir != "/from-env" || *node != "flag" || *once || *n != 8 {
-		t.Errorf("after applyEnv: cache-dir=%q node=%q once=%v connections=%d; want /from-env, flag, false, 8", *cacheDir, *node, *once, *n)
+	if *cacheDir != "/from-env" || *node != "flag" || *once || *sum != "" || *n != 8 {
+		t.Errorf("after applyEnv: cache-dir=%q node=%q once=%v sha256=%q connections=%d; want /from-env, flag, false, \"\", 8", *cacheDir, *node, *once, *sum, *n)
 	}
 
 	env = map[string]string{"LLMGW_CONNECTIONS": "eight"}
