@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -14,16 +12,6 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 )
-
-// agentRun runs `llmgw agent args...` in-process with environ as its whole
-// environment, and returns the exit status and both streams.
-func agentRun(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
-	code := run(context.Background(), append([]string{"agent"}, args...), e)
-	return code, out.String(), errb.String()
-}
 
 // agentTestEnv is an environment and a config file whose paths are all in
 // t.TempDir(), so no test reads /etc/llmgw or writes /var.
@@ -43,7 +31,7 @@ func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 func TestAgentConfigUnknownKey(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "bad.toml")
 	os.WriteFile(conf, []byte("node = \"n1\"\nweight_dir = [\"/models\"]\n"), 0o644)
-	code, out, stderr := agentRun(t, nil, "--config", conf, "--once")
+	code, out, stderr := llmgwRun(t, nil, "agent", "--config", conf, "--once")
 	if code != 1 || !strings.Contains(stderr, "unknown key weight_dir") || !strings.Contains(stderr, conf) {
 		t.Errorf("exit %d, stderr %q; want 1 and the unknown key named with the file", code, stderr)
 	}
@@ -51,10 +39,10 @@ func TestAgentConfigUnknownKey(t *testing.T) {
 		t.Errorf("stdout %q, want nothing", out)
 	}
 	os.WriteFile(conf, []byte("node = \n"), 0o644)
-	if code, _, stderr := agentRun(t, nil, "--config", conf, "--once"); code != 1 || !strings.Contains(stderr, "line 1") {
+	if code, _, stderr := llmgwRun(t, nil, "agent", "--config", conf, "--once"); code != 1 || !strings.Contains(stderr, "line 1") {
 		t.Errorf("broken TOML: exit %d, stderr %q; want 1 with the position", code, stderr)
 	}
-	if code, _, stderr := agentRun(t, nil, "--config", filepath.Join(t.TempDir(), "none.toml"), "--once"); code != 1 || !strings.Contains(stderr, "none.toml") {
+	if code, _, stderr := llmgwRun(t, nil, "agent", "--config", filepath.Join(t.TempDir(), "none.toml"), "--once"); code != 1 || !strings.Contains(stderr, "none.toml") {
 		t.Errorf("missing explicit config: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -64,7 +52,7 @@ func TestAgentOnceNoCoordinator(t *testing.T) {
 	w := filepath.Join(dir, "w")
 	os.MkdirAll(w, 0o755)
 	os.WriteFile(filepath.Join(w, "m.gguf"), make([]byte, 4096), 0o644)
-	code, out, stderr := agentRun(t, environ, "--once", "--weights-dir", w, "--node", "n1", "--fabric", "ib-a")
+	code, out, stderr := llmgwRun(t, environ, "agent", "--once", "--weights-dir", w, "--node", "n1", "--fabric", "ib-a")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
@@ -85,7 +73,7 @@ func TestAgentConfigLayers(t *testing.T) {
 	environ, dir := agentTestEnv(t, "node = \"from-file\"\nfabric = \"file-f\"\nscan_interval = \"2m\"\nreport_interval = \"45s\"\nweight_dirs = [\""+t.TempDir()+"\"]\n")
 	fabric := func(env map[string]string, args ...string) (string, string) {
 		t.Helper()
-		code, out, stderr := agentRun(t, env, append([]string{"--once"}, args...)...)
+		code, out, stderr := llmgwRun(t, env, append([]string{"agent", "--once"}, args...)...)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
@@ -107,7 +95,7 @@ func TestAgentConfigLayers(t *testing.T) {
 		t.Errorf("flag over env: fabric %q", f)
 	}
 	environ["LLMGW_FABRIC"] = "bad fabric"
-	if code, _, stderr := agentRun(t, environ, "--once"); code != 1 || !strings.Contains(stderr, "fabric") {
+	if code, _, stderr := llmgwRun(t, environ, "agent", "--once"); code != 1 || !strings.Contains(stderr, "fabric") {
 		t.Errorf("bad fabric from env: exit %d, %q", code, stderr)
 	}
 	_ = dir
@@ -129,7 +117,7 @@ func TestAgentOnceCoordinator(t *testing.T) {
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte("t0k\n"), 0o600)
 
-	code, out, stderr := agentRun(t, environ, "--once", "--node", "n1", "--coordinator", coord.URL, "--token-file", tok)
+	code, out, stderr := llmgwRun(t, environ, "agent", "--once", "--node", "n1", "--coordinator", coord.URL, "--token-file", tok)
 	if code != 0 || !strings.Contains(stderr, "report 1 sent to "+coord.URL) || got.Node != "n1" || got.Looked {
 		t.Errorf("exit %d, stderr %q, coordinator got %+v", code, stderr, got)
 	}
@@ -145,7 +133,7 @@ func TestAgentOnceCoordinator(t *testing.T) {
 	}
 	refused := "http://" + l.Addr().String()
 	l.Close()
-	code, out, stderr = agentRun(t, environ, "--once", "--node", "n1", "--coordinator", refused, "--token-file", tok)
+	code, out, stderr = llmgwRun(t, environ, "agent", "--once", "--node", "n1", "--coordinator", refused, "--token-file", tok)
 	if code != 1 || !strings.Contains(stderr, "report not sent") || !strings.Contains(stderr, "connection refused") {
 		t.Errorf("refused: exit %d, stderr %q", code, stderr)
 	}
@@ -166,12 +154,12 @@ func TestAgentUsage(t *testing.T) {
 		{[]string{"--once", "--scan-interval", "soon"}, 2, "scan-interval"},
 		{[]string{"--once", "--coordinator", "coord:8420"}, 1, "want a URL like http://coord:8420"},
 	} {
-		code, _, stderr := agentRun(t, environ, tc.args...)
+		code, _, stderr := llmgwRun(t, environ, append([]string{"agent"}, tc.args...)...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
 			t.Errorf("agent %q: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
 		}
 	}
-	code, out, _ := agentRun(t, environ, "--help")
+	code, out, _ := llmgwRun(t, environ, "agent", "--help")
 	if code != 0 || !strings.Contains(out, "--weights-dir") || !strings.Contains(out, "Usage: llmgw agent") {
 		t.Errorf("--help: exit %d, %q", code, out)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
@@ -14,16 +13,6 @@ import (
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/coordinator/store"
 )
-
-// llmgwRun runs `llmgw args...` in-process with environ as its whole
-// environment, and returns the exit status and both streams.
-func llmgwRun(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
-	code := run(context.Background(), args, e)
-	return code, out.String(), errb.String()
-}
 
 // testCoordinator serves a real coordinator over a database file in a temp
 // dir and returns its URL and the agent and admin token files.

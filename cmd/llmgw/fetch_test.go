@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -16,14 +15,6 @@ import (
 	"github.com/llmgw/llmgw/weights"
 )
 
-func fetchRun(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
-	code := run(context.Background(), append([]string{"fetch"}, args...), e)
-	return code, out.String(), errb.String()
-}
-
 func TestFetchCommand(t *testing.T) {
 	data := bytes.Repeat([]byte("llmgw weights "), 100000)
 	sum := sha256.Sum256(data)
@@ -36,7 +27,7 @@ func TestFetchCommand(t *testing.T) {
 	dir := t.TempDir()
 	cache, locks := filepath.Join(dir, "cache"), filepath.Join(dir, "locks")
 
-	code, out, stderr := fetchRun(t, nil, src, "--cache-dir", cache, "--lock-dir", locks, "--sha256", hex.EncodeToString(sum[:]))
+	code, out, stderr := llmgwRun(t, nil, "fetch", src, "--cache-dir", cache, "--lock-dir", locks, "--sha256", hex.EncodeToString(sum[:]))
 	want := weights.CachePathFor(cache, src)
 	if code != 0 || out != want+"\n" {
 		t.Fatalf("llmgw fetch: exit %d, stdout %q, stderr %q; want 0 and %s", code, out, stderr, want)
@@ -51,13 +42,13 @@ func TestFetchCommand(t *testing.T) {
 
 	t.Run("cache dir from LLMGW_CACHE_DIR", func(t *testing.T) {
 		other := filepath.Join(t.TempDir(), "c2")
-		code, out, _ := fetchRun(t, map[string]string{"LLMGW_CACHE_DIR": other, "LLMGW_LOCK_DIR": locks}, src)
+		code, out, _ := llmgwRun(t, map[string]string{"LLMGW_CACHE_DIR": other, "LLMGW_LOCK_DIR": locks}, "fetch", src)
 		if code != 0 || out != weights.CachePathFor(other, src)+"\n" {
 			t.Errorf("exit %d, stdout %q; want the path in %s", code, out, other)
 		}
 	})
 	t.Run("model id passes through", func(t *testing.T) {
-		code, out, _ := fetchRun(t, nil, "Qwen/Qwen2.5-7B-Instruct", "--cache-dir", cache)
+		code, out, _ := llmgwRun(t, nil, "fetch", "Qwen/Qwen2.5-7B-Instruct", "--cache-dir", cache)
 		if code != 0 || out != "Qwen/Qwen2.5-7B-Instruct\n" {
 			t.Errorf("exit %d, stdout %q", code, out)
 		}
@@ -78,7 +69,7 @@ func TestFetchCommand(t *testing.T) {
 		{"repository", []string{"hf:org/repo", "--cache-dir", cache}, 1, "names a repository, not a file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, stderr := fetchRun(t, nil, tc.args...)
+			code, out, stderr := llmgwRun(t, nil, append([]string{"fetch"}, tc.args...)...)
 			if code != tc.code || !strings.Contains(stderr, tc.say) || out != "" {
 				t.Errorf("llmgw fetch %q: exit %d, stdout %q, stderr %q; want %d saying %q", tc.args, code, out, stderr, tc.code, tc.say)
 			}

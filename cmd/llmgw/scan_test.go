@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,16 +9,6 @@ import (
 
 	"github.com/llmgw/llmgw/weights"
 )
-
-func scanRunCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &env{
-		stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
-		getenv: func(string) string { return "" },
-	})
-	return code, out.String(), errb.String()
-}
 
 func scanCLIFile(t *testing.T, p string, size int64) {
 	t.Helper()
@@ -44,7 +32,7 @@ func TestScanCommand(t *testing.T) {
 	missing := dir + "/not-mounted"
 
 	t.Run("table", func(t *testing.T) {
-		code, out, errs := scanRunCLI(t, "scan", dir, missing)
+		code, out, errs := llmgwRun(t, nil, "scan", dir, missing)
 		if code != 0 {
 			t.Fatalf("llmgw scan = %d, want 0; stderr %s", code, errs)
 		}
@@ -64,7 +52,7 @@ func TestScanCommand(t *testing.T) {
 		}
 	})
 	t.Run("json is the inventory", func(t *testing.T) {
-		code, out, _ := scanRunCLI(t, "scan", "--json", dir, missing)
+		code, out, _ := llmgwRun(t, nil, "scan", "--json", dir, missing)
 		if code != 0 {
 			t.Fatalf("llmgw scan --json = %d, want 0", code)
 		}
@@ -82,7 +70,7 @@ func TestScanCommand(t *testing.T) {
 		}
 	})
 	t.Run("nothing found still exits 0", func(t *testing.T) {
-		code, out, errs := scanRunCLI(t, "scan", missing)
+		code, out, errs := llmgwRun(t, nil, "scan", missing)
 		if code != 0 || out != "" || !strings.Contains(errs, "no weights found") {
 			t.Errorf("llmgw scan MISSING = %d, %q, %q; want 0, nothing, a note", code, out, errs)
 		}
@@ -97,7 +85,7 @@ func TestScanCommand(t *testing.T) {
 		{"bad timeout", []string{"scan", "--timeout", "0s", dir}, "--timeout must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, errs := scanRunCLI(t, tc.args...)
+			code, _, errs := llmgwRun(t, nil, tc.args...)
 			if code != 2 || !strings.Contains(errs, tc.want) {
 				t.Errorf("llmgw %s = %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, errs, tc.want)
 			}
