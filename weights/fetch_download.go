@@ -370,13 +370,22 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	if st.Size >= 0 && off != st.Size {
 		return "", fmt.Errorf("got %d bytes, the origin announced %d", off, st.Size)
 	}
-	sum := ""
 	if hashed != nil {
 		complete.Store(true)
 		select {
 		case poke <- struct{}{}:
 		default:
 		}
+	}
+	return d.seal(ctx, fh, hashed, off)
+}
+
+// seal ends a download whose bytes are all in fh: it takes the digest the
+// hashing goroutine computed (when one ran), closes fh, and hands the .part
+// to finish for verification and the rename.
+func (d *download) seal(ctx context.Context, fh *os.File, hashed <-chan hashResult, size int64) (string, error) {
+	sum := ""
+	if hashed != nil {
 		h := <-hashed
 		if h.err != nil {
 			return "", &FetchError{Source: d.rem.source, Op: "verify", Err: h.err}
@@ -386,7 +395,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	if err := fh.Close(); err != nil {
 		return "", &FetchError{Source: d.rem.source, Op: "write", Err: err}
 	}
-	return d.finish(ctx, off, sum)
+	return d.finish(ctx, size, sum)
 }
 
 // checkRange accepts a resumed response only if it is a 206 for exactly the

@@ -390,18 +390,7 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	if gaps := st.missing(); len(gaps) > 0 {
 		return "", fmt.Errorf("internal: %d ranges still missing", len(gaps))
 	}
-	sum := ""
-	if hashed != nil {
-		h := <-hashed
-		if h.err != nil {
-			return "", &FetchError{Source: d.rem.source, Op: "verify", Err: h.err}
-		}
-		sum = h.sum
-	}
-	if err := fh.Close(); err != nil {
-		return "", &FetchError{Source: d.rem.source, Op: "write", Err: err}
-	}
-	return d.finish(ctx, st.Size, sum)
+	return d.seal(ctx, fh, hashed, st.Size)
 }
 
 type hashResult struct {
