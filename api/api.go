@@ -9,9 +9,9 @@
 package api
 
 import (
-	"fmt"
-	"regexp"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Version is the API's path prefix. A breaking change gets a new one; fields
@@ -91,46 +91,17 @@ type Fetch struct {
 	Progressed time.Time `json:"progressed"`
 }
 
-// Model is one catalog entry.
-type Model struct {
-	// Name becomes a Slurm node feature (with a prefix), so it is restricted
-	// to what job expressions accept; see ValidModelName.
-	Name string `json:"name"`
-	// Source is a path, an hf:org/repo[@rev]/file, an http(s) URL, or a bare
-	// model id that the engine resolves itself.
-	Source    string    `json:"source"`
-	Size      int64     `json:"size_bytes,omitempty"`
-	SHA256    string    `json:"sha256,omitempty"`
-	GPUMemory int64     `json:"gpu_memory_bytes,omitempty"`
-	Created   time.Time `json:"created,omitzero"`
-	Updated   time.Time `json:"updated,omitzero"`
-}
+// Model is one catalog entry; the type lives in the leaf weights/catalog,
+// so the hooks can read the node-local catalog copy without linking net/http.
+type Model = catalog.Model
 
 // Models is the catalog as GET /v1/models returns it.
 type Models struct {
 	Models []Model `json:"models"`
 }
 
-// MaxModelName is the longest model name accepted. The name becomes part of
-// a Slurm feature and of --prefer expressions, which Slurm caps at 1024
-// characters in all; 64 leaves room to combine several.
-const MaxModelName = 64
+// MaxModelName: see catalog.MaxModelName.
+const MaxModelName = catalog.MaxModelName
 
-var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// ValidModelName says why name cannot be a model name, or nil.
-//
-// Slurm accepts almost anything in a feature name through scontrol, but job
-// expressions treat , | & * [ ] ( ) as syntax, so a model named with one of
-// them could be set on nodes and never asked for.
-func ValidModelName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("model name is empty")
-	case len(name) > MaxModelName:
-		return fmt.Errorf("model name %q is %d characters; the limit is %d, because it becomes a Slurm feature", name, len(name), MaxModelName)
-	case !modelNameRE.MatchString(name):
-		return fmt.Errorf("model name %q may contain only letters, digits, '.', '_' and '-', because it becomes a Slurm feature", name)
-	}
-	return nil
-}
+// ValidModelName: see catalog.ValidModelName.
+func ValidModelName(name string) error { return catalog.ValidModelName(name) }

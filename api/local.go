@@ -10,9 +10,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // The agent's local API: HTTP over a unix socket that only root can open.
@@ -100,39 +101,11 @@ type CatalogStatus struct {
 	Error   string    `json:"error,omitempty"`
 }
 
-// CatalogCopy is the file the agent writes to its state directory each time
-// it reads the catalog from the coordinator, so the hooks can resolve a model
-// name while the coordinator is down.
-type CatalogCopy struct {
-	// Coordinator is where the catalog came from.
-	Coordinator string `json:"coordinator"`
-	// Fetched is when the coordinator last answered with it.
-	Fetched time.Time `json:"fetched"`
-	Models  []Model   `json:"models"`
-}
+// CatalogCopy is the node-local catalog copy; see catalog.Copy.
+type CatalogCopy = catalog.Copy
 
 // ReadCatalogCopy reads a catalog copy the agent wrote.
-func ReadCatalogCopy(path string) (CatalogCopy, error) {
-	var c CatalogCopy
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return c, fmt.Errorf("catalog copy: %w", err)
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("catalog copy %s: %w", path, err)
-	}
-	return c, nil
-}
-
-// Lookup returns the catalog entry called name.
-func (c CatalogCopy) Lookup(name string) (Model, bool) {
-	for _, m := range c.Models {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return Model{}, false
-}
+func ReadCatalogCopy(path string) (CatalogCopy, error) { return catalog.ReadCopy(path) }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent
 // is not installed, not running, or restarting. Test for it with errors.Is.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/llmgw/llmgw/weights/catalog"
 	"io"
 	"os"
 	"path"
@@ -17,51 +18,12 @@ import (
 // The names below decide what a scan counts as weights and when a candidate
 // is finished. They are about names only (no I/O) except scanReadIndex.
 
-// IsWeightName reports whether a file name is a weight file by its
-// extension: what llama.cpp, vLLM, transformers and torch load. A name that
-// is a download still in progress is never a weight file, whatever it ends
-// in. Exported because a remote catalog source whose file name fails this
-// test could be fetched but would never be seen as held.
-func IsWeightName(name string) bool {
-	return !scanIsPartialName(name) && hasWeightExt(name)
-}
+// IsWeightName: see catalog.IsWeightName.
+func IsWeightName(name string) bool { return catalog.IsWeightName(name) }
 
-func hasWeightExt(name string) bool {
-	switch strings.ToLower(path.Ext(name)) {
-	case ".gguf", ".safetensors", ".bin", ".pt", ".pth":
-		return true
-	}
-	return false
-}
+func hasWeightExt(name string) bool { return catalog.HasWeightExt(name) }
 
-// scanIsPartialName reports whether a name is a download still being
-// written: llmgw's own fetcher and most download tools write to ".part"
-// (the fetcher keeps its resume state in ".part.ranges" beside it),
-// huggingface_hub to ".incomplete", and rsync to a hidden ".NAME.XXXXXX"
-// beside the target. Such a file is never weights, and a directory holding
-// one is not finished: the tool that is writing it has not renamed it yet.
-func scanIsPartialName(name string) bool {
-	lower := strings.ToLower(name)
-	if strings.HasSuffix(lower, ".part") || strings.HasSuffix(lower, ".part.ranges") || strings.HasSuffix(lower, ".incomplete") ||
-		strings.HasSuffix(lower, ".partial") || strings.Contains(lower, ".partial-") {
-		return true
-	}
-	return scanIsRsyncTemp(name)
-}
-
-// scanIsRsyncTemp recognises rsync's temporary name for a weight file it is
-// still receiving: "." + the final name + "." + six random characters.
-func scanIsRsyncTemp(name string) bool {
-	if len(name) < 9 || name[0] != '.' || name[len(name)-7] != '.' {
-		return false
-	}
-	for _, r := range name[len(name)-6:] {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return hasWeightExt(name[1 : len(name)-7])
-}
+func scanIsPartialName(name string) bool { return catalog.IsPartialName(name) }
 
 // scanSplitGGUF parses a split GGUF part name as llama.cpp's gguf-split
 // writes it, "PREFIX-00001-of-00003.gguf". A split model loads from its

@@ -1,4 +1,4 @@
-package weights
+package catalog
 
 import (
 	"path/filepath"

@@ -1,0 +1,92 @@
+// Package catalog holds the rules every part of llmgw applies to catalog
+// entries and to the files they name: what a model name may be, what kind of
+// thing a source is, where a fetched source lands in the cache and what a
+// cache name looks like, the names of a fetch still under way, which file
+// names are weights, and the node-local copy of the catalog that the Slurm
+// hooks read.
+//
+// The store, the coordinator, the agent, placement, gc and the hooks all
+// apply these rules, and each must apply them identically: gc deletes only
+// what CachePathFor could have produced, and the hook finds a fetched file
+// only where the fetcher put it. So they live once, here, in a package that
+// imports only the standard library: the hook binary, which starts on every
+// job, links this and not the fetcher, the scanner or net/http.
+package catalog
+
+import (
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Model is one catalog entry.
+type Model struct {
+	// Name becomes a Slurm node feature (with a prefix), so it is restricted
+	// to what job expressions accept; see ValidModelName.
+	Name string `json:"name"`
+	// Source is a path, an hf:org/repo[@rev]/file, an http(s) URL, or a bare
+	// model id that the engine resolves itself; see KindOf.
+	Source    string    `json:"source"`
+	Size      int64     `json:"size_bytes,omitempty"`
+	SHA256    string    `json:"sha256,omitempty"`
+	GPUMemory int64     `json:"gpu_memory_bytes,omitempty"`
+	Created   time.Time `json:"created,omitzero"`
+	Updated   time.Time `json:"updated,omitzero"`
+}
+
+// MaxModelName is the longest model name accepted. The name becomes part of
+// a Slurm feature and of --prefer expressions, which Slurm caps at 1024
+// characters in all; 64 leaves room to combine several.
+const MaxModelName = 64
+
+var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidModelName says why name cannot be a model name, or nil.
+//
+// Slurm accepts almost anything in a feature name through scontrol, but job
+// expressions treat , | & * [ ] ( ) as syntax, so a model named with one of
+// them could be set on nodes and never asked for.
+func ValidModelName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("model name is empty")
+	case len(name) > MaxModelName:
+		return fmt.Errorf("model name %q is %d characters; the limit is %d, because it becomes a Slurm feature", name, len(name), MaxModelName)
+	case !modelNameRE.MatchString(name):
+		return fmt.Errorf("model name %q may contain only letters, digits, '.', '_' and '-', because it becomes a Slurm feature", name)
+	}
+	return nil
+}
+
+// ValidSHA256 reports whether s is a sha256 digest as the catalog spells
+// it: 64 hexadecimal digits.
+func ValidSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// FormatBytes formats n in decimal units, as disks and download tools count
+// them: "14 GB", "1.5 MB", "512 B". Every size llmgw shows a person, in a
+// table, an error or a log line, goes through it, so one model's size reads
+// the same everywhere.
+func FormatBytes(n int64) string {
+	const unit = 1000
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v := float64(n)
+	for _, u := range []string{"kB", "MB", "GB", "TB", "PB", "EB"} {
+		v /= unit
+		if (v < unit && v > -unit) || u == "EB" {
+			if v < 10 && v > -10 {
+				return fmt.Sprintf("%.1f %s", v, u)
+			}
+			return fmt.Sprintf("%.0f %s", v, u)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}

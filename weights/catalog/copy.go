@@ -1,0 +1,104 @@
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// DefaultCopyPath is where the agent keeps its copy of the catalog and the
+// hooks look for it: the agent's state directory.
+const DefaultCopyPath = "/var/lib/llmgw/catalog.json"
+
+// Copy is the file the agent writes to its state directory each time it
+// reads the catalog from the coordinator, so the hooks can resolve a model
+// name while the coordinator is down, and the hook's fast path can resolve
+// one without any network at all.
+type Copy struct {
+	// Coordinator is where the catalog came from.
+	Coordinator string `json:"coordinator"`
+	// Fetched is when the coordinator last answered with it.
+	Fetched time.Time `json:"fetched"`
+	Models  []Model   `json:"models"`
+}
+
+// ReadCopy reads a catalog copy the agent wrote.
+func ReadCopy(path string) (Copy, error) {
+	var c Copy
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("catalog copy: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("catalog copy %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// WriteCopy writes c to path atomically (see WriteAtomic), readable by all:
+// the catalog holds no secrets, and the TaskProlog reads it as the job's user.
+func WriteCopy(path string, c Copy) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(path, append(b, '\n'), 0o644)
+}
+
+// Lookup returns the catalog entry called name.
+func (c Copy) Lookup(name string) (Model, bool) {
+	for _, m := range c.Models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Model{}, false
+}
+
+// WriteAtomic writes data to path so that a reader sees the old file or the
+// new one, never a torn one: a temporary file beside it, fsynced, renamed
+// over it, and the directory fsynced so the rename survives a crash. A hook
+// reading a half-written catalog during a power cut would otherwise find no
+// models at exactly the moment it needs them. The directory is created when
+// missing.
+func WriteAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	// CreateTemp makes the file 0600 whatever perm says; the umask must not
+	// decide who may read it either.
+	if err := f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
