@@ -1,0 +1,106 @@
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// DefaultRunDir is the node-local runtime directory the agent's socket and
+// the hooks' job records live in. It is on a tmpfs (/run): a record must not
+// outlive a reboot, since no job survives one.
+const DefaultRunDir = "/run/llmgw"
+
+// JobRecord is what the Prolog leaves for the rest of a job's life on a
+// node: which model the job asked for and where its weights are, or why they
+// could not be had. The TaskProlog reads it (as the job's user) to tell the
+// job the path or the failure; gc reads every record to leave alone the
+// weights a running job uses; the Epilog removes it.
+type JobRecord struct {
+	Job    string    `json:"job"`
+	Model  string    `json:"model"`
+	Source string    `json:"source,omitempty"`
+	Path   string    `json:"path,omitempty"`
+	Error  string    `json:"error,omitempty"`
+	Time   time.Time `json:"time"`
+}
+
+// JobsDir is where job records are kept under a runtime directory.
+func JobsDir(runDir string) string { return filepath.Join(runDir, "jobs") }
+
+// JobRecordPath is the record of job under runDir. job must be a Slurm job
+// id (digits, with an optional array or het suffix spelled in digits and
+// '_' or '+'); anything else could name a path outside the directory.
+func JobRecordPath(runDir, job string) (string, error) {
+	if job == "" || len(job) > 64 {
+		return "", fmt.Errorf("job id %q: want a Slurm job id such as 1234", job)
+	}
+	for _, c := range job {
+		if !(c >= '0' && c <= '9' || c == '_' || c == '+') {
+			return "", fmt.Errorf("job id %q: want a Slurm job id such as 1234", job)
+		}
+	}
+	return filepath.Join(JobsDir(runDir), job+".json"), nil
+}
+
+// WriteJobRecord writes r atomically under runDir, readable by the job's
+// user: the TaskProlog runs as that user and holds no privilege.
+func WriteJobRecord(runDir string, r JobRecord) error {
+	p, err := JobRecordPath(runDir, r.Job)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(p, append(b, '\n'), 0o644)
+}
+
+// ReadJobRecord reads the record of job under runDir; the error wraps
+// os.ErrNotExist when the Prolog left none.
+func ReadJobRecord(runDir, job string) (JobRecord, error) {
+	var r JobRecord
+	p, err := JobRecordPath(runDir, job)
+	if err != nil {
+		return r, err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("job record %s: %w", p, err)
+	}
+	return r, nil
+}
+
+// ReadJobRecords reads every job record under runDir. A record that cannot
+// be read is skipped and named in the error, which is returned beside the
+// records that could: gc must know that it does not know everything.
+func ReadJobRecords(runDir string) ([]JobRecord, error) {
+	ents, err := os.ReadDir(JobsDir(runDir))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var recs []JobRecord
+	var bad error
+	for _, e := range ents {
+		name := e.Name()
+		if filepath.Ext(name) != ".json" {
+			continue
+		}
+		r, err := ReadJobRecord(runDir, name[:len(name)-len(".json")])
+		if err != nil {
+			bad = fmt.Errorf("job records: %w", err)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, bad
+}
