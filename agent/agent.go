@@ -29,6 +29,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Agent is one node's daemon. Create it with New; Run serves until its
@@ -386,7 +387,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	return r, result, err
 }
 
-func (a *Agent) catalogOK(cp api.CatalogCopy) {
+func (a *Agent) catalogOK(cp catalog.Copy) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
@@ -450,7 +451,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("metrics listen %s: %w", cfg.MetricsListen, err)
 		}
 	}
-	if cp, err := api.ReadCatalogCopy(a.catalog.Path); err == nil {
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
 		a.mu.Lock()
 		a.catalog.Fetched, a.catalog.Models = cp.Fetched, len(cp.Models)
 		a.mu.Unlock()

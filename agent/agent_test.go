@@ -21,6 +21,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // fakeCoord stands in for the coordinator: a real HTTP server speaking the
@@ -271,7 +272,7 @@ func TestReportContent(t *testing.T) {
 	}
 
 	// The catalog copy was written, atomically, and reads back.
-	cp, err := api.ReadCatalogCopy(filepath.Join(cfg.StateDir, "catalog.json"))
+	cp, err := catalog.ReadCopy(filepath.Join(cfg.StateDir, "catalog.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestReportContent(t *testing.T) {
 	if _, _, err := a.Once(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	cp2, err := api.ReadCatalogCopy(filepath.Join(cfg.StateDir, "catalog.json"))
+	cp2, err := catalog.ReadCopy(filepath.Join(cfg.StateDir, "catalog.json"))
 	if err != nil || len(cp2.Models) != 1 || !cp2.Fetched.Equal(cp.Fetched) {
 		t.Errorf("after a bad catalog answer the copy is %+v, %v; want the previous one", cp2, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // catalogFile is the name of the catalog copy in the state directory.
@@ -19,18 +20,18 @@ const catalogFile = "catalog.json"
 // source while the coordinator is down. A failure keeps the last copy: an
 // old catalog resolves every model that has not changed, and nothing
 // resolves none.
-func refreshCatalog(ctx context.Context, c *api.Client, cfg Config) (api.CatalogCopy, error) {
+func refreshCatalog(ctx context.Context, c *api.Client, cfg Config) (catalog.Copy, error) {
 	models, err := c.Models(ctx)
 	if err != nil {
-		return api.CatalogCopy{}, fmt.Errorf("catalog: %w", err)
+		return catalog.Copy{}, fmt.Errorf("catalog: %w", err)
 	}
 	if models == nil {
 		models = []api.Model{}
 	}
-	cp := api.CatalogCopy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(), Models: models}
+	cp := catalog.Copy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(), Models: models}
 	path := filepath.Join(cfg.StateDir, catalogFile)
 	if err := writeJSONAtomic(path, cp); err != nil {
-		return api.CatalogCopy{}, fmt.Errorf("catalog copy: %w", err)
+		return catalog.Copy{}, fmt.Errorf("catalog copy: %w", err)
 	}
 	return cp, nil
 }

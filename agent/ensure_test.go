@@ -22,6 +22,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // origin serves one file slowly enough that concurrent ensures overlap, and
@@ -127,7 +128,7 @@ func TestEnsureSharedByConcurrentClients(t *testing.T) {
 	}
 	wg.Wait()
 
-	want := weights.CachePathFor(cfg.CacheDir, source)
+	want := catalog.CachePathFor(cfg.CacheDir, source)
 	for i := range clients {
 		if errs[i] != nil || paths[i] != want {
 			t.Errorf("client %d: Ensure = %q, %v; want %q", i, paths[i], errs[i], want)
@@ -246,7 +247,7 @@ func TestStopDuringFetchKeepsPart(t *testing.T) {
 	lc, stop := start(t, a)
 
 	source := o.srv.URL + "/m.gguf"
-	target := weights.CachePathFor(cfg.CacheDir, source)
+	target := catalog.CachePathFor(cfg.CacheDir, source)
 	moving := make(chan struct{})
 	var once sync.Once
 	errc := make(chan error, 1)

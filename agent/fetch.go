@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // rateWindow is how far back a fetch's rate looks: long enough to smooth
@@ -107,8 +108,8 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	fl := a.flights[req.Source]
 	if fl == nil {
 		fl = &flight{source: req.Source, subs: map[*subscriber]struct{}{}}
-		if weights.KindOf(req.Source) == weights.KindRemote {
-			_, err := os.Stat(weights.CachePathFor(f.CacheDir, req.Source) + ".part")
+		if catalog.KindOf(req.Source) == catalog.KindRemote {
+			_, err := os.Stat(catalog.CachePathFor(f.CacheDir, req.Source) + catalog.PartSuffix)
 			fl.resumed = err == nil
 		}
 		a.flights[req.Source] = fl
@@ -127,7 +128,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	moved := fl.fetch != nil
 	// Only a remote source is fetched; a missing path is the hook's news,
 	// not a failed fetch.
-	failed := err != nil && ctx.Err() == nil && !fl.counted && weights.KindOf(req.Source) == weights.KindRemote
+	failed := err != nil && ctx.Err() == nil && !fl.counted && catalog.KindOf(req.Source) == catalog.KindRemote
 	if failed {
 		fl.counted = true
 	}

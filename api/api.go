@@ -99,9 +99,3 @@ type Model = catalog.Model
 type Models struct {
 	Models []Model `json:"models"`
 }
-
-// MaxModelName: see catalog.MaxModelName.
-const MaxModelName = catalog.MaxModelName
-
-// ValidModelName: see catalog.ValidModelName.
-func ValidModelName(name string) error { return catalog.ValidModelName(name) }

@@ -12,8 +12,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"time"
-
-	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // The agent's local API: HTTP over a unix socket that only root can open.
@@ -100,12 +98,6 @@ type CatalogStatus struct {
 	Models  int       `json:"models"`
 	Error   string    `json:"error,omitempty"`
 }
-
-// CatalogCopy is the node-local catalog copy; see catalog.Copy.
-type CatalogCopy = catalog.Copy
-
-// ReadCatalogCopy reads a catalog copy the agent wrote.
-func ReadCatalogCopy(path string) (CatalogCopy, error) { return catalog.ReadCopy(path) }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent
 // is not installed, not running, or restarting. Test for it with errors.Is.

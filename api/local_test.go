@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,27 +144,5 @@ func TestLocalClientStatusAndContext(t *testing.T) {
 	defer cancel()
 	if _, err := lc.Ensure(ctx, "slow", "", 0, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Ensure past its deadline = %v, want DeadlineExceeded", err)
-	}
-}
-
-func TestCatalogCopy(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "catalog.json")
-	if _, err := ReadCatalogCopy(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("ReadCatalogCopy(missing) = %v, want ErrNotExist", err)
-	}
-	os.WriteFile(path, []byte(`{"coordinator":"http://c","fetched":"2026-01-01T00:00:00Z","models":[{"name":"a","source":"/m/a.gguf"}]}`), 0o644)
-	cp, err := ReadCatalogCopy(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, ok := cp.Lookup("a"); !ok || m.Source != "/m/a.gguf" {
-		t.Errorf("Lookup(a) = %+v, %v", m, ok)
-	}
-	if _, ok := cp.Lookup("b"); ok {
-		t.Error("Lookup(b) found a model that is not there")
-	}
-	os.WriteFile(path, []byte(`{"models":`), 0o644)
-	if _, err := ReadCatalogCopy(path); err == nil || !strings.Contains(err.Error(), path) {
-		t.Errorf("ReadCatalogCopy(torn) = %v, want an error naming the file", err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // The coordinator's targets (DESIGN.md §6 and issue 5): ingest at least
@@ -59,12 +59,12 @@ func benchCluster() (models []api.Model, reports []*api.Report) {
 			for k := range benchWeights {
 				m := models[(n*3+k*4+k/13)%benchModels]
 				w := api.Weight{Size: m.Size, Complete: true}
-				switch weights.KindOf(m.Source) {
-				case weights.KindPath:
+				switch catalog.KindOf(m.Source) {
+				case catalog.KindPath:
 					w.Path, w.Shared = m.Source, true
-				case weights.KindRemote:
-					w.Path = weights.CachePathFor(r.Cache.Dir, m.Source)
-				case weights.KindModelID:
+				case catalog.KindRemote:
+					w.Path = catalog.CachePathFor(r.Cache.Dir, m.Source)
+				case catalog.KindModelID:
 					w.Path = "/var/cache/hf/hub/models--" + m.Source + "/snapshots/0123456789abcdef"
 					w.ModelID, w.Revision = m.Source, "0123456789abcdef"
 				}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
@@ -30,7 +30,7 @@ var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // validModel checks a catalog entry and says what is wrong with it.
 func validModel(m *api.Model) error {
-	if err := api.ValidModelName(m.Name); err != nil {
+	if err := catalog.ValidModelName(m.Name); err != nil {
 		return api.Errorf(api.CodeInvalid, "%v", err)
 	}
 	bad := func(format string, args ...any) error {
@@ -43,23 +43,23 @@ func validModel(m *api.Model) error {
 		return bad("source must be at most %d bytes of text without NUL", MaxPath)
 	case strings.ContainsAny(m.Source, " \t\n\r"):
 		return bad("source %q contains white space", m.Source)
-	case weights.KindOf(m.Source) == weights.KindPath && !strings.HasPrefix(m.Source, "/"):
+	case catalog.KindOf(m.Source) == catalog.KindPath && !strings.HasPrefix(m.Source, "/"):
 		return bad("source %q is a relative path; nodes see absolute paths, so give one", m.Source)
 	case m.Size < 0:
 		return bad("size is negative")
 	case m.GPUMemory < 0:
 		return bad("GPU memory is negative")
 	}
-	switch weights.KindOf(m.Source) {
-	case weights.KindPath:
+	switch catalog.KindOf(m.Source) {
+	case catalog.KindPath:
 		// Nodes report clean paths, and two spellings of one path must
 		// collide on the catalog's unique source, not become two models of
 		// which one is never held.
 		m.Source = filepath.Clean(m.Source)
-	case weights.KindRemote:
+	case catalog.KindRemote:
 		// Fetched into a cache file named after the source's file; a name
 		// no scan takes for weights would be fetched and never seen as held.
-		if name := filepath.Base(weights.CachePathFor("/", m.Source)); !weights.IsWeightName(name) {
+		if name := filepath.Base(catalog.CachePathFor("/", m.Source)); !catalog.IsWeightName(name) {
 			return bad("source %q does not name a weight file (.gguf, .safetensors, .bin, .pt or .pth), so a fetched copy would never count as held; name the file itself", m.Source)
 		}
 	}
@@ -106,7 +106,7 @@ func (s *Server) putModel(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if err := api.ValidModelName(name); err != nil {
+	if err := catalog.ValidModelName(name); err != nil {
 		return api.Errorf(api.CodeInvalid, "%v", err)
 	}
 	err := s.changeCatalog(r.Context(), func(ctx context.Context) error { return s.db.DeleteModel(ctx, name) })
@@ -152,7 +152,7 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) getModelStatus(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("model")
-	if err := api.ValidModelName(name); err != nil {
+	if err := catalog.ValidModelName(name); err != nil {
 		return api.Errorf(api.CodeInvalid, "%v", err)
 	}
 	st, ok := s.ModelStatus(name, s.now())

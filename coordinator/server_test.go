@@ -17,7 +17,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
@@ -316,18 +316,18 @@ func TestStatusPerFabric(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, Config{ReportInterval: 30 * time.Second, StallAfter: time.Minute}, testTokens)
 	const qwen = "hf:Qwen/Qwen2.5-7B-GGUF/qwen2.5-7b-q4.gguf"
-	catalog := []api.Model{
+	models := []api.Model{
 		{Name: "llama", Source: "/lustre/models/llama-70b", Size: 141e9},
 		{Name: "qwen", Source: qwen, Size: 4.7e9},
 		{Name: "mistral", Source: "/scratch/mistral"},
 	}
-	for _, m := range catalog {
+	for _, m := range models {
 		if _, err := e.admin.PutModel(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	lustre := api.Weight{Path: "/lustre/models/llama-70b", Size: 141e9, Shared: true, Complete: true}
-	qwenLocal := api.Weight{Path: weights.CachePathFor("/var/cache/llmgw", qwen), Size: 4.7e9, Complete: true}
+	qwenLocal := api.Weight{Path: catalog.CachePathFor("/var/cache/llmgw", qwen), Size: 4.7e9, Complete: true}
 	halfQwen := api.Weight{Path: qwenLocal.Path, Complete: false, Problem: "missing part 2 of 2"}
 
 	// n9 reports first and then falls silent: it goes stale.
@@ -466,7 +466,7 @@ func TestCatalogAfterReports(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, Config{}, testTokens)
 	const src = "https://example.org/m/model.safetensors"
-	w := api.Weight{Path: weights.CachePathFor("/var/cache/llmgw", src), Size: 10, Complete: true}
+	w := api.Weight{Path: catalog.CachePathFor("/var/cache/llmgw", src), Size: 10, Complete: true}
 	if err := e.agent.PostReport(ctx, report("gpu01", "ib-a", 1, w)); err != nil {
 		t.Fatal(err)
 	}

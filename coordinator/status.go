@@ -11,7 +11,7 @@ import (
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/slurm"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // group is one (model, fabric): the fresh nodes holding a complete copy each
@@ -184,7 +184,7 @@ func (s *Server) presence(a *agg, m api.Model, fabric string) api.FabricPresence
 		p.Fetching = g.fetching
 	}
 	if p.Serve == api.HoldNone {
-		p.Fetchable = s.view.kinds[m.Name] == weights.KindRemote
+		p.Fetchable = s.view.kinds[m.Name] == catalog.KindRemote
 		switch {
 		case m.Size > 0:
 			p.FetchBytes = m.Size

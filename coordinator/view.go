@@ -9,7 +9,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // view is the coordinator's in-memory copy of what the store holds: the
@@ -32,7 +32,7 @@ type view struct {
 	models []api.Model       // name order
 	source map[string]string // catalog source → model name, to name fetches
 	model  map[string]int    // model name → index in models
-	kinds  map[string]weights.Kind
+	kinds  map[string]catalog.Kind
 }
 
 func newView() *view {
@@ -70,11 +70,11 @@ func (v *view) setModels(models []api.Model) {
 	v.models = models
 	v.source = make(map[string]string, len(models))
 	v.model = make(map[string]int, len(models))
-	v.kinds = make(map[string]weights.Kind, len(models))
+	v.kinds = make(map[string]catalog.Kind, len(models))
 	for i, m := range models {
 		v.source[m.Source] = m.Name
 		v.model[m.Name] = i
-		v.kinds[m.Name] = weights.KindOf(m.Source)
+		v.kinds[m.Name] = catalog.KindOf(m.Source)
 	}
 }
 

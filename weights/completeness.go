@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/llmgw/llmgw/weights/catalog"
 	"io"
 	"os"
 	"path"
@@ -15,15 +14,9 @@ import (
 	"syscall"
 )
 
-// The names below decide what a scan counts as weights and when a candidate
-// is finished. They are about names only (no I/O) except scanReadIndex.
-
-// IsWeightName: see catalog.IsWeightName.
-func IsWeightName(name string) bool { return catalog.IsWeightName(name) }
-
-func hasWeightExt(name string) bool { return catalog.HasWeightExt(name) }
-
-func scanIsPartialName(name string) bool { return catalog.IsPartialName(name) }
+// The names below decide when a candidate is finished; what counts as a
+// weight file at all is catalog.IsWeightName. They are about names only (no
+// I/O) except scanReadIndex.
 
 // scanSplitGGUF parses a split GGUF part name as llama.cpp's gguf-split
 // writes it, "PREFIX-00001-of-00003.gguf". A split model loads from its

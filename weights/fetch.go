@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Default fetch settings.
@@ -116,7 +118,7 @@ func (e *FetchError) Unwrap() error { return e.Err }
 // sources; remote sources need CacheDir. A Fetcher must not be copied after
 // first use, and its fields must not change while Ensure runs.
 type Fetcher struct {
-	// CacheDir is where remote sources land, named by CachePathFor. Required
+	// CacheDir is where remote sources land, named by catalog.CachePathFor. Required
 	// for remote sources.
 	CacheDir string
 
@@ -206,7 +208,7 @@ type fetchCall struct {
 // A missing path is an error wrapping ErrNotLocal. A bare model id
 // ("Qwen/Qwen2.5-7B-Instruct") is returned unchanged: vLLM and SGLang resolve
 // those themselves. "hf:org/repo[@revision]/file" and "http(s)://" sources
-// are fetched into CacheDir under CachePathFor's name.
+// are fetched into CacheDir under catalog.CachePathFor's name.
 //
 // Concurrent calls for one source share a single fetch. The fetch runs on its
 // own context, canceled only when every caller waiting on it has given up:
@@ -221,10 +223,10 @@ type fetchCall struct {
 // have been checked; no partial or unverified file is ever visible under the
 // real name. Errors are *FetchError.
 func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string, error) {
-	switch KindOf(source) {
-	case KindInvalid:
+	switch catalog.KindOf(source) {
+	case catalog.KindInvalid:
 		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("empty source; give a path, a model id, hf:org/repo/file or an http(s) URL")}
-	case KindModelID:
+	case catalog.KindModelID:
 		if err := checkModelID(source); err != nil {
 			return "", &FetchError{Source: source, Op: "parse", Err: err}
 		}
@@ -232,7 +234,7 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		// doing it for it would be a duplicate downloader and a change in
 		// documented behaviour.
 		return source, nil
-	case KindPath:
+	case catalog.KindPath:
 		if _, err := os.Stat(source); err != nil {
 			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 				return "", &FetchError{Source: source, Op: "check", Err: fmt.Errorf("%w (%v)", ErrNotLocal, err)}
@@ -255,7 +257,7 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 	if f.CacheDir == "" {
 		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
-	target := CachePathFor(f.CacheDir, source)
+	target := catalog.CachePathFor(f.CacheDir, source)
 	if p, ok, err := present(ctx, target, want); err != nil {
 		return "", &FetchError{Source: source, Op: "check", Err: err}
 	} else if ok {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // download is one fetch of one remote source into target.
@@ -80,8 +82,8 @@ func (e *writeError) Error() string { return e.err.Error() }
 func (e *writeError) Unwrap() error { return e.err }
 
 func (d *download) run(ctx context.Context) (string, error) {
-	d.part = d.target + ".part"
-	d.statePath = d.part + ".ranges"
+	d.part = d.target + catalog.PartSuffix
+	d.statePath = d.target + catalog.RangesSuffix
 	d.total.Store(-1)
 	if d.rem.hf {
 		d.token = d.f.hfToken()

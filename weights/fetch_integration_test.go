@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // fetchTinyDisk mounts a 1 MiB tmpfs for the cache: a real full disk, with
@@ -57,7 +59,7 @@ func TestFetchIntegrationNoSpace(t *testing.T) {
 			if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), tc.say) || !strings.Contains(err.Error(), o.url()) {
 				t.Fatalf("Ensure on a 1 MiB disk = %v; want ErrNoSpace saying %q and naming the source", err, tc.say)
 			}
-			assertAbsent(t, CachePathFor(f.CacheDir, o.url()))
+			assertAbsent(t, catalog.CachePathFor(f.CacheDir, o.url()))
 			t.Log(err)
 		})
 	}

@@ -114,7 +114,7 @@ func (s *rangeState) save(path string) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
+	tmp := path + ".tmp" // catalog.RangesTmpSuffix, since path ends in catalog.RangesSuffix
 	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // TestEnsureParallel proves a large file is fetched over several TCP
@@ -40,7 +42,7 @@ func TestEnsureParallel(t *testing.T) {
 			t.Errorf("request %q has If-Range %q, want the ETag", r.Range, r.IfRange)
 		}
 	}
-	target := CachePathFor(f.CacheDir, o.url())
+	target := catalog.CachePathFor(f.CacheDir, o.url())
 	assertAbsent(t, target+".part.ranges")
 }
 
@@ -54,7 +56,7 @@ func TestEnsureParallelResume(t *testing.T) {
 	f.IdleTimeout, f.Retries = 300*time.Millisecond, -1
 	failedFetch(t, f, o.url(), Want{}, "no data received")
 
-	target := CachePathFor(f.CacheDir, o.url())
+	target := catalog.CachePathFor(f.CacheDir, o.url())
 	b, err := os.ReadFile(target + ".part.ranges")
 	if err != nil {
 		t.Fatalf("no range state after a failed parallel fetch: %v", err)
@@ -150,7 +152,7 @@ func TestRangeState(t *testing.T) {
 func TestEnsureDiscardsUntrustedPart(t *testing.T) {
 	o := newFakeOrigin(t, 300<<10)
 	f := testFetcher(t)
-	target := CachePathFor(f.CacheDir, o.url())
+	target := catalog.CachePathFor(f.CacheDir, o.url())
 	if err := os.MkdirAll(f.CacheDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ func TestEnsureParallelWrongSHA256(t *testing.T) {
 	f.Connections, f.ParallelMin, f.ChunkSize = 4, 1<<20, 512<<10
 	wrong := strings.Repeat("cd", 32)
 	failedFetch(t, f, o.url(), Want{SHA256: wrong}, "sha256 mismatch: expected "+wrong+", got "+sha256Hex(o.data))
-	target := CachePathFor(f.CacheDir, o.url())
+	target := catalog.CachePathFor(f.CacheDir, o.url())
 	assertAbsent(t, target+".part")
 	assertAbsent(t, target+".part.ranges")
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 func TestProgressPercent(t *testing.T) {
@@ -126,8 +128,8 @@ func TestEnsureFetchesIntoCache(t *testing.T) {
 	o := newFakeOrigin(t, 300<<10)
 	f := testFetcher(t)
 	got := mustEnsure(t, f, o.url(), Want{SHA256: sha256Hex(o.data), Size: int64(len(o.data))})
-	if want := CachePathFor(f.CacheDir, o.url()); got != want {
-		t.Errorf("path = %s, want CachePathFor's %s", got, want)
+	if want := catalog.CachePathFor(f.CacheDir, o.url()); got != want {
+		t.Errorf("path = %s, want catalog.CachePathFor's %s", got, want)
 	}
 	assertFile(t, got, o.data)
 	for _, leftover := range []string{got + ".part", got + ".part.ranges", got + ".part.ranges.tmp"} {
@@ -214,7 +216,7 @@ func TestEnsureCancelContract(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Ensure = %v, want the deadline", err)
 		}
-		target := CachePathFor(f.CacheDir, o.url())
+		target := catalog.CachePathFor(f.CacheDir, o.url())
 		waitFor(t, "the origin to see the client go away", func() bool { return o.aborted.Load() == 1 })
 		// The canceled fetch stops writing; what it wrote stays for a resume.
 		waitFor(t, "the canceled fetch to finish", func() bool {
@@ -324,7 +326,7 @@ func failedFetch(t *testing.T, f *Fetcher, source string, want Want, cause strin
 		t.Errorf("error %q does not say %q", err, cause)
 	}
 	if f.CacheDir != "" {
-		assertAbsent(t, CachePathFor(f.CacheDir, source))
+		assertAbsent(t, catalog.CachePathFor(f.CacheDir, source))
 	}
 	return err
 }
@@ -390,7 +392,7 @@ func TestEnsureIgnoresRange(t *testing.T) {
 	f := testFetcher(t)
 	f.Retries = -1
 	failedFetch(t, f, o.url(), Want{}, "unexpected EOF")
-	part := CachePathFor(f.CacheDir, o.url()) + ".part"
+	part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
 	if st, err := os.Stat(part); err != nil || st.Size() != 200<<10 {
 		t.Fatalf("after the cut: %v %v; want the 200 KiB kept", st, err)
 	}
@@ -422,7 +424,7 @@ func TestEnsureConnectionCut(t *testing.T) {
 		f := testFetcher(t)
 		f.Retries = -1
 		failedFetch(t, f, o.url(), Want{}, "unexpected EOF")
-		part := CachePathFor(f.CacheDir, o.url()) + ".part"
+		part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
 		st, err := os.Stat(part)
 		if err != nil || st.Size() != 100<<10 {
 			t.Fatalf(".part after the cut: %v %v; want 100 KiB kept", st, err)
@@ -457,7 +459,7 @@ func TestEnsureStalledConnection(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("took %s to give up on a stalled connection", took)
 	}
-	part := CachePathFor(f.CacheDir, o.url()) + ".part"
+	part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
 	if st, err := os.Stat(part); err != nil || st.Size() != 128<<10 {
 		t.Fatalf(".part after stall: %v %v; want 128 KiB kept", st, err)
 	}
@@ -501,7 +503,7 @@ func TestEnsureRemoteChanged(t *testing.T) {
 			}
 			failedFetch(t, f, o.url(), Want{}, cause)
 			if tc.parallel {
-				st := loadState(CachePathFor(f.CacheDir, o.url())+".part.ranges", o.url())
+				st := loadState(catalog.CachePathFor(f.CacheDir, o.url())+".part.ranges", o.url())
 				if st == nil || st.doneBytes() == 0 {
 					t.Fatalf("state after the stall: %+v; want finished chunks of version 1", st)
 				}
@@ -529,7 +531,7 @@ func TestEnsureWrongSHA256(t *testing.T) {
 	if !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), sha256Hex(o.data)) {
 		t.Errorf("error %q must name expected and actual digests", err)
 	}
-	target := CachePathFor(f.CacheDir, o.url())
+	target := catalog.CachePathFor(f.CacheDir, o.url())
 	assertAbsent(t, target+".part")
 	assertAbsent(t, target+".part.ranges")
 
@@ -547,7 +549,7 @@ func TestEnsureWrongSHA256(t *testing.T) {
 	t.Run("wrong size found at the end", func(t *testing.T) {
 		o.set(func(o *fakeOrigin) { o.noLength = true })
 		failedFetch(t, f, o.url(), Want{Size: 12345}, "expected 12345 bytes, got 307200; discarded")
-		assertAbsent(t, CachePathFor(f.CacheDir, o.url())+".part")
+		assertAbsent(t, catalog.CachePathFor(f.CacheDir, o.url())+".part")
 	})
 }
 
@@ -660,7 +662,7 @@ func TestEnsureCutThenReconnectRefused(t *testing.T) {
 	}
 	f := testFetcher(t)
 	failedFetch(t, f, o.url(), Want{}, "404")
-	part := CachePathFor(f.CacheDir, o.url()) + ".part"
+	part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
 	if st, err := os.Stat(part); err != nil || st.Size() != 100<<10 {
 		t.Errorf("after the refused reconnect: %v %v; want the 100 KiB kept for a later resume", st, err)
 	}

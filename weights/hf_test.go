@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 func TestParseRemote(t *testing.T) {
@@ -62,7 +64,7 @@ func TestEnsureHub(t *testing.T) {
 		if len(reqs) != 2 || reqs[0].Status != http.StatusFound || reqs[0].Auth != "Bearer hf_secret" {
 			t.Errorf("requests %+v; want the hub's redirect, asked with the token, then the file", reqs)
 		}
-		if got := CachePathFor(f.CacheDir, src); !strings.HasSuffix(got, "-model.gguf") {
+		if got := catalog.CachePathFor(f.CacheDir, src); !strings.HasSuffix(got, "-model.gguf") {
 			t.Errorf("cache path %s", got)
 		}
 	})
@@ -73,7 +75,7 @@ func TestEnsureHub(t *testing.T) {
 		f.HFEndpoint = o.srv.URL
 		src := "hf:org/repo/model.gguf"
 		failedFetch(t, f, src, Want{}, "sha256 mismatch: expected "+strings.Repeat("0", 64))
-		assertAbsent(t, CachePathFor(f.CacheDir, src)+".part")
+		assertAbsent(t, catalog.CachePathFor(f.CacheDir, src)+".part")
 	})
 	t.Run("catalog and hub disagree", func(t *testing.T) {
 		o := newFakeOrigin(t, 200<<10)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // TestHelperFetchProcess is not a test: TestEnsureOneFetchPerNode runs the
@@ -64,7 +66,7 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 		}
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
-	want := "PATH=" + CachePathFor(filepath.Join(dir, "cache"), o.url())
+	want := "PATH=" + catalog.CachePathFor(filepath.Join(dir, "cache"), o.url())
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("process %d: %v\n%s", i, err, outs[i])

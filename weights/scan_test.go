@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Helpers that build real trees in t.TempDir().
@@ -771,11 +773,11 @@ func TestScanNameRules(t *testing.T) {
 		{name: "model-00001-of-00003.safetensors", weight: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsWeightName(tc.name); got != tc.weight {
-				t.Errorf("IsWeightName(%q) = %v, want %v", tc.name, got, tc.weight)
+			if got := catalog.IsWeightName(tc.name); got != tc.weight {
+				t.Errorf("catalog.IsWeightName(%q) = %v, want %v", tc.name, got, tc.weight)
 			}
-			if got := scanIsPartialName(tc.name); got != tc.partial {
-				t.Errorf("scanIsPartialName(%q) = %v, want %v", tc.name, got, tc.partial)
+			if got := catalog.IsPartialName(tc.name); got != tc.partial {
+				t.Errorf("catalog.IsPartialName(%q) = %v, want %v", tc.name, got, tc.partial)
 			}
 			if got := scanIsIndexName(tc.name); got != tc.index {
 				t.Errorf("scanIsIndexName(%q) = %v, want %v", tc.name, got, tc.index)

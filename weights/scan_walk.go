@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // scanMaxDepth bounds how deep a scan descends into one candidate. Real
@@ -187,7 +189,7 @@ func scanDir(ctx context.Context, dir string, opt ScanOptions) scanResult {
 func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 	name := e.name
 	abs := s.root + "/" + name
-	if scanIsPartialName(name) {
+	if catalog.IsPartialName(name) {
 		s.skip(abs, "a download still being written (not yet renamed to its final name)")
 		return
 	}
@@ -225,7 +227,7 @@ func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 		c := s.newCand(abs)
 		s.spawn(func() { s.candRoot(c) })
 	case t.IsRegular():
-		if !IsWeightName(name) {
+		if !catalog.IsWeightName(name) {
 			// Decided by name, before any stat: a directory of 100,000
 			// notes costs one listing.
 			s.skip(abs, "not weights (not a .gguf, .safetensors, .bin, .pt or .pth file)")
@@ -462,7 +464,7 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 		if err != nil {
 			if follow {
 				troubles = append(troubles, [2]string{relOf(name), scanLinkErr(err)})
-				if IsWeightName(name) {
+				if catalog.IsWeightName(name) {
 					broken++
 				}
 			} else {
@@ -480,11 +482,11 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 		size += st.size
 		n++
 		switch {
-		case scanIsPartialName(name):
+		case catalog.IsPartialName(name):
 			partials = append(partials, relOf(name))
 		case scanIsIndexName(name):
 			indexes = append(indexes, relOf(name))
-		case IsWeightName(name):
+		case catalog.IsWeightName(name):
 			weights = append(weights, scanNamedSize{relOf(name), st.size})
 		}
 	}

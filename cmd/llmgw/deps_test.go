@@ -23,10 +23,10 @@ var importRules = map[string]struct {
 	"weights":           {[]string{"weights/catalog"}, "weights stands alone: agent, hooks and coordinator all build on it"},
 	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
-	"agent":             {[]string{"api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
-	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
-	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
-	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
+	"agent":             {[]string{"api", "weights", "weights/catalog", "slurm"}, "an agent must not depend on server code or the database"},
+	"prolog":            {[]string{"api", "weights", "weights/catalog", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
+	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm"},
+	"coordinator/store": {[]string{"api", "weights/catalog"}, "the store persists api types; it decides nothing"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // defaultFetchCacheDir is the agent's default cache, so that what an
@@ -78,7 +79,7 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 	}
 	path, err := f.Ensure(ctx, fs.Arg(0), weights.Want{SHA256: *sum})
 	p.end()
-	if err != nil && ctx.Err() != nil && weights.KindOf(fs.Arg(0)) == weights.KindRemote {
+	if err != nil && ctx.Err() != nil && catalog.KindOf(fs.Arg(0)) == catalog.KindRemote {
 		return fmt.Errorf("%w; the bytes fetched so far are kept, and the same command resumes them", err)
 	}
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 func TestFetchCommand(t *testing.T) {
@@ -28,7 +28,7 @@ func TestFetchCommand(t *testing.T) {
 	cache, locks := filepath.Join(dir, "cache"), filepath.Join(dir, "locks")
 
 	code, out, stderr := llmgwRun(t, nil, "fetch", src, "--cache-dir", cache, "--lock-dir", locks, "--sha256", hex.EncodeToString(sum[:]))
-	want := weights.CachePathFor(cache, src)
+	want := catalog.CachePathFor(cache, src)
 	if code != 0 || out != want+"\n" {
 		t.Fatalf("llmgw fetch: exit %d, stdout %q, stderr %q; want 0 and %s", code, out, stderr, want)
 	}
@@ -43,7 +43,7 @@ func TestFetchCommand(t *testing.T) {
 	t.Run("cache dir from LLMGW_CACHE_DIR", func(t *testing.T) {
 		other := filepath.Join(t.TempDir(), "c2")
 		code, out, _ := llmgwRun(t, map[string]string{"LLMGW_CACHE_DIR": other, "LLMGW_LOCK_DIR": locks}, "fetch", src)
-		if code != 0 || out != weights.CachePathFor(other, src)+"\n" {
+		if code != 0 || out != catalog.CachePathFor(other, src)+"\n" {
 			t.Errorf("exit %d, stdout %q; want the path in %s", code, out, other)
 		}
 	})

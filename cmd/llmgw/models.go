@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 const modelsAbout = `Shows and changes the coordinator's model catalog.
@@ -88,7 +89,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 		if m.GPUMemory, err = parseBytes("--gpu-memory", *gpu); err != nil {
 			return err
 		}
-		if err := api.ValidModelName(m.Name); err != nil {
+		if err := catalog.ValidModelName(m.Name); err != nil {
 			return usagef("", "%v", err)
 		}
 	case "rm":

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 const statusAbout = `Shows, per fabric, whether each catalog model can be served without a fetch:
@@ -32,7 +32,7 @@ func statusCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("Try 'llmgw status' or 'llmgw status MODEL'", "status takes at most one MODEL, got %q", fs.Args())
 	}
 	if fs.NArg() == 1 {
-		if err := api.ValidModelName(fs.Arg(0)); err != nil {
+		if err := catalog.ValidModelName(fs.Arg(0)); err != nil {
 			return usagef("'llmgw models list' shows the catalog", "%v", err)
 		}
 	}

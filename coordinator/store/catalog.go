@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // matcher says which catalog entry a reported weight is. It is rebuilt on
@@ -16,7 +16,7 @@ import (
 //
 // The rules follow what each kind of source means on a node:
 //   - a path source is the path itself, seen by the node;
-//   - a remote source (hf:, http(s)://) is the file weights.CachePathFor
+//   - a remote source (hf:, http(s)://) is the file catalog.CachePathFor
 //     names in that node's cache directory, nowhere else: a file of the same
 //     name elsewhere was not put there by llmgw and may be anything;
 //   - a bare model id is a Hugging Face cache snapshot of that id (or
@@ -30,12 +30,12 @@ type matcher struct {
 func newMatcher(models []api.Model) *matcher {
 	m := &matcher{byPath: map[string]string{}, byCacheName: map[string]string{}, byModelID: map[string]string{}}
 	for _, mod := range models {
-		switch weights.KindOf(mod.Source) {
-		case weights.KindPath:
+		switch catalog.KindOf(mod.Source) {
+		case catalog.KindPath:
 			m.byPath[filepath.Clean(mod.Source)] = mod.Name
-		case weights.KindRemote:
-			m.byCacheName[filepath.Base(weights.CachePathFor("/", mod.Source))] = mod.Name
-		case weights.KindModelID:
+		case catalog.KindRemote:
+			m.byCacheName[filepath.Base(catalog.CachePathFor("/", mod.Source))] = mod.Name
+		case catalog.KindModelID:
 			m.byModelID[mod.Source] = mod.Name
 		}
 	}

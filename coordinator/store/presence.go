@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // A node's presence is one JSON array in presence.weights, one object per
@@ -288,14 +288,14 @@ func (d *fastDecoder) bool(key string) bool {
 // substring is a hundred times cheaper than decoding, and a catalog change
 // concerns few nodes' weights.
 func needles(m api.Model) []string {
-	switch weights.KindOf(m.Source) {
-	case weights.KindPath:
+	switch catalog.KindOf(m.Source) {
+	case catalog.KindPath:
 		return []string{`"path":` + string(appendString(nil, filepath.Clean(m.Source)))}
-	case weights.KindRemote:
+	case catalog.KindRemote:
 		// The file in any node's cache dir: the path ends with its name.
-		base := filepath.Base(weights.CachePathFor("/", m.Source))
+		base := filepath.Base(catalog.CachePathFor("/", m.Source))
 		return []string{"/" + string(appendStringBody(nil, base)) + `"`}
-	case weights.KindModelID:
+	case catalog.KindModelID:
 		// Either the id itself or "id@revision": the model_id field starts
 		// with what precedes the first '@' either way.
 		id, _, _ := strings.Cut(m.Source, "@")

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // TestWeightsFormat holds the hand-written encoder and fast decoder to
@@ -164,7 +164,7 @@ func TestRematchIsIngest(t *testing.T) {
 	const remote = "hf:org/repo/w.gguf"
 	ws := []api.Weight{
 		{Path: "/hub/models--Org--M/snapshots/abc", ModelID: "Org/M", Revision: "abc", Complete: true},
-		{Path: weights.CachePathFor("/var/cache/llmgw", remote), Complete: true},
+		{Path: catalog.CachePathFor("/var/cache/llmgw", remote), Complete: true},
 		{Path: "/srv/x", Complete: true},
 	}
 	db := mustOpen(t)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // mustOpen opens a fresh database file in a temp dir (never :memory:, whose
@@ -159,7 +159,7 @@ func TestIngestMatching(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cachePath := weights.CachePathFor("/var/cache/llmgw", remote)
+	cachePath := catalog.CachePathFor("/var/cache/llmgw", remote)
 	for _, tc := range []struct {
 		name string
 		w    api.Weight
@@ -209,7 +209,7 @@ func TestCatalogChangeRematches(t *testing.T) {
 	const remote = "https://example.org/w/model.safetensors"
 	r := report("n1", 1,
 		api.Weight{Path: "/srv/llama", Complete: true, Shared: true},
-		api.Weight{Path: weights.CachePathFor("/var/cache/llmgw", remote), Complete: true},
+		api.Weight{Path: catalog.CachePathFor("/var/cache/llmgw", remote), Complete: true},
 		api.Weight{Path: "/hub/x", ModelID: "Qwen/Q", Complete: true},
 	)
 	if _, err := db.Ingest(ctx, []*api.Report{r}, t0); err != nil {
