@@ -28,8 +28,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // Agent is one node's daemon. Create it with New; Run serves until its
@@ -44,17 +45,17 @@ type Agent struct {
 	debounce       time.Duration
 	backoffBase    time.Duration
 	backoffCap     time.Duration
-	notifySocket   string                   // $NOTIFY_SOCKET
-	configureFetch func(f *weights.Fetcher) // applied to every Fetcher made
+	notifySocket   string                 // $NOTIFY_SOCKET
+	configureFetch func(f *fetch.Fetcher) // applied to every Fetcher made
 
 	kickc chan kick // wakes the loops; see kick
 
 	mu      sync.Mutex
 	cfg     Config  // in force
 	pending *Config // from Reload, applied before the next scan
-	fetcher *weights.Fetcher
+	fetcher *fetch.Fetcher
 	flights map[string]*flight
-	inv     weights.Inventory
+	inv     scan.Inventory
 	invFP   string
 	scanned time.Time
 	scanDur time.Duration
@@ -167,9 +168,9 @@ func (a *Agent) applyPending() {
 }
 
 // fetcherLocked returns the Fetcher for the current config. a.mu is held.
-func (a *Agent) fetcherLocked() *weights.Fetcher {
+func (a *Agent) fetcherLocked() *fetch.Fetcher {
 	if a.fetcher == nil {
-		f := &weights.Fetcher{
+		f := &fetch.Fetcher{
 			CacheDir:    a.cfg.CacheDir,
 			Connections: a.cfg.Connections,
 			OnProgress:  a.onProgress,
@@ -213,7 +214,7 @@ func scanDirs(cfg Config) []string {
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := weights.Scan(ctx, scanDirs(cfg), weights.ScanOptions{DirTimeout: cfg.DirTimeout})
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout})
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -245,7 +246,7 @@ func (a *Agent) scan(ctx context.Context) bool {
 // logDirChanges logs a directory that became unreadable, missing, or
 // fine again — once per change, not once per scan: a mount that is gone
 // overnight is one line, and the report carries its state every time.
-func (a *Agent) logDirChanges(dirs []weights.Dir) {
+func (a *Agent) logDirChanges(dirs []scan.Dir) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := map[string]string{}

@@ -20,8 +20,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // fakeCoord stands in for the coordinator: a real HTTP server speaking the
@@ -150,7 +150,7 @@ func newTestAgent(t *testing.T, cfg Config) *Agent {
 	a.backoffCap = 100 * time.Millisecond
 	a.notifySocket = ""
 	lockDir := filepath.Join(t.TempDir(), "locks")
-	a.configureFetch = func(f *weights.Fetcher) {
+	a.configureFetch = func(f *fetch.Fetcher) {
 		f.LockDir = lockDir
 		f.ProgressInterval = 20 * time.Millisecond
 		f.RetryWait = 10 * time.Millisecond

@@ -88,7 +88,7 @@ type Config struct {
 	// agents started together do not report together.
 	ReportInterval time.Duration `toml:"report_interval"`
 	// DirTimeout bounds the scan of one directory (default
-	// weights.DefaultDirTimeout); a mount that does not answer in time is
+	// scan.DefaultDirTimeout); a mount that does not answer in time is
 	// reported as such and the rest of the scan carries on.
 	DirTimeout time.Duration `toml:"dir_timeout"`
 	// Connections is how many ranges one fetch downloads at once (default

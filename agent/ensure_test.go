@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // origin serves one file slowly enough that concurrent ensures overlap, and
@@ -361,9 +361,9 @@ func TestProgressAccounting(t *testing.T) {
 			sub := newSubscriber()
 			a.flights["hf:o/r/m.gguf"] = &flight{source: "hf:o/r/m.gguf", waiters: 1, resumed: tc.resumed, subs: map[*subscriber]struct{}{sub: {}}}
 			for _, done := range []int64{100, 250, 300} {
-				a.onProgress(weights.Progress{Source: "hf:o/r/m.gguf", Done: done, Total: 300})
+				a.onProgress(fetch.Progress{Source: "hf:o/r/m.gguf", Done: done, Total: 300})
 			}
-			a.onProgress(weights.Progress{Source: "other", Done: 5, Total: 5}) // nobody waits: ignored
+			a.onProgress(fetch.Progress{Source: "other", Done: 5, Total: 5}) // nobody waits: ignored
 			if got := testutil.ToFloat64(a.metrics.fetchedBytes); got != tc.want {
 				t.Errorf("fetched_bytes_total = %v, want %v", got, tc.want)
 			}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // rateWindow is how far back a fetch's rate looks: long enough to smooth
@@ -120,7 +120,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	}
 	a.mu.Unlock()
 
-	path, err := f.Ensure(ctx, req.Source, weights.Want{SHA256: req.SHA256, Size: req.Size})
+	path, err := f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 
 	a.mu.Lock()
 	fl.waiters--
@@ -153,7 +153,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 
 // onProgress is the Fetcher's OnProgress: it updates the fetch's entry and
 // passes the figure to every hook waiting for the source.
-func (a *Agent) onProgress(p weights.Progress) {
+func (a *Agent) onProgress(p fetch.Progress) {
 	now := time.Now()
 	a.mu.Lock()
 	fl := a.flights[p.Source]
@@ -224,13 +224,13 @@ func (a *Agent) fetchesNow(now time.Time) []api.Fetch {
 // with: the code says what the hook can do about it.
 func ensureError(ctx context.Context, err error) *api.Error {
 	var ae *api.Error
-	var fe *weights.FetchError
+	var fe *fetch.Error
 	switch {
 	case errors.As(err, &ae):
 		return ae
 	case ctx.Err() != nil:
 		return api.Errorf(api.CodeUnavailable, "agent stopped waiting: %v", ctx.Err())
-	case errors.Is(err, weights.ErrNotLocal):
+	case errors.Is(err, fetch.ErrNotLocal):
 		return api.Errorf(api.CodeNotFound, "%s", err.Error())
 	case errors.As(err, &fe) && fe.Op == "parse":
 		return api.Errorf(api.CodeInvalid, "%s", err.Error())

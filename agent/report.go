@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/fetch"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // Bounds on what a report carries about the agent's own troubles: enough
@@ -29,7 +30,7 @@ const (
 // weight directory is configured: the cache directory is always scanned,
 // but a node told to look nowhere says so, and must rank exactly like a
 // node that looked and found nothing.
-func reportOf(inv weights.Inventory, looked bool) api.Report {
+func reportOf(inv scan.Inventory, looked bool) api.Report {
 	r := api.Report{Looked: looked, Weights: make([]api.Weight, 0, len(inv.Weights))}
 	for _, w := range inv.Weights {
 		r.Weights = append(r.Weights, api.Weight{
@@ -49,14 +50,14 @@ func reportOf(inv weights.Inventory, looked bool) api.Report {
 // fingerprint is what, in an inventory, is worth an immediate report when
 // it changes: the weights and whether each directory could be read. Scan
 // timings are left out, or every scan would look like a change.
-func fingerprint(inv weights.Inventory) string {
+func fingerprint(inv scan.Inventory) string {
 	type dir struct {
 		Path    string
 		Missing bool
 		Err     string
 	}
 	v := struct {
-		W []weights.Local
+		W []scan.Local
 		D []dir
 	}{W: inv.Weights}
 	for _, d := range inv.Dirs {
@@ -71,7 +72,7 @@ func fingerprint(inv weights.Inventory) string {
 // fetch, on the filesystem of its nearest existing parent, so that is the
 // room there is.
 func cacheRoom(dir string) (api.Cache, error) {
-	r, err := weights.RoomFor(dir)
+	r, err := fetch.RoomFor(dir)
 	return api.Cache{Dir: dir, FreeBytes: r.Free, TotalBytes: r.Total}, err
 }
 

@@ -49,7 +49,7 @@ type Report struct {
 	AgentVersion string   `json:"agent_version"`
 }
 
-// Weight is one model a node can see (weights.Local on the wire).
+// Weight is one model a node can see (scan.Local on the wire).
 type Weight struct {
 	Path     string `json:"path"`
 	Size     int64  `json:"size_bytes"`

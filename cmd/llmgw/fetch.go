@@ -10,8 +10,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/llmgw/llmgw/weights"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // defaultFetchCacheDir is the agent's default cache, so that what an
@@ -33,13 +33,13 @@ node waits for the first. Progress goes to stderr. HF_ENDPOINT and HF_TOKEN
 are honoured for hf: sources. The cache directory can also be set with
 LLMGW_CACHE_DIR.`
 
-// fetchCmd wires flags into a weights.Fetcher and prints the path.
+// fetchCmd wires flags into a fetch.Fetcher and prints the path.
 func fetchCmd(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "fetch", lookup("fetch").synopsis, fetchAbout)
 	cacheDir := fs.String("cache-dir", defaultFetchCacheDir, "where remote sources are fetched to")
 	sum := fs.String("sha256", "", "expected sha256 of the file, hex; a mismatch deletes the download")
-	conns := fs.Int("connections", weights.DefaultConnections, "connections per fetch when the origin serves ranges")
-	lockDir := fs.String("lock-dir", "", "node-local directory for the one-fetch-per-node locks (default "+weights.DefaultLockDir+", or a per-user directory under $TMPDIR when that is not writable)")
+	conns := fs.Int("connections", fetch.DefaultConnections, "connections per fetch when the origin serves ranges")
+	lockDir := fs.String("lock-dir", "", "node-local directory for the one-fetch-per-node locks (default "+fetch.DefaultLockDir+", or a per-user directory under $TMPDIR when that is not writable)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 	if p.tty {
 		interval = 200 * time.Millisecond
 	}
-	f := &weights.Fetcher{
+	f := &fetch.Fetcher{
 		CacheDir:         dir,
 		LockDir:          *lockDir,
 		Connections:      *conns,
@@ -77,7 +77,7 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 		ProgressInterval: interval,
 		Log:              log,
 	}
-	path, err := f.Ensure(ctx, fs.Arg(0), weights.Want{SHA256: *sum})
+	path, err := f.Ensure(ctx, fs.Arg(0), fetch.Want{SHA256: *sum})
 	p.end()
 	if err != nil && ctx.Err() != nil && catalog.KindOf(fs.Arg(0)) == catalog.KindRemote {
 		return fmt.Errorf("%w; the bytes fetched so far are kept, and the same command resumes them", err)
@@ -109,7 +109,7 @@ type progressPrinter struct {
 	lastDone int64
 }
 
-func (p *progressPrinter) print(pr weights.Progress) {
+func (p *progressPrinter) print(pr fetch.Progress) {
 	now := time.Now()
 	// The rate since the last report; the first measures from the start
 	// (so bytes kept from an earlier attempt inflate it once).

@@ -11,11 +11,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // scanShownSkips is how many skipped entries per directory the table notes
-// name before summarising; --json lists up to weights.DefaultMaxSkipped.
+// name before summarising; --json lists up to scan.DefaultMaxSkipped.
 const scanShownSkips = 20
 
 func scanCmd(ctx context.Context, e *env, args []string) error {
@@ -30,7 +30,7 @@ unreadable, not answering, entries skipped and why) go to stderr.
 A DIR that does not exist is noted, not an error: the exit status is 0
 whenever the scan ran.`)
 	asJSON := fs.Bool("json", false, "print the inventory as JSON (the fields the agent reports)")
-	timeout := fs.Duration("timeout", weights.DefaultDirTimeout, "give up on a DIR that has not answered after this long")
+	timeout := fs.Duration("timeout", scan.DefaultDirTimeout, "give up on a DIR that has not answered after this long")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ whenever the scan ran.`)
 	if *timeout <= 0 {
 		return usagef("Give a positive duration, e.g. --timeout 30s", "--timeout must be positive, got %s", *timeout)
 	}
-	inv := weights.Scan(ctx, fs.Args(), weights.ScanOptions{DirTimeout: *timeout})
+	inv := scan.Scan(ctx, fs.Args(), scan.Options{DirTimeout: *timeout})
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -56,7 +56,7 @@ whenever the scan ran.`)
 	return nil
 }
 
-func scanTable(w io.Writer, ws []weights.Local) error {
+func scanTable(w io.Writer, ws []scan.Local) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATH\tSIZE\tWHERE\tMODEL\tSTATE")
 	for _, l := range ws {
@@ -81,7 +81,7 @@ func scanTable(w io.Writer, ws []weights.Local) error {
 }
 
 // scanNotes says, for each directory, what it was and what was passed over.
-func scanNotes(w io.Writer, inv weights.Inventory) {
+func scanNotes(w io.Writer, inv scan.Inventory) {
 	if len(inv.Weights) == 0 {
 		fmt.Fprintln(w, "no weights found")
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 func scanCLIFile(t *testing.T, p string, size int64) {
@@ -56,7 +56,7 @@ func TestScanCommand(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("llmgw scan --json = %d, want 0", code)
 		}
-		var inv weights.Inventory
+		var inv scan.Inventory
 		dec := json.NewDecoder(strings.NewReader(out))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&inv); err != nil {

@@ -1,13 +1,13 @@
-package weights
+package scan
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// scanRunAs runs a program as nobody (uid and gid 65534) and returns its
+// runAs runs a program as nobody (uid and gid 65534) and returns its
 // combined output.
-func scanRunAs(exe string, args, env []string) ([]byte, error) {
+func runAs(exe string, args, env []string) ([]byte, error) {
 	cmd := exec.Command(exe, args...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package weights
+package fetch
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 // real statfs answers and real ENOSPC, which no unit test can fake. Needs
 // root:
 //
-//	sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Fetch ./weights/
+//	sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Fetch ./weights/fetch/
 func fetchTinyDisk(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mounting tmpfs needs root: run 'sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Fetch ./weights/' or 'make integration'")
+		t.Skip("mounting tmpfs needs root: run 'sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Fetch ./weights/fetch/' or 'make integration'")
 	}
 	mnt := filepath.Join(t.TempDir(), "tiny")
 	if err := os.Mkdir(mnt, 0o755); err != nil {

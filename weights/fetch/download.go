@@ -1,4 +1,4 @@
-package weights
+package fetch
 
 import (
 	"context"
@@ -102,9 +102,9 @@ func (d *download) run(ctx context.Context) (string, error) {
 			continue
 		}
 		if err != nil {
-			var fe *FetchError
+			var fe *Error
 			if !errors.As(err, &fe) {
-				// The FetchError names the source; Go's *url.Error would
+				// The *Error names the source; Go's *url.Error would
 				// name the URL a second time, or name a redirect target,
 				// which for a CDN is a signed URL that must not travel into
 				// logs and the agent's reports. Only its host is kept.
@@ -116,7 +116,7 @@ func (d *download) run(ctx context.Context) (string, error) {
 						err = fmt.Errorf("%s %s: %w", ue.Op, redactURL(ue.URL), ue.Err)
 					}
 				}
-				err = &FetchError{Source: d.rem.source, Op: "get", Err: err}
+				err = &Error{Source: d.rem.source, Op: "get", Err: err}
 			}
 			// Info: the caller has the error and decides what it is worth.
 			d.log.WithError(err).Info("fetch failed")
@@ -247,7 +247,7 @@ func (d *download) parallel(st *rangeState) bool {
 func (d *download) checkHub(resp *http.Response) error {
 	d.hubSum = hubSHA256(resp)
 	if d.hubSum != "" && d.want.SHA256 != "" && d.hubSum != d.want.SHA256 {
-		return &FetchError{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
+		return &Error{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
 			"the catalog expects sha256 %s but the hub publishes %s for this revision; pin the revision (hf:org/repo@rev/file) or fix the catalog",
 			d.want.SHA256, d.hubSum)}
 	}
@@ -259,7 +259,7 @@ func (d *download) checkHub(resp *http.Response) error {
 // lot to download only to find they are the wrong ones.
 func (d *download) checkAnnounced(size int64) error {
 	if d.want.Size > 0 && size >= 0 && size != d.want.Size {
-		return &FetchError{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
+		return &Error{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
 			"size mismatch: expected %d bytes, the origin announces %d", d.want.Size, size)}
 	}
 	return nil
@@ -283,7 +283,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	}()
 	d.total.Store(st.Size)
 	if err := checkSpace(filepath.Dir(d.part), st.Size-off); err != nil {
-		return "", &FetchError{Source: d.rem.source, Op: "get", Err: err}
+		return "", &Error{Source: d.rem.source, Op: "get", Err: err}
 	}
 	flags := os.O_RDWR | os.O_CREATE
 	if off == 0 {
@@ -291,14 +291,14 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	}
 	fh, err := os.OpenFile(d.part, flags, 0o644)
 	if err != nil {
-		return "", &FetchError{Source: d.rem.source, Op: "write", Err: err}
+		return "", &Error{Source: d.rem.source, Op: "write", Err: err}
 	}
 	defer fh.Close()
 	// The state is written before any byte, so bytes on disk always have a
 	// recorded provenance. Without a validator there is nothing to record.
 	if st.validator() != "" {
 		if err := st.save(d.statePath); err != nil {
-			return "", &FetchError{Source: d.rem.source, Op: "write", Err: err}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: err}
 		}
 	}
 	d.done.Store(off)
@@ -345,7 +345,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}
 		var we *writeError
 		if errors.As(err, &we) {
-			return "", &FetchError{Source: d.rem.source, Op: "write", Err: noSpace(we.err, filepath.Dir(d.part), st.Size-off)}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, filepath.Dir(d.part), st.Size-off)}
 		}
 		if n > 0 {
 			retry = 0 // progress: the budget is for a connection that gets nowhere
@@ -390,12 +390,12 @@ func (d *download) seal(ctx context.Context, fh *os.File, hashed <-chan hashResu
 	if hashed != nil {
 		h := <-hashed
 		if h.err != nil {
-			return "", &FetchError{Source: d.rem.source, Op: "verify", Err: h.err}
+			return "", &Error{Source: d.rem.source, Op: "verify", Err: h.err}
 		}
 		sum = h.sum
 	}
 	if err := fh.Close(); err != nil {
-		return "", &FetchError{Source: d.rem.source, Op: "write", Err: err}
+		return "", &Error{Source: d.rem.source, Op: "write", Err: err}
 	}
 	return d.finish(ctx, size, sum)
 }
@@ -423,7 +423,7 @@ func (d *download) checkRange(resp *http.Response, st *rangeState, from, to int6
 // digest computed while streaming, or "".
 func (d *download) finish(ctx context.Context, size int64, sum string) (string, error) {
 	fail := func(op string, err error) (string, error) {
-		return "", &FetchError{Source: d.rem.source, Op: op, Err: err}
+		return "", &Error{Source: d.rem.source, Op: op, Err: err}
 	}
 	fi, err := os.Stat(d.part)
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package weights
+package scan
 
 import (
 	"context"
@@ -19,21 +19,21 @@ import (
 // NFS server does. They need root and bindfs:
 //
 //	apt-get install bindfs fuse3
-//	sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan -v ./weights/
+//	sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan -v ./weights/scan/
 
-func scanNeedBindfs(t *testing.T) {
+func needBindfs(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mounting FUSE needs root: run 'sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan ./weights/' or 'make integration'")
+		t.Skip("mounting FUSE needs root: run 'sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan ./weights/scan/' or 'make integration'")
 	}
 	if _, err := exec.LookPath("bindfs"); err != nil {
 		t.Skip("bindfs not installed: apt-get install bindfs fuse3")
 	}
 }
 
-// scanMount mounts src on mnt with bindfs in the foreground, so the test
+// mountBindfs mounts src on mnt with bindfs in the foreground, so the test
 // holds its process (to stop it), and unmounts it when the test ends.
-func scanMount(t *testing.T, src, mnt string) *os.Process {
+func mountBindfs(t *testing.T, src, mnt string) *os.Process {
 	t.Helper()
 	cmd := exec.Command("bindfs", "-f", src, mnt)
 	cmd.Stderr = os.Stderr
@@ -56,7 +56,7 @@ func scanMount(t *testing.T, src, mnt string) *os.Process {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if magic, err := scanStatfs(mnt); err == nil && magic == scanMagicFUSE {
+		if magic, err := statfsMagic(mnt); err == nil && magic == magicFUSE {
 			return cmd.Process
 		}
 		if time.Now().After(deadline) {
@@ -67,20 +67,20 @@ func scanMount(t *testing.T, src, mnt string) *os.Process {
 }
 
 func TestScanIntegrationSharedFUSE(t *testing.T) {
-	scanNeedBindfs(t)
+	needBindfs(t)
 	src, outer := t.TempDir(), t.TempDir()
-	scanTestFile(t, src+"/llama/model.safetensors", 1<<30)
-	scanTestFile(t, src+"/qwen.gguf", 100)
+	testFile(t, src+"/llama/model.safetensors", 1<<30)
+	testFile(t, src+"/qwen.gguf", 100)
 	// A filer mounted inside a local weights directory: the mount point is
 	// judged by its own filesystem, not its parent's.
 	mnt := outer + "/filer"
-	scanTestMkdir(t, mnt)
-	scanTestFile(t, outer+"/local.gguf", 7)
+	testMkdir(t, mnt)
+	testFile(t, outer+"/local.gguf", 7)
 	// And a local link into the filer counts as shared too.
-	scanTestLink(t, mnt+"/qwen.gguf", outer+"/linked.gguf")
-	scanMount(t, src, mnt)
+	testLink(t, mnt+"/qwen.gguf", outer+"/linked.gguf")
+	mountBindfs(t, src, mnt)
 
-	inv := Scan(context.Background(), []string{src, mnt, outer}, ScanOptions{})
+	inv := Scan(context.Background(), []string{src, mnt, outer}, Options{})
 	dirs := map[string]Dir{}
 	for _, d := range inv.Dirs {
 		dirs[d.Path] = d
@@ -118,11 +118,11 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 }
 
 func TestScanIntegrationHungMount(t *testing.T) {
-	scanNeedBindfs(t)
+	needBindfs(t)
 	src, mnt, local := t.TempDir(), t.TempDir(), t.TempDir()
-	scanTestFile(t, src+"/model.gguf", 10)
-	scanTestFile(t, local+"/here.gguf", 20)
-	proc := scanMount(t, src, mnt)
+	testFile(t, src+"/model.gguf", 10)
+	testFile(t, local+"/here.gguf", 20)
+	proc := mountBindfs(t, src, mnt)
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestScanIntegrationHungMount(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 
-	opt := ScanOptions{DirTimeout: time.Second}
+	opt := Options{DirTimeout: time.Second}
 	start := time.Now()
 	inv := Scan(context.Background(), []string{mnt, local}, opt)
 	if took := time.Since(start); took > 3*time.Second {
@@ -173,9 +173,9 @@ func TestScanIntegrationHungMount(t *testing.T) {
 	<-probe
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		scanRuns.Lock()
-		_, running := scanRuns.m[mnt]
-		scanRuns.Unlock()
+		inflight.Lock()
+		_, running := inflight.m[mnt]
+		inflight.Unlock()
 		if !running {
 			break
 		}
@@ -194,5 +194,5 @@ func TestScanIntegrationHungMount(t *testing.T) {
 }
 
 func TestScanIntegration100kEntries(t *testing.T) {
-	scanTestManyEntries(t, 100_000)
+	testManyEntries(t, 100_000)
 }

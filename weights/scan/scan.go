@@ -1,4 +1,17 @@
-package weights
+// Package scan says which weights a node can see: it walks the directories
+// an operator configures and reports each weight file, or directory holding
+// one, with its size, whether it is on a shared filesystem, and whether it
+// is complete.
+//
+// It observes and changes nothing. Weights on a shared filer, an image
+// exported over the fabric, a Hugging Face cache an engine filled, a copy by
+// rsync or a fetch by llmgw are all simply present; how they got there is
+// nobody's business here, and present means there is nothing to do.
+//
+// Of llmgw it imports only weights/catalog, whose name rules (what is a
+// weight file, what is a download still being written) it shares with the
+// fetcher and gc.
+package scan
 
 import (
 	"context"
@@ -10,18 +23,18 @@ import (
 	"time"
 )
 
-// Defaults for ScanOptions.
+// Defaults for Options.
 const (
 	// DefaultDirTimeout bounds the scan of one configured directory.
 	DefaultDirTimeout = 10 * time.Second
-	// DefaultScanWorkers is how many directories a scan reads at once.
-	DefaultScanWorkers = 8
+	// DefaultWorkers is how many directories a scan reads at once.
+	DefaultWorkers = 8
 	// DefaultMaxSkipped is how many skipped entries each Dir lists.
 	DefaultMaxSkipped = 100
 )
 
-// ScanOptions tunes Scan. The zero value is ready to use.
-type ScanOptions struct {
+// Options tunes Scan. The zero value is ready to use.
+type Options struct {
 	// DirTimeout bounds the scan of one configured directory (default
 	// DefaultDirTimeout). A directory that has not answered by then is
 	// reported with an error and nothing from it counts as present; the
@@ -29,7 +42,7 @@ type ScanOptions struct {
 	DirTimeout time.Duration
 
 	// Workers is how many directories within one configured directory are
-	// read at once (default DefaultScanWorkers; 1 reads strictly in
+	// read at once (default DefaultWorkers; 1 reads strictly in
 	// sequence). More hides the latency of a cold disk or a network
 	// filesystem, where each directory read is a round trip.
 	Workers int
@@ -41,12 +54,12 @@ type ScanOptions struct {
 	MaxSkipped int
 }
 
-func (o ScanOptions) withDefaults() ScanOptions {
+func (o Options) withDefaults() Options {
 	if o.DirTimeout <= 0 {
 		o.DirTimeout = DefaultDirTimeout
 	}
 	if o.Workers <= 0 {
-		o.Workers = DefaultScanWorkers
+		o.Workers = DefaultWorkers
 	}
 	if o.MaxSkipped == 0 {
 		o.MaxSkipped = DefaultMaxSkipped
@@ -89,7 +102,7 @@ func (o ScanOptions) withDefaults() ScanOptions {
 // Weights are sorted by path and de-duplicated; Dirs follow the order of
 // dirs, without repeats. Paths are made absolute. Scan is safe for
 // concurrent use.
-func Scan(ctx context.Context, dirs []string, opt ScanOptions) Inventory {
+func Scan(ctx context.Context, dirs []string, opt Options) Inventory {
 	opt = opt.withDefaults()
 	var paths []string
 	seen := map[string]bool{}
@@ -109,13 +122,13 @@ func Scan(ctx context.Context, dirs []string, opt ScanOptions) Inventory {
 
 	// Every directory at once: the time a scan takes is that of the slowest
 	// directory, bounded by DirTimeout, not the sum of them.
-	results := make([]scanResult, len(paths))
+	results := make([]result, len(paths))
 	var wg sync.WaitGroup
 	for i, p := range paths {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = scanBounded(ctx, p, opt)
+			results[i] = dirBounded(ctx, p, opt)
 		}()
 	}
 	wg.Wait()
@@ -135,79 +148,79 @@ func Scan(ctx context.Context, dirs []string, opt ScanOptions) Inventory {
 	return inv
 }
 
-// scanResult is what scanning one configured directory produced.
-type scanResult struct {
+// result is what scanning one configured directory produced.
+type result struct {
 	dir     Dir
 	weights []Local
 }
 
-func (r scanResult) clone() scanResult {
+func (r result) clone() result {
 	r.dir.Skipped = slices.Clone(r.dir.Skipped)
 	r.weights = slices.Clone(r.weights)
 	return r
 }
 
-// scanRun is one scan of one directory, possibly still running.
-type scanRun struct {
+// rootRun is one scan of one directory, possibly still running.
+type rootRun struct {
 	started time.Time
 	done    chan struct{} // closed when res is set
-	res     scanResult
+	res     result
 }
 
-// scanRuns holds the scans in progress, by directory. A scan that outlived
+// inflight holds the scans in progress, by directory. A scan that outlived
 // its timeout stays here until its goroutine returns, so that later scans of
 // the same directory wait on it (or report it still stuck) instead of
 // starting another goroutine to block beside it.
-var scanRuns = struct {
+var inflight = struct {
 	sync.Mutex
-	m map[string]*scanRun
-}{m: map[string]*scanRun{}}
+	m map[string]*rootRun
+}{m: map[string]*rootRun{}}
 
-// scanDirFunc scans one configured directory. It is a variable so that tests
+// readRootFunc scans one configured directory. It is a variable so that tests
 // can stand in a filesystem that never answers.
-var scanDirFunc = scanDir
+var readRootFunc = readRoot
 
-// scanBounded scans dir, giving up after opt.DirTimeout or when ctx ends.
+// dirBounded scans dir, giving up after opt.DirTimeout or when ctx ends.
 //
 // A read from a hung NFS or FUSE mount blocks in the kernel and no Go code can
 // interrupt it: the goroutine doing it stays blocked (holding one OS thread
 // per blocked call, at most opt.Workers+1) until the filesystem answers or is
 // unmounted. What Scan can do is not wait for it, and not add to it: while
-// that goroutine lives, the directory's entry in scanRuns makes every later
+// that goroutine lives, the directory's entry in inflight makes every later
 // scan report "still not answering" at once instead of starting another.
 // When the mount answers again the goroutine finishes, the entry goes, and
 // the next scan reads the directory afresh.
 //
 // Concurrent scans of the same directory share one run for the same reason.
-func scanBounded(ctx context.Context, dir string, opt ScanOptions) scanResult {
+func dirBounded(ctx context.Context, dir string, opt Options) result {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
-		return scanResult{dir: Dir{Path: dir, Err: "not scanned: " + err.Error()}}
+		return result{dir: Dir{Path: dir, Err: "not scanned: " + err.Error()}}
 	}
-	scanRuns.Lock()
-	run, joined := scanRuns.m[dir]
+	inflight.Lock()
+	run, joined := inflight.m[dir]
 	if !joined {
-		run = &scanRun{started: start, done: make(chan struct{})}
-		scanRuns.m[dir] = run
+		run = &rootRun{started: start, done: make(chan struct{})}
+		inflight.m[dir] = run
 		rctx, cancel := context.WithTimeout(ctx, opt.DirTimeout)
 		go func() {
 			defer cancel()
-			res := scanDirFunc(rctx, dir, opt)
+			res := readRootFunc(rctx, dir, opt)
 			if err := rctx.Err(); err != nil {
 				// Stopped part way: what was found is not the whole
 				// directory, and a partial list must not be taken for it.
-				res = scanResult{dir: Dir{Path: dir, Shared: res.dir.Shared, FSType: res.dir.FSType,
-					Err: scanTimeoutMsg(err, opt.DirTimeout)}}
+				res = result{dir: Dir{Path: dir, Shared: res.dir.Shared, FSType: res.dir.FSType,
+					Err: timeoutMsg(err, opt.DirTimeout)}}
 			}
 			res.dir.Took = time.Since(run.started)
-			scanRuns.Lock()
-			delete(scanRuns.m, dir)
-			scanRuns.Unlock()
+			inflight.Lock()
+			delete(inflight.m, dir)
+			inflight.Unlock()
 			run.res = res
 			close(run.done)
 		}()
 	}
-	scanRuns.Unlock()
+	inflight.Unlock()
 
 	deadline := run.started.Add(opt.DirTimeout)
 	if joined && !time.Now().Before(deadline) {
@@ -216,7 +229,7 @@ func scanBounded(ctx context.Context, dir string, opt ScanOptions) scanResult {
 			return run.res.clone()
 		default:
 		}
-		return scanResult{dir: Dir{Path: dir, Took: time.Since(start), Err: fmt.Sprintf(
+		return result{dir: Dir{Path: dir, Took: time.Since(start), Err: fmt.Sprintf(
 			"still not answering, since %s (a hung network mount?); not read again until that read returns",
 			run.started.UTC().Format(time.RFC3339))}}
 	}
@@ -226,14 +239,14 @@ func scanBounded(ctx context.Context, dir string, opt ScanOptions) scanResult {
 	case <-run.done:
 		return run.res.clone()
 	case <-timer.C:
-		return scanResult{dir: Dir{Path: dir, Took: time.Since(start),
-			Err: scanTimeoutMsg(context.DeadlineExceeded, opt.DirTimeout)}}
+		return result{dir: Dir{Path: dir, Took: time.Since(start),
+			Err: timeoutMsg(context.DeadlineExceeded, opt.DirTimeout)}}
 	case <-ctx.Done():
-		return scanResult{dir: Dir{Path: dir, Took: time.Since(start), Err: "scan interrupted: " + ctx.Err().Error()}}
+		return result{dir: Dir{Path: dir, Took: time.Since(start), Err: "scan interrupted: " + ctx.Err().Error()}}
 	}
 }
 
-func scanTimeoutMsg(err error, timeout time.Duration) string {
+func timeoutMsg(err error, timeout time.Duration) string {
 	if err == context.DeadlineExceeded {
 		return fmt.Sprintf("not answering after %s (a hung network mount?)", timeout)
 	}

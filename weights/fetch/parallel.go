@@ -1,4 +1,4 @@
-package weights
+package fetch
 
 import (
 	"context"
@@ -214,7 +214,7 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	dir := filepath.Dir(d.part)
 	fail := func(op string, err error) (string, error) {
 		first.Close()
-		return "", &FetchError{Source: d.rem.source, Op: op, Err: err}
+		return "", &Error{Source: d.rem.source, Op: op, Err: err}
 	}
 	fresh := len(st.Done) == 0
 	if fresh {
@@ -383,7 +383,7 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	if firstErr != nil {
 		var we *writeError
 		if errors.As(firstErr, &we) {
-			return "", &FetchError{Source: d.rem.source, Op: "write", Err: noSpace(we.err, dir, st.Size-st.doneBytes())}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, dir, st.Size-st.doneBytes())}
 		}
 		return "", firstErr
 	}

@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64 || ppc64le || riscv64)
 
-package weights
+package scan
 
 import (
 	"encoding/binary"
@@ -21,45 +21,45 @@ import (
 // cost three allocations per file and twice the CPU in user space.
 //
 // The raw newfstatat call is why this file is limited to the 64-bit
-// architectures whose Stat_t it matches; the others use scan_other.go.
+// architectures whose Stat_t it matches; the others use dir_other.go.
 
-// scanDevIno identifies a file across paths, to follow symlinks without
+// devIno identifies a file across paths, to follow symlinks without
 // looping and to notice a mount point inside a scanned directory.
-type scanDevIno struct{ dev, ino uint64 }
+type devIno struct{ dev, ino uint64 }
 
-// scanStat is what a scan needs to know of one file.
-type scanStat struct {
+// fileStat is what a scan needs to know of one file.
+type fileStat struct {
 	size int64
 	typ  fs.FileMode // fs.ModeDir, fs.ModeSymlink, 0 for a regular file, else fs.ModeIrregular
-	id   scanDevIno
+	id   devIno
 }
 
-// scanEnt is one directory entry: its name and its type as the directory
+// entry is one directory entry: its name and its type as the directory
 // listing gave it (0 for a regular file, as fs.FileMode has it).
-type scanEnt struct {
+type entry struct {
 	name string
 	typ  fs.FileMode
 	off  int // of the NUL-terminated name in the handle's names
 }
 
-// scanDirHandle is a directory open for stat'ing what is in it.
-type scanDirHandle struct {
+// dirHandle is a directory open for stat'ing what is in it.
+type dirHandle struct {
 	fd    int
-	id    scanDevIno
+	id    devIno
 	hasID bool
 	names []byte
 }
 
-// scanDirentBufs recycles getdents buffers: 32 KiB, as glibc's readdir
+// direntBufs recycles getdents buffers: 32 KiB, as glibc's readdir
 // uses, lists a directory of a thousand shards in one or two calls.
-var scanDirentBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// scanOpenDir opens and lists a directory. It opens with O_DIRECTORY, so a
+// openDir opens and lists a directory. It opens with O_DIRECTORY, so a
 // FIFO that has taken a directory's place is refused instead of blocking the
 // scan. On error the handle may still be non-nil with some entries: a
 // listing that failed part way still names real files. The caller closes a
 // non-nil handle.
-func scanOpenDir(dir string) (*scanDirHandle, []scanEnt, error) {
+func openDir(dir string) (*dirHandle, []entry, error) {
 	var fd int
 	var err error
 	for {
@@ -71,15 +71,15 @@ func scanOpenDir(dir string) (*scanDirHandle, []scanEnt, error) {
 	if err != nil {
 		return nil, nil, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
-	h := &scanDirHandle{fd: fd}
+	h := &dirHandle{fd: fd}
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) == nil {
-		h.id, h.hasID = scanDevIno{dev: st.Dev, ino: st.Ino}, true
+		h.id, h.hasID = devIno{dev: st.Dev, ino: st.Ino}, true
 	}
-	bp := scanDirentBufs.Get().(*[]byte)
-	defer scanDirentBufs.Put(bp)
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
 	buf := *bp
-	var ents []scanEnt
+	var ents []entry
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
@@ -96,7 +96,7 @@ func scanOpenDir(dir string) (*scanDirHandle, []scanEnt, error) {
 	// d_type is DT_UNKNOWN on some filesystems (older XFS, some FUSE and
 	// network ones): ask, as readdir(3) users must.
 	for i := range ents {
-		if ents[i].typ == scanTypeUnknown {
+		if ents[i].typ == typeUnknown {
 			if st, err := h.stat(&ents[i], false); err == nil {
 				ents[i].typ = st.typ
 			} else {
@@ -104,17 +104,17 @@ func scanOpenDir(dir string) (*scanDirHandle, []scanEnt, error) {
 			}
 		}
 	}
-	if scanAfterList != nil {
-		scanAfterList(dir)
+	if afterList != nil {
+		afterList(dir)
 	}
 	return h, ents, nil
 }
 
-// scanTypeUnknown marks an entry whose type the listing did not give.
-const scanTypeUnknown = fs.ModeType
+// typeUnknown marks an entry whose type the listing did not give.
+const typeUnknown = fs.ModeType
 
 // parse appends the linux_dirent64 records in b to ents.
-func (h *scanDirHandle) parse(b []byte, ents []scanEnt) []scanEnt {
+func (h *dirHandle) parse(b []byte, ents []entry) []entry {
 	const nameOff = 19 // d_ino u64, d_off s64, d_reclen u16, d_type u8, d_name
 	for len(b) >= nameOff {
 		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
@@ -144,22 +144,22 @@ func (h *scanDirHandle) parse(b []byte, ents []scanEnt) []scanEnt {
 		case unix.DT_LNK:
 			typ = fs.ModeSymlink
 		case unix.DT_UNKNOWN:
-			typ = scanTypeUnknown
+			typ = typeUnknown
 		default:
 			typ = fs.ModeIrregular
 		}
 		off := len(h.names)
 		h.names = append(append(h.names, name...), 0)
-		ents = append(ents, scanEnt{name: string(name), typ: typ, off: off})
+		ents = append(ents, entry{name: string(name), typ: typ, off: off})
 	}
 	return ents
 }
 
-func (h *scanDirHandle) close() { unix.Close(h.fd) }
+func (h *dirHandle) close() { unix.Close(h.fd) }
 
 // stat stats entry e of the directory, following a final symlink when
 // follow is set.
-func (h *scanDirHandle) stat(e *scanEnt, follow bool) (scanStat, error) {
+func (h *dirHandle) stat(e *entry, follow bool) (fileStat, error) {
 	flags := unix.AT_SYMLINK_NOFOLLOW
 	if follow {
 		flags = 0
@@ -176,7 +176,7 @@ func (h *scanDirHandle) stat(e *scanEnt, follow bool) (scanStat, error) {
 		case unix.EINTR:
 			continue
 		default:
-			return scanStat{}, &fs.PathError{Op: "stat", Path: e.name, Err: errno}
+			return fileStat{}, &fs.PathError{Op: "stat", Path: e.name, Err: errno}
 		}
 		break
 	}
@@ -190,5 +190,5 @@ func (h *scanDirHandle) stat(e *scanEnt, follow bool) (scanStat, error) {
 	default:
 		typ = fs.ModeIrregular
 	}
-	return scanStat{size: st.Size, typ: typ, id: scanDevIno{dev: st.Dev, ino: st.Ino}}, nil
+	return fileStat{size: st.Size, typ: typ, id: devIno{dev: st.Dev, ino: st.Ino}}, nil
 }

@@ -1,4 +1,4 @@
-package weights
+package fetch
 
 import (
 	"net/http"
@@ -75,7 +75,7 @@ func TestEnsureHub(t *testing.T) {
 		f.HFEndpoint = o.srv.URL
 		src := "hf:org/repo/model.gguf"
 		failedFetch(t, f, src, Want{}, "sha256 mismatch: expected "+strings.Repeat("0", 64))
-		assertAbsent(t, catalog.CachePathFor(f.CacheDir, src)+".part")
+		assertAbsent(t, catalog.CachePathFor(f.CacheDir, src)+catalog.PartSuffix)
 	})
 	t.Run("catalog and hub disagree", func(t *testing.T) {
 		o := newFakeOrigin(t, 200<<10)

@@ -1,4 +1,4 @@
-package weights
+package fetch
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestEnsureParallel(t *testing.T) {
 		}
 	}
 	target := catalog.CachePathFor(f.CacheDir, o.url())
-	assertAbsent(t, target+".part.ranges")
+	assertAbsent(t, target+catalog.RangesSuffix)
 }
 
 // TestEnsureParallelResume: a parallel fetch that dies keeps the chunks it
@@ -57,7 +57,7 @@ func TestEnsureParallelResume(t *testing.T) {
 	failedFetch(t, f, o.url(), Want{}, "no data received")
 
 	target := catalog.CachePathFor(f.CacheDir, o.url())
-	b, err := os.ReadFile(target + ".part.ranges")
+	b, err := os.ReadFile(target + catalog.RangesSuffix)
 	if err != nil {
 		t.Fatalf("no range state after a failed parallel fetch: %v", err)
 	}
@@ -156,7 +156,7 @@ func TestEnsureDiscardsUntrustedPart(t *testing.T) {
 	if err := os.MkdirAll(f.CacheDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(target+".part", []byte(strings.Repeat("x", 100<<10)), 0o644); err != nil {
+	if err := os.WriteFile(target+catalog.PartSuffix, []byte(strings.Repeat("x", 100<<10)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, mustEnsure(t, f, o.url(), Want{}), o.data)
@@ -231,8 +231,8 @@ func TestEnsureParallelWrongSHA256(t *testing.T) {
 	wrong := strings.Repeat("cd", 32)
 	failedFetch(t, f, o.url(), Want{SHA256: wrong}, "sha256 mismatch: expected "+wrong+", got "+sha256Hex(o.data))
 	target := catalog.CachePathFor(f.CacheDir, o.url())
-	assertAbsent(t, target+".part")
-	assertAbsent(t, target+".part.ranges")
+	assertAbsent(t, target+catalog.PartSuffix)
+	assertAbsent(t, target+catalog.RangesSuffix)
 }
 
 // TestDefaultClientIsHTTP1: against an origin offering HTTP/2, the default

@@ -1,4 +1,18 @@
-package weights
+// Package fetch makes a model's file present on a node.
+//
+// The simple arrangement, and the default: every node has its own copy. A
+// source that is already a local path is used as it stands; a bare model id
+// is left to the engine; one that names a remote file (hf: or http(s)) is
+// fetched into a cache directory once, under catalog.CachePathFor's name,
+// and reused. The fetch resumes without splicing versions, is verified
+// before it is renamed into place, and runs once per file per node, however
+// many goroutines (Fetcher.Ensure) and processes (a node-local lock) ask.
+// Nothing here manages storage, decides a retention policy, or mounts
+// anything.
+//
+// Of llmgw it imports only weights/catalog, whose names for the cache and
+// for a fetch under way it shares with the scanner and gc.
+package fetch
 
 import (
 	"context"
@@ -96,15 +110,15 @@ var ErrNotLocal = errors.New("the weights are not on this node and the source is
 // errors.Is. The partial file is kept, so freeing space and retrying resumes.
 var ErrNoSpace = errors.New("not enough disk space")
 
-// FetchError records a failed Ensure and the step that failed. Op is one of
+// Error records a failed Ensure and the step that failed. Op is one of
 // "parse", "check", "mkdir", "lock", "get", "write", "verify" or "rename".
-type FetchError struct {
+type Error struct {
 	Source string // as given to Ensure
 	Op     string
 	Err    error
 }
 
-func (e *FetchError) Error() string {
+func (e *Error) Error() string {
 	src := e.Source
 	if src == "" {
 		src = `""`
@@ -112,7 +126,7 @@ func (e *FetchError) Error() string {
 	return e.Op + " " + src + ": " + e.Err.Error()
 }
 
-func (e *FetchError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Fetcher makes sources local. The zero value is usable for path and model-id
 // sources; remote sources need CacheDir. A Fetcher must not be copied after
@@ -183,12 +197,12 @@ type Fetcher struct {
 	HFToken string
 
 	mu            sync.Mutex
-	inflight      map[string]*fetchCall
+	inflight      map[string]*call
 	defaultClient *http.Client
 }
 
-// fetchCall is one fetch shared by every Ensure waiting for the same file.
-type fetchCall struct {
+// call is one fetch shared by every Ensure waiting for the same file.
+type call struct {
 	done    chan struct{}
 	cancel  context.CancelFunc
 	waiters int
@@ -221,14 +235,14 @@ type fetchCall struct {
 // The file is written to "<path>.part" and renamed only once its size, and
 // its sha256 when one is known (want.SHA256, or the hub's for hf: sources),
 // have been checked; no partial or unverified file is ever visible under the
-// real name. Errors are *FetchError.
+// real name. Errors are *Error.
 func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string, error) {
 	switch catalog.KindOf(source) {
 	case catalog.KindInvalid:
-		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("empty source; give a path, a model id, hf:org/repo/file or an http(s) URL")}
+		return "", &Error{Source: source, Op: "parse", Err: errors.New("empty source; give a path, a model id, hf:org/repo/file or an http(s) URL")}
 	case catalog.KindModelID:
 		if err := checkModelID(source); err != nil {
-			return "", &FetchError{Source: source, Op: "parse", Err: err}
+			return "", &Error{Source: source, Op: "parse", Err: err}
 		}
 		// Not a file and never meant to be one: the engine resolves it, and
 		// doing it for it would be a duplicate downloader and a change in
@@ -237,41 +251,41 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 	case catalog.KindPath:
 		if _, err := os.Stat(source); err != nil {
 			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-				return "", &FetchError{Source: source, Op: "check", Err: fmt.Errorf("%w (%v)", ErrNotLocal, err)}
+				return "", &Error{Source: source, Op: "check", Err: fmt.Errorf("%w (%v)", ErrNotLocal, err)}
 			}
-			return "", &FetchError{Source: source, Op: "check", Err: err}
+			return "", &Error{Source: source, Op: "check", Err: err}
 		}
 		return source, nil
 	}
 
 	rem, err := parseRemote(source, f.hfEndpoint())
 	if err != nil {
-		return "", &FetchError{Source: source, Op: "parse", Err: err}
+		return "", &Error{Source: source, Op: "parse", Err: err}
 	}
 	if want.SHA256 != "" {
 		if !isSHA256Hex(want.SHA256) {
-			return "", &FetchError{Source: source, Op: "parse", Err: fmt.Errorf("expected sha256 %q is not 64 hex digits", want.SHA256)}
+			return "", &Error{Source: source, Op: "parse", Err: fmt.Errorf("expected sha256 %q is not 64 hex digits", want.SHA256)}
 		}
 		want.SHA256 = strings.ToLower(want.SHA256)
 	}
 	if f.CacheDir == "" {
-		return "", &FetchError{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
+		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
 	target := catalog.CachePathFor(f.CacheDir, source)
 	if p, ok, err := present(ctx, target, want); err != nil {
-		return "", &FetchError{Source: source, Op: "check", Err: err}
+		return "", &Error{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
 	}
 
 	f.mu.Lock()
 	if f.inflight == nil {
-		f.inflight = make(map[string]*fetchCall)
+		f.inflight = make(map[string]*call)
 	}
 	c, ok := f.inflight[target]
 	if !ok {
 		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		c = &fetchCall{done: make(chan struct{}), cancel: cancel}
+		c = &call{done: make(chan struct{}), cancel: cancel}
 		f.inflight[target] = c
 		go func() {
 			c.path, c.sum, c.err = f.fetch(fctx, rem, target, want)
@@ -295,19 +309,19 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		// The shared fetch verified what its first caller wanted; a later
 		// caller with other expectations checks its own.
 		if err := checkWant(ctx, c.path, c.sum, want); err != nil {
-			return "", &FetchError{Source: source, Op: "verify", Err: err}
+			return "", &Error{Source: source, Op: "verify", Err: err}
 		}
 		return c.path, nil
 	case <-ctx.Done():
 		f.leave(target, c)
-		return "", &FetchError{Source: source, Op: "get", Err: ctx.Err()}
+		return "", &Error{Source: source, Op: "get", Err: ctx.Err()}
 	}
 }
 
 // leave drops one waiter; the last one out cancels the fetch and forgets it,
 // so the next caller starts afresh (resuming from the .part) instead of
 // joining a canceled fetch.
-func (f *Fetcher) leave(target string, c *fetchCall) {
+func (f *Fetcher) leave(target string, c *call) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c.waiters--
@@ -384,7 +398,7 @@ func checkWant(ctx context.Context, path, sum string, want Want) error {
 // made it present while this one waited.
 func (f *Fetcher) fetch(ctx context.Context, rem remote, target string, want Want) (path, sum string, err error) {
 	fail := func(op string, err error) (string, string, error) {
-		return "", "", &FetchError{Source: rem.source, Op: op, Err: err}
+		return "", "", &Error{Source: rem.source, Op: op, Err: err}
 	}
 	dir := filepath.Dir(target)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -1,4 +1,4 @@
-package weights
+package fetch
 
 import (
 	"context"
@@ -110,9 +110,9 @@ func TestEnsureBadSources(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Ensure(%q) = %q, nil; want an error", tc.source, p)
 			}
-			var fe *FetchError
+			var fe *Error
 			if !errors.As(err, &fe) || fe.Source != tc.source {
-				t.Errorf("error %v is not a *FetchError for %q", err, tc.source)
+				t.Errorf("error %v is not a *Error for %q", err, tc.source)
 			}
 			if !strings.Contains(err.Error(), tc.cause) {
 				t.Errorf("Ensure(%q) = %q, want it to say %q", tc.source, err, tc.cause)
@@ -132,7 +132,7 @@ func TestEnsureFetchesIntoCache(t *testing.T) {
 		t.Errorf("path = %s, want catalog.CachePathFor's %s", got, want)
 	}
 	assertFile(t, got, o.data)
-	for _, leftover := range []string{got + ".part", got + ".part.ranges", got + ".part.ranges.tmp"} {
+	for _, leftover := range []string{got + catalog.PartSuffix, got + catalog.RangesSuffix, got + catalog.RangesTmpSuffix} {
 		assertAbsent(t, leftover)
 	}
 	// Present now: no second request.
@@ -225,7 +225,7 @@ func TestEnsureCancelContract(t *testing.T) {
 			return len(f.inflight) == 0
 		})
 		assertAbsent(t, target)
-		st, err := os.Stat(target + ".part")
+		st, err := os.Stat(target + catalog.PartSuffix)
 		if err != nil || st.Size() == 0 || st.Size() >= int64(len(o.data)) {
 			t.Fatalf("partial file after cancel: %v, %v; want some bytes kept", st, err)
 		}
@@ -305,7 +305,7 @@ func TestEnsureProgress(t *testing.T) {
 	}
 }
 
-// failedFetch checks the promise for every bad input: a *FetchError naming
+// failedFetch checks the promise for every bad input: a *Error naming
 // the source and the cause, and nothing under the real name.
 func failedFetch(t *testing.T, f *Fetcher, source string, want Want, cause string) error {
 	t.Helper()
@@ -315,9 +315,9 @@ func failedFetch(t *testing.T, f *Fetcher, source string, want Want, cause strin
 	if err == nil {
 		t.Fatalf("Ensure(%q) = %q, nil; want an error about %q", source, p, cause)
 	}
-	var fe *FetchError
+	var fe *Error
 	if !errors.As(err, &fe) {
-		t.Errorf("error %v is not a *FetchError", err)
+		t.Errorf("error %v is not a *Error", err)
 	}
 	if !strings.Contains(err.Error(), source) {
 		t.Errorf("error %q does not name the source %s", err, source)
@@ -392,7 +392,7 @@ func TestEnsureIgnoresRange(t *testing.T) {
 	f := testFetcher(t)
 	f.Retries = -1
 	failedFetch(t, f, o.url(), Want{}, "unexpected EOF")
-	part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
+	part := catalog.CachePathFor(f.CacheDir, o.url()) + catalog.PartSuffix
 	if st, err := os.Stat(part); err != nil || st.Size() != 200<<10 {
 		t.Fatalf("after the cut: %v %v; want the 200 KiB kept", st, err)
 	}
@@ -424,7 +424,7 @@ func TestEnsureConnectionCut(t *testing.T) {
 		f := testFetcher(t)
 		f.Retries = -1
 		failedFetch(t, f, o.url(), Want{}, "unexpected EOF")
-		part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
+		part := catalog.CachePathFor(f.CacheDir, o.url()) + catalog.PartSuffix
 		st, err := os.Stat(part)
 		if err != nil || st.Size() != 100<<10 {
 			t.Fatalf(".part after the cut: %v %v; want 100 KiB kept", st, err)
@@ -459,7 +459,7 @@ func TestEnsureStalledConnection(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("took %s to give up on a stalled connection", took)
 	}
-	part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
+	part := catalog.CachePathFor(f.CacheDir, o.url()) + catalog.PartSuffix
 	if st, err := os.Stat(part); err != nil || st.Size() != 128<<10 {
 		t.Fatalf(".part after stall: %v %v; want 128 KiB kept", st, err)
 	}
@@ -503,7 +503,7 @@ func TestEnsureRemoteChanged(t *testing.T) {
 			}
 			failedFetch(t, f, o.url(), Want{}, cause)
 			if tc.parallel {
-				st := loadState(catalog.CachePathFor(f.CacheDir, o.url())+".part.ranges", o.url())
+				st := loadState(catalog.CachePathFor(f.CacheDir, o.url())+catalog.RangesSuffix, o.url())
 				if st == nil || st.doneBytes() == 0 {
 					t.Fatalf("state after the stall: %+v; want finished chunks of version 1", st)
 				}
@@ -532,8 +532,8 @@ func TestEnsureWrongSHA256(t *testing.T) {
 		t.Errorf("error %q must name expected and actual digests", err)
 	}
 	target := catalog.CachePathFor(f.CacheDir, o.url())
-	assertAbsent(t, target+".part")
-	assertAbsent(t, target+".part.ranges")
+	assertAbsent(t, target+catalog.PartSuffix)
+	assertAbsent(t, target+catalog.RangesSuffix)
 
 	t.Run("wrong size is refused before the download", func(t *testing.T) {
 		// Slow, so that bytes served measure what the client asked for
@@ -549,7 +549,7 @@ func TestEnsureWrongSHA256(t *testing.T) {
 	t.Run("wrong size found at the end", func(t *testing.T) {
 		o.set(func(o *fakeOrigin) { o.noLength = true })
 		failedFetch(t, f, o.url(), Want{Size: 12345}, "expected 12345 bytes, got 307200; discarded")
-		assertAbsent(t, catalog.CachePathFor(f.CacheDir, o.url())+".part")
+		assertAbsent(t, catalog.CachePathFor(f.CacheDir, o.url())+catalog.PartSuffix)
 	})
 }
 
@@ -662,7 +662,7 @@ func TestEnsureCutThenReconnectRefused(t *testing.T) {
 	}
 	f := testFetcher(t)
 	failedFetch(t, f, o.url(), Want{}, "404")
-	part := catalog.CachePathFor(f.CacheDir, o.url()) + ".part"
+	part := catalog.CachePathFor(f.CacheDir, o.url()) + catalog.PartSuffix
 	if st, err := os.Stat(part); err != nil || st.Size() != 100<<10 {
 		t.Errorf("after the refused reconnect: %v %v; want the 100 KiB kept for a later resume", st, err)
 	}

@@ -1,4 +1,4 @@
-package weights
+package scan
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 // Helpers that build real trees in t.TempDir().
 
-func scanTestFile(t *testing.T, p string, size int64) {
+func testFile(t *testing.T, p string, size int64) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func scanTestFile(t *testing.T, p string, size int64) {
 	}
 }
 
-func scanTestWrite(t *testing.T, p, content string) {
+func testWrite(t *testing.T, p, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -46,14 +46,14 @@ func scanTestWrite(t *testing.T, p, content string) {
 	}
 }
 
-func scanTestMkdir(t *testing.T, p string) {
+func testMkdir(t *testing.T, p string) {
 	t.Helper()
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func scanTestLink(t *testing.T, target, p string) {
+func testLink(t *testing.T, target, p string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func scanTestLink(t *testing.T, target, p string) {
 	}
 }
 
-func scanTestIndex(shards ...string) string {
+func testIndex(shards ...string) string {
 	m := map[string]string{}
 	for i, s := range shards {
 		m[fmt.Sprintf("layer.%d.weight", i)] = s
@@ -72,27 +72,27 @@ func scanTestIndex(shards ...string) string {
 	return string(b)
 }
 
-// scanTestHF lays out one hub cache model the way huggingface_hub does:
+// testHF lays out one hub cache model the way huggingface_hub does:
 // contents in blobs/, snapshots/<rev>/NAME a relative symlink into blobs.
 // files maps NAME to size; a negative size makes the link dangle.
-func scanTestHF(t *testing.T, hub, id, rev string, files map[string]int64) string {
+func testHF(t *testing.T, hub, id, rev string, files map[string]int64) string {
 	t.Helper()
 	repo := filepath.Join(hub, "models--"+strings.ReplaceAll(id, "/", "--"))
 	snap := filepath.Join(repo, "snapshots", rev)
-	scanTestMkdir(t, snap)
-	scanTestWrite(t, filepath.Join(repo, "refs", "main"), rev)
+	testMkdir(t, snap)
+	testWrite(t, filepath.Join(repo, "refs", "main"), rev)
 	for name, size := range files {
 		blob := fmt.Sprintf("%x", name+rev)
 		if size >= 0 {
-			scanTestFile(t, filepath.Join(repo, "blobs", blob), size)
+			testFile(t, filepath.Join(repo, "blobs", blob), size)
 		}
 		rel, _ := filepath.Rel(filepath.Dir(filepath.Join(snap, name)), filepath.Join(repo, "blobs", blob))
-		scanTestLink(t, rel, filepath.Join(snap, name))
+		testLink(t, rel, filepath.Join(snap, name))
 	}
 	return snap
 }
 
-type scanWant struct {
+type wantLocal struct {
 	rel      string // path relative to the scanned dir
 	size     int64  // -1: not checked
 	complete bool
@@ -101,7 +101,7 @@ type scanWant struct {
 	revision string
 }
 
-func scanCheck(t *testing.T, root string, inv Inventory, want []scanWant, skips map[string]string) {
+func checkInventory(t *testing.T, root string, inv Inventory, want []wantLocal, skips map[string]string) {
 	t.Helper()
 	got := map[string]Local{}
 	for _, l := range inv.Weights {
@@ -153,20 +153,20 @@ func TestScan(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		build func(t *testing.T, root string)
-		want  []scanWant
+		want  []wantLocal
 		skips map[string]string // rel → reason substring
 	}{
 		{
 			name: "single weight files of every kind",
 			build: func(t *testing.T, root string) {
-				scanTestFile(t, root+"/a.gguf", 1000)
-				scanTestFile(t, root+"/b.safetensors", 10)
-				scanTestFile(t, root+"/c.bin", 11)
-				scanTestFile(t, root+"/d.pt", 12)
-				scanTestFile(t, root+"/e.pth", 13)
-				scanTestFile(t, root+"/F.GGUF", 14)
+				testFile(t, root+"/a.gguf", 1000)
+				testFile(t, root+"/b.safetensors", 10)
+				testFile(t, root+"/c.bin", 11)
+				testFile(t, root+"/d.pt", 12)
+				testFile(t, root+"/e.pth", 13)
+				testFile(t, root+"/F.GGUF", 14)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"a.gguf", 1000, true, "", "", ""}, {"b.safetensors", 10, true, "", "", ""},
 				{"c.bin", 11, true, "", "", ""}, {"d.pt", 12, true, "", "", ""},
 				{"e.pth", 13, true, "", "", ""}, {"F.GGUF", 14, true, "", "", ""},
@@ -175,12 +175,12 @@ func TestScan(t *testing.T) {
 		{
 			name: "notes, empty directories and partial downloads are not weights",
 			build: func(t *testing.T, root string) {
-				scanTestWrite(t, root+"/README.md", "my models")
-				scanTestMkdir(t, root+"/half-finished")
-				scanTestWrite(t, root+"/configs/config.json", "{}")
-				scanTestFile(t, root+"/big.gguf.part", 500)
-				scanTestFile(t, root+"/m.safetensors.incomplete", 500)
-				scanTestFile(t, root+"/x.gguf.partial-123", 500)
+				testWrite(t, root+"/README.md", "my models")
+				testMkdir(t, root+"/half-finished")
+				testWrite(t, root+"/configs/config.json", "{}")
+				testFile(t, root+"/big.gguf.part", 500)
+				testFile(t, root+"/m.safetensors.incomplete", 500)
+				testFile(t, root+"/x.gguf.partial-123", 500)
 				if err := syscall.Mkfifo(root+"/pipe.gguf", 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -198,12 +198,12 @@ func TestScan(t *testing.T) {
 		{
 			name: "a directory counts every file in it, at any depth",
 			build: func(t *testing.T, root string) {
-				scanTestFile(t, root+"/llama/model.safetensors", 1000)
-				scanTestWrite(t, root+"/llama/config.json", "{}")
-				scanTestFile(t, root+"/deep/a/b/c/weights.pt", 40)
-				scanTestWrite(t, root+"/deep/notes.txt", "hello")
+				testFile(t, root+"/llama/model.safetensors", 1000)
+				testWrite(t, root+"/llama/config.json", "{}")
+				testFile(t, root+"/deep/a/b/c/weights.pt", 40)
+				testWrite(t, root+"/deep/notes.txt", "hello")
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"llama", 1002, true, "", "", ""},
 				{"deep", 45, true, "", "", ""},
 			},
@@ -211,19 +211,19 @@ func TestScan(t *testing.T) {
 		{
 			name: "a directory named like a weight file is judged by its content",
 			build: func(t *testing.T, root string) {
-				scanTestWrite(t, root+"/x.gguf/notes.txt", "not weights")
-				scanTestFile(t, root+"/y.gguf/real.gguf", 77)
+				testWrite(t, root+"/x.gguf/notes.txt", "not weights")
+				testFile(t, root+"/y.gguf/real.gguf", 77)
 			},
-			want:  []scanWant{{"y.gguf", 77, true, "", "", ""}},
+			want:  []wantLocal{{"y.gguf", 77, true, "", "", ""}},
 			skips: map[string]string{"x.gguf": "no weight files"},
 		},
 		{
 			name: "an empty weight file is incomplete",
 			build: func(t *testing.T, root string) {
-				scanTestFile(t, root+"/zero.gguf", 0)
-				scanTestFile(t, root+"/dir/model.safetensors", 0)
+				testFile(t, root+"/zero.gguf", 0)
+				testFile(t, root+"/dir/model.safetensors", 0)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"zero.gguf", 0, false, "empty file", "", ""},
 				{"dir", 0, false, "model.safetensors (empty)", "", ""},
 			},
@@ -231,25 +231,25 @@ func TestScan(t *testing.T) {
 		{
 			name: "a sharded checkpoint is complete only with every shard its index lists",
 			build: func(t *testing.T, root string) {
-				idx := scanTestIndex("model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors")
+				idx := testIndex("model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors")
 				for _, d := range []string{"full", "missing", "empty"} {
-					scanTestWrite(t, root+"/"+d+"/model.safetensors.index.json", idx)
-					scanTestFile(t, root+"/"+d+"/model-00001-of-00003.safetensors", 100)
-					scanTestFile(t, root+"/"+d+"/model-00002-of-00003.safetensors", 100)
+					testWrite(t, root+"/"+d+"/model.safetensors.index.json", idx)
+					testFile(t, root+"/"+d+"/model-00001-of-00003.safetensors", 100)
+					testFile(t, root+"/"+d+"/model-00002-of-00003.safetensors", 100)
 				}
-				scanTestFile(t, root+"/full/model-00003-of-00003.safetensors", 100)
-				scanTestFile(t, root+"/empty/model-00003-of-00003.safetensors", 0)
+				testFile(t, root+"/full/model-00003-of-00003.safetensors", 100)
+				testFile(t, root+"/empty/model-00003-of-00003.safetensors", 0)
 				// An index in a subdirectory (diffusers' layout) is relative to itself.
-				scanTestWrite(t, root+"/diffusers/unet/diffusion_pytorch_model.safetensors.index.json",
-					scanTestIndex("diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"))
-				scanTestFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00001-of-00002.safetensors", 5)
-				scanTestFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5)
+				testWrite(t, root+"/diffusers/unet/diffusion_pytorch_model.safetensors.index.json",
+					testIndex("diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"))
+				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00001-of-00002.safetensors", 5)
+				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5)
 				// pytorch .bin shards, and a shard without a weight extension.
-				scanTestWrite(t, root+"/bins/pytorch_model.bin.index.json", scanTestIndex("pytorch_model-00001-of-00002.bin", "shard-two"))
-				scanTestFile(t, root+"/bins/pytorch_model-00001-of-00002.bin", 5)
-				scanTestFile(t, root+"/bins/shard-two", 5)
+				testWrite(t, root+"/bins/pytorch_model.bin.index.json", testIndex("pytorch_model-00001-of-00002.bin", "shard-two"))
+				testFile(t, root+"/bins/pytorch_model-00001-of-00002.bin", 5)
+				testFile(t, root+"/bins/shard-two", 5)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"full", -1, true, "", "", ""},
 				{"missing", -1, false, "model-00003-of-00003.safetensors (missing, listed in model.safetensors.index.json)", "", ""},
 				{"empty", -1, false, "model-00003-of-00003.safetensors (empty)", "", ""},
@@ -260,14 +260,14 @@ func TestScan(t *testing.T) {
 		{
 			name: "a broken or hostile index makes the directory incomplete",
 			build: func(t *testing.T, root string) {
-				scanTestWrite(t, root+"/truncated/model.safetensors.index.json", `{"weight_map": {"a": "model-0000`)
-				scanTestFile(t, root+"/truncated/model-00001-of-00002.safetensors", 5)
-				scanTestWrite(t, root+"/nomap/model.safetensors.index.json", `{"metadata": {}}`)
-				scanTestFile(t, root+"/nomap/model-00001-of-00002.safetensors", 5)
-				scanTestWrite(t, root+"/escape/model.safetensors.index.json", scanTestIndex("../../etc/passwd"))
-				scanTestFile(t, root+"/escape/model.safetensors", 5)
+				testWrite(t, root+"/truncated/model.safetensors.index.json", `{"weight_map": {"a": "model-0000`)
+				testFile(t, root+"/truncated/model-00001-of-00002.safetensors", 5)
+				testWrite(t, root+"/nomap/model.safetensors.index.json", `{"metadata": {}}`)
+				testFile(t, root+"/nomap/model-00001-of-00002.safetensors", 5)
+				testWrite(t, root+"/escape/model.safetensors.index.json", testIndex("../../etc/passwd"))
+				testFile(t, root+"/escape/model.safetensors", 5)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"truncated", -1, false, "not valid JSON", "", ""},
 				{"nomap", -1, false, "lists no shards", "", ""},
 				{"escape", -1, false, "outside the model", "", ""},
@@ -277,15 +277,15 @@ func TestScan(t *testing.T) {
 			name: "a split GGUF is one model, complete only with all its parts",
 			build: func(t *testing.T, root string) {
 				for i := 1; i <= 3; i++ {
-					scanTestFile(t, fmt.Sprintf("%s/qwen-q4-%05d-of-00003.gguf", root, i), 100)
+					testFile(t, fmt.Sprintf("%s/qwen-q4-%05d-of-00003.gguf", root, i), 100)
 				}
-				scanTestFile(t, root+"/half-00001-of-00002.gguf", 100)
-				scanTestFile(t, root+"/tail-00002-of-00002.gguf", 100)
-				scanTestFile(t, root+"/zero-00001-of-00002.gguf", 100)
-				scanTestFile(t, root+"/zero-00002-of-00002.gguf", 0)
-				scanTestFile(t, root+"/dir/m-00001-of-00002.gguf", 1)
+				testFile(t, root+"/half-00001-of-00002.gguf", 100)
+				testFile(t, root+"/tail-00002-of-00002.gguf", 100)
+				testFile(t, root+"/zero-00001-of-00002.gguf", 100)
+				testFile(t, root+"/zero-00002-of-00002.gguf", 0)
+				testFile(t, root+"/dir/m-00001-of-00002.gguf", 1)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"qwen-q4-00001-of-00003.gguf", 300, true, "", "", ""},
 				{"half-00001-of-00002.gguf", 100, false, "half-00002-of-00002.gguf (missing)", "", ""},
 				{"tail-00001-of-00002.gguf", 100, false, "tail-00001-of-00002.gguf (missing)", "", ""},
@@ -296,18 +296,18 @@ func TestScan(t *testing.T) {
 		{
 			name: "a download still being written inside a directory makes it incomplete",
 			build: func(t *testing.T, root string) {
-				scanTestFile(t, root+"/fetching/model-00001-of-00002.safetensors", 10)
-				scanTestFile(t, root+"/fetching/model-00002-of-00002.safetensors.part", 3)
+				testFile(t, root+"/fetching/model-00001-of-00002.safetensors", 10)
+				testFile(t, root+"/fetching/model-00002-of-00002.safetensors.part", 3)
 				// huggingface-cli download --local-dir keeps its partials here.
-				scanTestFile(t, root+"/localdir/model.safetensors", 10)
-				scanTestFile(t, root+"/localdir/.cache/huggingface/download/model.safetensors.abc.incomplete", 3)
+				testFile(t, root+"/localdir/model.safetensors", 10)
+				testFile(t, root+"/localdir/.cache/huggingface/download/model.safetensors.abc.incomplete", 3)
 				// rsync's temporary name for a file it is still receiving.
-				scanTestFile(t, root+"/rsyncing/a.safetensors", 10)
-				scanTestFile(t, root+"/rsyncing/.b.safetensors.Xy12Zq", 3)
+				testFile(t, root+"/rsyncing/a.safetensors", 10)
+				testFile(t, root+"/rsyncing/.b.safetensors.Xy12Zq", 3)
 				// Nothing finished yet at all.
-				scanTestFile(t, root+"/only-part/model.gguf.part", 3)
+				testFile(t, root+"/only-part/model.gguf.part", 3)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"fetching", 13, false, "still being written (model-00002-of-00002.safetensors.part)", "", ""},
 				{"localdir", 13, false, "still being written", "", ""},
 				{"rsyncing", 13, false, "still being written (.b.safetensors.Xy12Zq)", "", ""},
@@ -317,18 +317,18 @@ func TestScan(t *testing.T) {
 		{
 			name: "the configured directory is a Hugging Face hub cache",
 			build: func(t *testing.T, root string) {
-				scanTestHF(t, root, "Qwen/Qwen2.5-0.5B", "a09a3545", map[string]int64{"model.safetensors": 1000, "config.json": 10})
-				scanTestHF(t, root, "Qwen/Qwen2.5-0.5B", "b1c2d3e4", map[string]int64{"model.safetensors": 2000, "config.json": 10})
-				scanTestHF(t, root, "gpt2", "e7da7f22", map[string]int64{
+				testHF(t, root, "Qwen/Qwen2.5-0.5B", "a09a3545", map[string]int64{"model.safetensors": 1000, "config.json": 10})
+				testHF(t, root, "Qwen/Qwen2.5-0.5B", "b1c2d3e4", map[string]int64{"model.safetensors": 2000, "config.json": 10})
+				testHF(t, root, "gpt2", "e7da7f22", map[string]int64{
 					"model.safetensors.index.json": -1, "model-00001-of-00002.safetensors": 5, "model-00002-of-00002.safetensors": 5})
-				scanTestHF(t, root, "meta/Broken", "0000aaaa", map[string]int64{"model.safetensors": -1, "config.json": 3})
-				scanTestHF(t, root, "org/configs-only", "1111", map[string]int64{"config.json": 3})
-				scanTestMkdir(t, root+"/models--org--never-started/blobs")
-				scanTestFile(t, root+"/datasets--org--data/snapshots/abc/train.bin", 100)
-				scanTestWrite(t, root+"/version.txt", "1")
-				scanTestMkdir(t, root+"/.locks/models--gpt2")
+				testHF(t, root, "meta/Broken", "0000aaaa", map[string]int64{"model.safetensors": -1, "config.json": 3})
+				testHF(t, root, "org/configs-only", "1111", map[string]int64{"config.json": 3})
+				testMkdir(t, root+"/models--org--never-started/blobs")
+				testFile(t, root+"/datasets--org--data/snapshots/abc/train.bin", 100)
+				testWrite(t, root+"/version.txt", "1")
+				testMkdir(t, root+"/.locks/models--gpt2")
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"models--Qwen--Qwen2.5-0.5B/snapshots/a09a3545", 1010, true, "", "Qwen/Qwen2.5-0.5B", "a09a3545"},
 				{"models--Qwen--Qwen2.5-0.5B/snapshots/b1c2d3e4", 2010, true, "", "Qwen/Qwen2.5-0.5B", "b1c2d3e4"},
 				// The index's blob is missing here: its link dangles.
@@ -346,33 +346,33 @@ func TestScan(t *testing.T) {
 		{
 			name: "a hub cache one level down is recognised too",
 			build: func(t *testing.T, root string) {
-				scanTestHF(t, root+"/hub", "Qwen/Qwen2.5-7B", "abc", map[string]int64{"model.gguf": 42})
-				scanTestWrite(t, root+"/hub/version.txt", "1")
+				testHF(t, root+"/hub", "Qwen/Qwen2.5-7B", "abc", map[string]int64{"model.gguf": 42})
+				testWrite(t, root+"/hub/version.txt", "1")
 			},
-			want:  []scanWant{{"hub/models--Qwen--Qwen2.5-7B/snapshots/abc", 42, true, "", "Qwen/Qwen2.5-7B", "abc"}},
+			want:  []wantLocal{{"hub/models--Qwen--Qwen2.5-7B/snapshots/abc", 42, true, "", "Qwen/Qwen2.5-7B", "abc"}},
 			skips: map[string]string{"hub/version.txt": "not a model"},
 		},
 		{
 			name: "symlinks are followed, loops are not",
 			build: func(t *testing.T, root string) {
 				elsewhere := t.TempDir()
-				scanTestFile(t, elsewhere+"/store/llama.gguf", 300)
-				scanTestFile(t, elsewhere+"/store/qwen/model.safetensors", 400)
-				scanTestLink(t, elsewhere+"/store/llama.gguf", root+"/llama.gguf")
-				scanTestLink(t, elsewhere+"/store/qwen", root+"/qwen")
-				scanTestLink(t, "gone.gguf", root+"/dangling.gguf")
-				scanTestLink(t, "loop", root+"/loop")
-				scanTestLink(t, ".", root+"/self")
+				testFile(t, elsewhere+"/store/llama.gguf", 300)
+				testFile(t, elsewhere+"/store/qwen/model.safetensors", 400)
+				testLink(t, elsewhere+"/store/llama.gguf", root+"/llama.gguf")
+				testLink(t, elsewhere+"/store/qwen", root+"/qwen")
+				testLink(t, "gone.gguf", root+"/dangling.gguf")
+				testLink(t, "loop", root+"/loop")
+				testLink(t, ".", root+"/self")
 				// Inside a model: a link back up must not be walked forever,
 				// and a link to a shard elsewhere counts its target's size.
-				scanTestFile(t, root+"/m/a.safetensors", 10)
-				scanTestLink(t, "..", root+"/m/up")
-				scanTestLink(t, "../../m", root+"/m/sub/again")
-				scanTestLink(t, elsewhere+"/store/llama.gguf", root+"/m/linked.gguf")
-				scanTestLink(t, "nowhere", root+"/n/dangling.safetensors")
-				scanTestFile(t, root+"/n/ok.safetensors", 1)
+				testFile(t, root+"/m/a.safetensors", 10)
+				testLink(t, "..", root+"/m/up")
+				testLink(t, "../../m", root+"/m/sub/again")
+				testLink(t, elsewhere+"/store/llama.gguf", root+"/m/linked.gguf")
+				testLink(t, "nowhere", root+"/n/dangling.safetensors")
+				testFile(t, root+"/n/ok.safetensors", 1)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"llama.gguf", 300, true, "", "", ""},
 				{"qwen", 400, true, "", "", ""},
 				{"m", 310, true, "", "", ""},
@@ -387,11 +387,11 @@ func TestScan(t *testing.T) {
 		{
 			name: "names with newlines and invalid UTF-8 are kept as they are",
 			build: func(t *testing.T, root string) {
-				scanTestFile(t, root+"/two\nlines.gguf", 5)
-				scanTestFile(t, root+"/bad\xff\xfename.safetensors", 6)
-				scanTestFile(t, root+"/dir\nx/\x80.bin", 7)
+				testFile(t, root+"/two\nlines.gguf", 5)
+				testFile(t, root+"/bad\xff\xfename.safetensors", 6)
+				testFile(t, root+"/dir\nx/\x80.bin", 7)
 			},
-			want: []scanWant{
+			want: []wantLocal{
 				{"two\nlines.gguf", 5, true, "", "", ""},
 				{"bad\xff\xfename.safetensors", 6, true, "", "", ""},
 				{"dir\nx", 7, true, "", "", ""},
@@ -401,11 +401,11 @@ func TestScan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			tc.build(t, root)
-			inv := Scan(context.Background(), []string{root}, ScanOptions{})
+			inv := Scan(context.Background(), []string{root}, Options{})
 			if len(inv.Dirs) != 1 || inv.Dirs[0].Err != "" || inv.Dirs[0].Missing {
 				t.Fatalf("Scan(%s).Dirs = %+v, want one readable dir", root, inv.Dirs)
 			}
-			scanCheck(t, root, inv, tc.want, tc.skips)
+			checkInventory(t, root, inv, tc.want, tc.skips)
 			for i := 1; i < len(inv.Weights); i++ {
 				if inv.Weights[i-1].Path >= inv.Weights[i].Path {
 					t.Errorf("Scan: weights not sorted: %q before %q", inv.Weights[i-1].Path, inv.Weights[i].Path)
@@ -421,13 +421,13 @@ func TestScan(t *testing.T) {
 
 func TestScanDirs(t *testing.T) {
 	root := t.TempDir()
-	scanTestFile(t, root+"/a/x.gguf", 1)
-	scanTestFile(t, root+"/b/y.gguf", 2)
-	scanTestFile(t, root+"/a-file", 3)
+	testFile(t, root+"/a/x.gguf", 1)
+	testFile(t, root+"/b/y.gguf", 2)
+	testFile(t, root+"/a-file", 3)
 	missing := root + "/not-mounted-yet"
 
 	t.Run("missing directories are noted, not errors, and order and duplicates are kept straight", func(t *testing.T) {
-		inv := Scan(context.Background(), []string{root + "/b", missing, root + "/a/", "", root + "/a", root + "/b/../b"}, ScanOptions{})
+		inv := Scan(context.Background(), []string{root + "/b", missing, root + "/a/", "", root + "/a", root + "/b/../b"}, Options{})
 		var gotDirs []string
 		for _, d := range inv.Dirs {
 			gotDirs = append(gotDirs, d.Path)
@@ -450,14 +450,14 @@ func TestScanDirs(t *testing.T) {
 		}
 	})
 	t.Run("a file configured as a directory is an error naming it", func(t *testing.T) {
-		inv := Scan(context.Background(), []string{root + "/a-file"}, ScanOptions{})
+		inv := Scan(context.Background(), []string{root + "/a-file"}, Options{})
 		if d := inv.Dirs[0]; !strings.Contains(d.Err, "not a directory") {
 			t.Errorf("Scan(a file).Dirs[0] = %+v, want a not-a-directory error", d)
 		}
 	})
 	t.Run("relative directories are reported absolute", func(t *testing.T) {
 		t.Chdir(root)
-		inv := Scan(context.Background(), []string{"a"}, ScanOptions{})
+		inv := Scan(context.Background(), []string{"a"}, Options{})
 		if len(inv.Weights) != 1 || inv.Weights[0].Path != root+"/a/x.gguf" {
 			t.Errorf("Scan(a) = %+v, want %s/a/x.gguf", inv.Weights, root)
 		}
@@ -465,7 +465,7 @@ func TestScanDirs(t *testing.T) {
 	t.Run("a cancelled context scans nothing and says so", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		inv := Scan(ctx, []string{root + "/a"}, ScanOptions{})
+		inv := Scan(ctx, []string{root + "/a"}, Options{})
 		if len(inv.Weights) != 0 || !strings.Contains(inv.Dirs[0].Err, "canceled") {
 			t.Errorf("Scan(cancelled) = %+v, want no weights and a cancelled error", inv)
 		}
@@ -475,9 +475,9 @@ func TestScanDirs(t *testing.T) {
 // A node with nothing configured must rank exactly like a node that looked
 // and found nothing: the two weights lists are the same, down to their JSON.
 func TestScanNothingEqualsEmpty(t *testing.T) {
-	none := Scan(context.Background(), nil, ScanOptions{})
-	empty := Scan(context.Background(), []string{t.TempDir()}, ScanOptions{})
-	missing := Scan(context.Background(), []string{"/nonexistent/llmgw-test"}, ScanOptions{})
+	none := Scan(context.Background(), nil, Options{})
+	empty := Scan(context.Background(), []string{t.TempDir()}, Options{})
+	missing := Scan(context.Background(), []string{"/nonexistent/llmgw-test"}, Options{})
 	for name, inv := range map[string]Inventory{"an empty dir": empty, "a missing dir": missing} {
 		if !reflect.DeepEqual(none.Weights, inv.Weights) {
 			t.Errorf("Scan(nil).Weights = %#v, Scan(%s).Weights = %#v; want equal", none.Weights, name, inv.Weights)
@@ -496,10 +496,10 @@ func TestScanNothingEqualsEmpty(t *testing.T) {
 // 5,000 here, because creating the files is what takes the time; the
 // integration test and scripts/bench/scan.sh use 100,000.
 func TestScanManyEntries(t *testing.T) {
-	scanTestManyEntries(t, 5_000)
+	testManyEntries(t, 5_000)
 }
 
-func scanTestManyEntries(t *testing.T, n int) {
+func testManyEntries(t *testing.T, n int) {
 	root := t.TempDir()
 	for i := range n {
 		f, err := os.Create(fmt.Sprintf("%s/note-%06d.txt", root, i))
@@ -508,8 +508,8 @@ func scanTestManyEntries(t *testing.T, n int) {
 		}
 		f.Close()
 	}
-	scanTestFile(t, root+"/model.gguf", 5)
-	inv := Scan(context.Background(), []string{root}, ScanOptions{})
+	testFile(t, root+"/model.gguf", 5)
+	inv := Scan(context.Background(), []string{root}, Options{})
 	d := inv.Dirs[0]
 	if len(inv.Weights) != 1 || d.SkippedCount != n || len(d.Skipped) != DefaultMaxSkipped {
 		t.Errorf("Scan(%d notes + 1 model) = %d weights, %d skipped (%d listed); want 1, %d (%d listed)",
@@ -518,7 +518,7 @@ func scanTestManyEntries(t *testing.T, n int) {
 	if len(d.Skipped) == DefaultMaxSkipped && d.Skipped[0].Path != root+"/note-000000.txt" || d.Skipped[len(d.Skipped)-1].Path != fmt.Sprintf("%s/note-%06d.txt", root, DefaultMaxSkipped-1) {
 		t.Errorf("Scan listed skips %q .. %q, want the first %d by name", d.Skipped[0].Path, d.Skipped[len(d.Skipped)-1].Path, DefaultMaxSkipped)
 	}
-	inv = Scan(context.Background(), []string{root}, ScanOptions{MaxSkipped: -1})
+	inv = Scan(context.Background(), []string{root}, Options{MaxSkipped: -1})
 	if d := inv.Dirs[0]; len(d.Skipped) != 0 || d.SkippedCount != n {
 		t.Errorf("Scan(MaxSkipped -1) listed %d, counted %d; want 0, %d", len(d.Skipped), d.SkippedCount, n)
 	}
@@ -527,12 +527,12 @@ func scanTestManyEntries(t *testing.T, n int) {
 func TestScanTooDeep(t *testing.T) {
 	root := t.TempDir()
 	p := root + "/deep"
-	for range scanMaxDepth + 5 {
+	for range maxDepth + 5 {
 		p += "/d"
 	}
-	scanTestFile(t, root+"/deep/top.safetensors", 1)
-	scanTestFile(t, p+"/bottom.safetensors", 1)
-	inv := Scan(context.Background(), []string{root}, ScanOptions{})
+	testFile(t, root+"/deep/top.safetensors", 1)
+	testFile(t, p+"/bottom.safetensors", 1)
+	inv := Scan(context.Background(), []string{root}, Options{})
 	if len(inv.Weights) != 1 || inv.Weights[0].Complete || !strings.Contains(inv.Weights[0].Problem, "directories deep") {
 		t.Errorf("Scan(too deep) = %+v, want one incomplete weights saying it is too deep", inv.Weights)
 	}
@@ -542,11 +542,11 @@ func TestScanTooDeep(t *testing.T) {
 // of its parent and the reading of it, and a subdirectory of another one.
 func TestScanRemovedMidScan(t *testing.T) {
 	root := t.TempDir()
-	scanTestFile(t, root+"/going/model.gguf", 1)
-	scanTestFile(t, root+"/shrinking/model.gguf", 1)
-	scanTestFile(t, root+"/shrinking/sub/more.gguf", 1)
-	scanTestFile(t, root+"/staying.gguf", 1)
-	scanAfterList = func(dir string) {
+	testFile(t, root+"/going/model.gguf", 1)
+	testFile(t, root+"/shrinking/model.gguf", 1)
+	testFile(t, root+"/shrinking/sub/more.gguf", 1)
+	testFile(t, root+"/staying.gguf", 1)
+	afterList = func(dir string) {
 		switch dir {
 		case root:
 			os.RemoveAll(root + "/going")
@@ -554,9 +554,9 @@ func TestScanRemovedMidScan(t *testing.T) {
 			os.RemoveAll(root + "/shrinking/sub")
 		}
 	}
-	t.Cleanup(func() { scanAfterList = nil })
-	inv := Scan(context.Background(), []string{root}, ScanOptions{Workers: 1})
-	scanCheck(t, root, inv, []scanWant{
+	t.Cleanup(func() { afterList = nil })
+	inv := Scan(context.Background(), []string{root}, Options{Workers: 1})
+	checkInventory(t, root, inv, []wantLocal{
 		{"staying.gguf", 1, true, "", "", ""},
 		{"shrinking", -1, false, "sub/ (removed while the scan ran)", "", ""},
 	}, map[string]string{"going": "removed while the scan ran"})
@@ -567,7 +567,7 @@ func TestScanRemovedMidScan(t *testing.T) {
 // everything, so as root the test runs itself again as nobody.
 func TestScanUnreadable(t *testing.T) {
 	if os.Geteuid() == 0 {
-		scanRerunAsNobody(t, "TestScanUnreadable")
+		rerunAsNobody(t, "TestScanUnreadable")
 		return
 	}
 	base := os.Getenv("LLMGW_SCAN_TEST_DIR")
@@ -575,19 +575,19 @@ func TestScanUnreadable(t *testing.T) {
 		base = t.TempDir()
 	}
 	root := base + "/models"
-	scanTestFile(t, root+"/ok.gguf", 1)
-	scanTestFile(t, root+"/locked/model.gguf", 1)
-	scanTestFile(t, root+"/partly/model.gguf", 1)
-	scanTestFile(t, root+"/partly/private/more.gguf", 1)
-	scanTestFile(t, base+"/closed/x.gguf", 1)
+	testFile(t, root+"/ok.gguf", 1)
+	testFile(t, root+"/locked/model.gguf", 1)
+	testFile(t, root+"/partly/model.gguf", 1)
+	testFile(t, root+"/partly/private/more.gguf", 1)
+	testFile(t, base+"/closed/x.gguf", 1)
 	for _, p := range []string{root + "/locked", root + "/partly/private", base + "/closed"} {
 		if err := os.Chmod(p, 0); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.Chmod(p, 0o755) })
 	}
-	inv := Scan(context.Background(), []string{root, base + "/closed"}, ScanOptions{})
-	scanCheck(t, root, inv, []scanWant{
+	inv := Scan(context.Background(), []string{root, base + "/closed"}, Options{})
+	checkInventory(t, root, inv, []wantLocal{
 		{"ok.gguf", 1, true, "", "", ""},
 		{"partly", 1, false, "private/ (unreadable: permission denied)", "", ""},
 	}, map[string]string{"locked": "cannot read it: permission denied"})
@@ -596,9 +596,9 @@ func TestScanUnreadable(t *testing.T) {
 	}
 }
 
-// scanRerunAsNobody runs one test of this binary again as uid/gid 65534,
+// rerunAsNobody runs one test of this binary again as uid/gid 65534,
 // in a directory nobody can use.
-func scanRerunAsNobody(t *testing.T, name string) {
+func rerunAsNobody(t *testing.T, name string) {
 	t.Helper()
 	if os.Getenv("LLMGW_SCAN_TEST_DIR") != "" {
 		t.Fatal("still root after dropping privileges")
@@ -620,11 +620,11 @@ func scanRerunAsNobody(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe = dir + "/weights.test"
+	exe = dir + "/scan.test"
 	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := scanRunAs(exe, []string{"-test.run=^" + name + "$", "-test.v"}, append(os.Environ(), "LLMGW_SCAN_TEST_DIR="+dir))
+	out, err := runAs(exe, []string{"-test.run=^" + name + "$", "-test.v"}, append(os.Environ(), "LLMGW_SCAN_TEST_DIR="+dir))
 	if err != nil {
 		if strings.Contains(string(out), "permission denied") && !strings.Contains(string(out), "=== RUN") {
 			t.Skipf("cannot run the test binary as nobody (%v); run this test as an ordinary user", err)
@@ -639,21 +639,21 @@ func scanRerunAsNobody(t *testing.T, name string) {
 func TestScanStuckMount(t *testing.T) {
 	root := t.TempDir()
 	stuck := root + "/stuck"
-	scanTestMkdir(t, stuck)
-	scanTestFile(t, root+"/ok/model.gguf", 1)
+	testMkdir(t, stuck)
+	testFile(t, root+"/ok/model.gguf", 1)
 
 	release := make(chan struct{})
 	calls := make(chan string, 10)
-	real := scanDirFunc
-	scanDirFunc = func(ctx context.Context, dir string, opt ScanOptions) scanResult {
+	real := readRootFunc
+	readRootFunc = func(ctx context.Context, dir string, opt Options) result {
 		calls <- dir
 		if dir == stuck {
 			<-release // a read the kernel never answers
 		}
 		return real(ctx, dir, opt)
 	}
-	t.Cleanup(func() { scanDirFunc = real })
-	opt := ScanOptions{DirTimeout: 100 * time.Millisecond}
+	t.Cleanup(func() { readRootFunc = real })
+	opt := Options{DirTimeout: 100 * time.Millisecond}
 
 	start := time.Now()
 	inv := Scan(context.Background(), []string{stuck, root + "/ok"}, opt)
@@ -678,7 +678,7 @@ func TestScanStuckMount(t *testing.T) {
 			t.Errorf("dir still stuck = %+v, want a still-not-answering error", d)
 		}
 	}
-	if n := scanCountCalls(calls, stuck); n != 1 {
+	if n := countCalls(calls, stuck); n != 1 {
 		t.Errorf("stuck dir was read %d times, want once", n)
 	}
 
@@ -686,9 +686,9 @@ func TestScanStuckMount(t *testing.T) {
 	close(release)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		scanRuns.Lock()
-		_, running := scanRuns.m[stuck]
-		scanRuns.Unlock()
+		inflight.Lock()
+		_, running := inflight.m[stuck]
+		inflight.Unlock()
 		if !running {
 			break
 		}
@@ -703,7 +703,7 @@ func TestScanStuckMount(t *testing.T) {
 	}
 }
 
-func scanCountCalls(calls chan string, dir string) int {
+func countCalls(calls chan string, dir string) int {
 	n := 0
 	for {
 		select {
@@ -720,19 +720,19 @@ func scanCountCalls(calls chan string, dir string) int {
 // Concurrent scans of one directory share a single read of it.
 func TestScanConcurrentShare(t *testing.T) {
 	root := t.TempDir()
-	scanTestFile(t, root+"/m/model.gguf", 9)
+	testFile(t, root+"/m/model.gguf", 9)
 	gate := make(chan struct{})
 	var reads atomic.Int32
-	real := scanDirFunc
-	scanDirFunc = func(ctx context.Context, dir string, opt ScanOptions) scanResult {
+	real := readRootFunc
+	readRootFunc = func(ctx context.Context, dir string, opt Options) result {
 		reads.Add(1)
 		<-gate
 		return real(ctx, dir, opt)
 	}
-	t.Cleanup(func() { scanDirFunc = real })
+	t.Cleanup(func() { readRootFunc = real })
 	results := make(chan Inventory, 4)
 	for range 4 {
-		go func() { results <- Scan(context.Background(), []string{root}, ScanOptions{}) }()
+		go func() { results <- Scan(context.Background(), []string{root}, Options{}) }()
 	}
 	time.Sleep(50 * time.Millisecond)
 	close(gate)
@@ -779,12 +779,12 @@ func TestScanNameRules(t *testing.T) {
 			if got := catalog.IsPartialName(tc.name); got != tc.partial {
 				t.Errorf("catalog.IsPartialName(%q) = %v, want %v", tc.name, got, tc.partial)
 			}
-			if got := scanIsIndexName(tc.name); got != tc.index {
-				t.Errorf("scanIsIndexName(%q) = %v, want %v", tc.name, got, tc.index)
+			if got := isIndexName(tc.name); got != tc.index {
+				t.Errorf("isIndexName(%q) = %v, want %v", tc.name, got, tc.index)
 			}
-			p, part, total, ok := scanSplitGGUF(tc.name)
+			p, part, total, ok := splitGGUF(tc.name)
 			if ok != (tc.splitTotal > 0) || p != tc.splitPrefix || part != tc.splitPart || total != tc.splitTotal {
-				t.Errorf("scanSplitGGUF(%q) = %q, %d, %d, %v; want %q, %d, %d", tc.name, p, part, total, ok, tc.splitPrefix, tc.splitPart, tc.splitTotal)
+				t.Errorf("splitGGUF(%q) = %q, %d, %d, %v; want %q, %d, %d", tc.name, p, part, total, ok, tc.splitPrefix, tc.splitPart, tc.splitTotal)
 			}
 		})
 	}
@@ -799,9 +799,9 @@ func TestScanHFModelID(t *testing.T) {
 		"models----x":                       "",
 		"datasets--a--b":                    "",
 	} {
-		got, ok := scanHFModelID(name)
+		got, ok := hfModelID(name)
 		if got != want || ok != (want != "") {
-			t.Errorf("scanHFModelID(%q) = %q, %v; want %q", name, got, ok, want)
+			t.Errorf("hfModelID(%q) = %q, %v; want %q", name, got, ok, want)
 		}
 	}
 }
@@ -826,9 +826,9 @@ func TestScanFSKind(t *testing.T) {
 		// Unknown is local: the conservative direction.
 		{0x12345678, "0x12345678", false},
 	} {
-		name, shared := scanFSKind(tc.magic)
+		name, shared := fsKind(tc.magic)
 		if name != tc.name || shared != tc.shared {
-			t.Errorf("scanFSKind(%#x) = %q, %v; want %q, %v", tc.magic, name, shared, tc.name, tc.shared)
+			t.Errorf("fsKind(%#x) = %q, %v; want %q, %v", tc.magic, name, shared, tc.name, tc.shared)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package weights
+package scan
 
 import (
 	"container/heap"
@@ -16,21 +16,21 @@ import (
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
-// scanMaxDepth bounds how deep a scan descends into one candidate. Real
+// maxDepth bounds how deep a scan descends into one candidate. Real
 // model directories are a few levels deep; the bound is what keeps a chain
 // of symlinks on a filesystem without inode numbers from running forever.
-const scanMaxDepth = 64
+const maxDepth = 64
 
-// scanAfterList, when set, is called after each directory is listed. Tests
+// afterList, when set, is called after each directory is listed. Tests
 // use it to change the tree part way through a scan.
-var scanAfterList func(dir string)
+var afterList func(dir string)
 
-// scanState is one scan of one configured directory.
-type scanState struct {
+// walker is one scan of one configured directory.
+type walker struct {
 	ctx     context.Context
-	opt     ScanOptions
+	opt     Options
 	root    string
-	rootID  scanDevIno
+	rootID  devIno
 	hasRoot bool
 	shared  bool
 
@@ -41,20 +41,20 @@ type scanState struct {
 	wg  sync.WaitGroup
 
 	mu        sync.Mutex
-	cands     []*scanCand
-	splits    map[scanSplitKey]*scanSplitSet
+	cands     []*candidate
+	splits    map[splitKey]*splitSet
 	skipped   []Skip
 	skipCount int
 }
 
-// scanCand is one candidate: a top-level file or directory of a configured
+// candidate is one candidate: a top-level file or directory of a configured
 // directory, or one snapshot of a Hugging Face cache entry.
-type scanCand struct {
+type candidate struct {
 	path     string
 	modelID  string
 	revision string
 	file     bool // a single weight file
-	id       scanDevIno
+	id       devIno
 	hasID    bool
 
 	mu         sync.Mutex
@@ -66,35 +66,35 @@ type scanCand struct {
 	broken     int              // weight-named links whose target is gone
 	indexes    []string         // rel paths of sharded-checkpoint indexes
 	partials   []string         // rel paths of downloads still being written
-	trouble    scanTrouble
-	visited    map[scanDevIno]bool
+	trouble    trouble
+	visited    map[devIno]bool
 }
 
-type scanSplitKey struct {
+type splitKey struct {
 	prefix string
 	total  int
 }
 
-// scanSplitSet is a split GGUF at the top of a configured directory,
+// splitSet is a split GGUF at the top of a configured directory,
 // gathered from its parts.
-type scanSplitSet struct {
+type splitSet struct {
 	names map[int]string
 	sizes map[int]int64
-	id    scanDevIno
+	id    devIno
 	hasID bool
 }
 
 // skip records an entry passed over. Only the MaxSkipped first by path are
 // kept (a bounded heap, largest on top), so the list is the same on every
 // scan of the same tree, whatever order the workers reached the entries in.
-func (s *scanState) skip(p, reason string) {
+func (s *walker) skip(p, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.skipCount++
 	if s.opt.MaxSkipped <= 0 {
 		return
 	}
-	h := (*scanSkipHeap)(&s.skipped)
+	h := (*skipHeap)(&s.skipped)
 	if len(s.skipped) < s.opt.MaxSkipped {
 		heap.Push(h, Skip{Path: p, Reason: reason})
 	} else if p < s.skipped[0].Path {
@@ -103,14 +103,14 @@ func (s *scanState) skip(p, reason string) {
 	}
 }
 
-// scanSkipHeap is a max-heap of skips by path.
-type scanSkipHeap []Skip
+// skipHeap is a max-heap of skips by path.
+type skipHeap []Skip
 
-func (h scanSkipHeap) Len() int           { return len(h) }
-func (h scanSkipHeap) Less(i, j int) bool { return h[i].Path > h[j].Path }
-func (h scanSkipHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *scanSkipHeap) Push(x any)        { *h = append(*h, x.(Skip)) }
-func (h *scanSkipHeap) Pop() any {
+func (h skipHeap) Len() int           { return len(h) }
+func (h skipHeap) Less(i, j int) bool { return h[i].Path > h[j].Path }
+func (h skipHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *skipHeap) Push(x any)        { *h = append(*h, x.(Skip)) }
+func (h *skipHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -118,7 +118,7 @@ func (h *scanSkipHeap) Pop() any {
 }
 
 // spawn runs fn on a worker goroutine if one is free, else on this one.
-func (s *scanState) spawn(fn func()) {
+func (s *walker) spawn(fn func()) {
 	select {
 	case s.sem <- struct{}{}:
 		s.wg.Add(1)
@@ -131,45 +131,45 @@ func (s *scanState) spawn(fn func()) {
 	}
 }
 
-// scanDir scans one configured directory; scanBounded bounds it in time.
-func scanDir(ctx context.Context, dir string, opt ScanOptions) scanResult {
+// readRoot scans one configured directory; dirBounded bounds it in time.
+func readRoot(ctx context.Context, dir string, opt Options) result {
 	d := Dir{Path: dir}
 	// statfs first, and here: on a dead NFS mount it is the call that hangs.
-	magic, err := scanStatfs(dir)
+	magic, err := statfsMagic(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			d.Missing = true
 		} else {
-			d.Err = "statfs: " + scanErrText(err)
+			d.Err = "statfs: " + errText(err)
 		}
-		return scanResult{dir: d}
+		return result{dir: d}
 	}
-	d.FSType, d.Shared = scanFSKind(magic)
+	d.FSType, d.Shared = fsKind(magic)
 
-	h, ents, err := scanOpenDir(dir)
+	h, ents, err := openDir(dir)
 	if err != nil {
 		switch {
 		case len(ents) > 0:
 			// A listing that failed part way still names real entries.
-			d.Err = "listing stopped part way: " + scanErrText(err)
+			d.Err = "listing stopped part way: " + errText(err)
 		case errors.Is(err, fs.ErrNotExist):
 			d.Missing = true
 		case errors.Is(err, syscall.ENOTDIR):
 			d.Err = "not a directory: configure the directory that holds the weights"
 		default:
-			d.Err = "cannot read: " + scanErrText(err)
+			d.Err = "cannot read: " + errText(err)
 		}
 		if len(ents) == 0 {
 			if h != nil {
 				h.close()
 			}
-			return scanResult{dir: d}
+			return result{dir: d}
 		}
 	}
-	s := &scanState{
+	s := &walker{
 		ctx: ctx, opt: opt, root: dir, rootID: h.id, hasRoot: h.hasID, shared: d.Shared,
 		sem:    make(chan struct{}, opt.Workers),
-		splits: map[scanSplitKey]*scanSplitSet{},
+		splits: map[splitKey]*splitSet{},
 	}
 	for i := range ents {
 		if ctx.Err() != nil {
@@ -182,11 +182,11 @@ func scanDir(ctx context.Context, dir string, opt ScanOptions) scanResult {
 	weights := s.finish()
 	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
 	d.Skipped, d.SkippedCount = s.skipped, s.skipCount
-	return scanResult{dir: d, weights: weights}
+	return result{dir: d, weights: weights}
 }
 
 // top classifies one entry of the configured directory, open as h.
-func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
+func (s *walker) top(h *dirHandle, e *entry) {
 	name := e.name
 	abs := s.root + "/" + name
 	if catalog.IsPartialName(name) {
@@ -198,21 +198,21 @@ func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 		return
 	}
 	t := e.typ
-	var st scanStat
+	var st fileStat
 	var stated bool
 	if t&fs.ModeSymlink != 0 {
 		// Followed: operators link models in from elsewhere.
 		var err error
 		if st, err = h.stat(e, true); err != nil {
-			s.skip(abs, scanLinkErr(err))
+			s.skip(abs, linkErr(err))
 			return
 		}
 		t, stated = st.typ, true
 	}
 	switch {
 	case t.IsDir():
-		if strings.HasPrefix(name, scanHFModelPrefix) {
-			id, ok := scanHFModelID(name)
+		if strings.HasPrefix(name, hfModelPrefix) {
+			id, ok := hfModelID(name)
 			if !ok {
 				s.skip(abs, "not a Hugging Face cache name (models--ORG--NAME)")
 				return
@@ -220,7 +220,7 @@ func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 			s.spawn(func() { s.hfRepo(abs, id) })
 			return
 		}
-		if scanHFOtherCache(name) {
+		if hfOtherCache(name) {
 			s.skip(abs, "a Hugging Face dataset or space cache, not a model")
 			return
 		}
@@ -236,11 +236,11 @@ func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 		if !stated {
 			var err error
 			if st, err = h.stat(e, false); err != nil {
-				s.skip(abs, scanGoneOr(err))
+				s.skip(abs, goneOr(err))
 				return
 			}
 		}
-		if prefix, part, total, ok := scanSplitGGUF(name); ok {
+		if prefix, part, total, ok := splitGGUF(name); ok {
 			s.addSplit(prefix, part, total, name, st)
 			return
 		}
@@ -255,8 +255,8 @@ func (s *scanState) top(h *scanDirHandle, e *scanEnt) {
 	}
 }
 
-func (s *scanState) newCand(p string) *scanCand {
-	c := &scanCand{path: p, weights: map[string]int64{}, visited: map[scanDevIno]bool{}}
+func (s *walker) newCand(p string) *candidate {
+	c := &candidate{path: p, weights: map[string]int64{}, visited: map[devIno]bool{}}
 	if s.hasRoot {
 		// The configured directory itself: a link back to it is a loop.
 		c.visited[s.rootID] = true
@@ -267,13 +267,13 @@ func (s *scanState) newCand(p string) *scanCand {
 	return c
 }
 
-func (s *scanState) addSplit(prefix string, part, total int, name string, st scanStat) {
+func (s *walker) addSplit(prefix string, part, total int, name string, st fileStat) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := scanSplitKey{prefix, total}
+	k := splitKey{prefix, total}
 	set := s.splits[k]
 	if set == nil {
-		set = &scanSplitSet{names: map[int]string{}, sizes: map[int]int64{}}
+		set = &splitSet{names: map[int]string{}, sizes: map[int]int64{}}
 		s.splits[k] = set
 	}
 	set.names[part], set.sizes[part] = name, st.size
@@ -286,11 +286,11 @@ func (s *scanState) addSplit(prefix string, part, total int, name string, st sca
 // models--* entries is a Hugging Face hub cache (~/.cache/huggingface/hub,
 // or a parent of it was configured): its models are reported one by one,
 // not as one directory whose size counts every model and old revision.
-func (s *scanState) candRoot(c *scanCand) {
+func (s *walker) candRoot(c *candidate) {
 	if s.ctx.Err() != nil {
 		return
 	}
-	h, ents, err := scanOpenDir(c.path)
+	h, ents, err := openDir(c.path)
 	if h == nil {
 		c.listFailed("", err)
 		return
@@ -300,7 +300,7 @@ func (s *scanState) candRoot(c *scanCand) {
 		c.listFailed("", err)
 	}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.name, scanHFModelPrefix) || !(e.typ.IsDir() || e.typ&fs.ModeSymlink != 0) {
+		if !strings.HasPrefix(e.name, hfModelPrefix) || !(e.typ.IsDir() || e.typ&fs.ModeSymlink != 0) {
 			continue
 		}
 		c.mu.Lock()
@@ -308,7 +308,7 @@ func (s *scanState) candRoot(c *scanCand) {
 		c.mu.Unlock()
 		for _, e := range ents {
 			abs := c.path + "/" + e.name
-			mid, ok := scanHFModelID(e.name)
+			mid, ok := hfModelID(e.name)
 			if !ok {
 				s.skip(abs, "in a Hugging Face cache, not a model (models--ORG--NAME)")
 				continue
@@ -329,14 +329,14 @@ func (s *scanState) candRoot(c *scanCand) {
 
 // hfRepo reads one models--org--name entry of a hub cache and walks each of
 // its snapshots as a candidate of its own.
-func (s *scanState) hfRepo(abs, modelID string) {
+func (s *walker) hfRepo(abs, modelID string) {
 	snaps := abs + "/snapshots"
-	h, ents, err := scanOpenDir(snaps)
+	h, ents, err := openDir(snaps)
 	if h == nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.skip(abs, "Hugging Face cache entry with no snapshots (a download that never got going?)")
 		} else {
-			s.skip(abs, "cannot read snapshots: "+scanErrText(err))
+			s.skip(abs, "cannot read snapshots: "+errText(err))
 		}
 		return
 	}
@@ -367,7 +367,7 @@ func (s *scanState) hfRepo(abs, modelID string) {
 // enter marks the directory open as h visited for c; false means it was
 // seen before (a symlink loop, or a second link to the same place) and is
 // not read again.
-func (c *scanCand) enter(h *scanDirHandle) bool {
+func (c *candidate) enter(h *dirHandle) bool {
 	if !h.hasID {
 		return true
 	}
@@ -382,25 +382,25 @@ func (c *scanCand) enter(h *scanDirHandle) bool {
 	return !seen
 }
 
-func (c *scanCand) listFailed(rel string, err error) {
+func (c *candidate) listFailed(rel string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case rel == "" && errors.Is(err, fs.ErrNotExist):
 		c.gone = true
 	case rel == "":
-		c.trouble.add("cannot read it: " + scanErrText(err))
+		c.trouble.add("cannot read it: " + errText(err))
 	default:
-		c.trouble.file(rel+"/", scanGoneOr(err))
+		c.trouble.file(rel+"/", goneOr(err))
 	}
 }
 
 // walkDir reads one directory inside candidate c.
-func (s *scanState) walkDir(c *scanCand, abs, rel string, depth int) {
+func (s *walker) walkDir(c *candidate, abs, rel string, depth int) {
 	if s.ctx.Err() != nil {
 		return
 	}
-	h, ents, err := scanOpenDir(abs)
+	h, ents, err := openDir(abs)
 	if h == nil {
 		c.listFailed(rel, err)
 		return
@@ -424,21 +424,21 @@ func (s *scanState) walkDir(c *scanCand, abs, rel string, depth int) {
 	s.walkEntries(c, h, abs, rel, depth, ents)
 }
 
-type scanSub struct{ abs, rel string }
+type subdir struct{ abs, rel string }
 
 // walkEntries measures the entries of one directory of c, open as h, and
 // descends into its subdirectories. Symlinks are followed, to files and to
 // directories: a Hugging Face snapshot is made of them, and operators link
 // shards in from other disks. The sizes counted are those of what the links
 // point to, since that is what an engine will read.
-func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, depth int, ents []scanEnt) {
+func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth int, ents []entry) {
 	var (
 		size     int64
 		n        int
-		weights  []scanNamedSize
+		weights  []namedSize
 		indexes  []string
 		partials []string
-		subs     []scanSub
+		subs     []subdir
 		troubles [][2]string
 		broken   int
 	)
@@ -454,7 +454,7 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 		t := e.typ
 		follow := t&fs.ModeSymlink != 0
 		if t.IsDir() {
-			subs = append(subs, scanSub{abs + "/" + name, relOf(name)})
+			subs = append(subs, subdir{abs + "/" + name, relOf(name)})
 			continue
 		}
 		if !follow && !t.IsRegular() {
@@ -463,17 +463,17 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 		st, err := h.stat(e, follow)
 		if err != nil {
 			if follow {
-				troubles = append(troubles, [2]string{relOf(name), scanLinkErr(err)})
+				troubles = append(troubles, [2]string{relOf(name), linkErr(err)})
 				if catalog.IsWeightName(name) {
 					broken++
 				}
 			} else {
-				troubles = append(troubles, [2]string{relOf(name), scanGoneOr(err)})
+				troubles = append(troubles, [2]string{relOf(name), goneOr(err)})
 			}
 			continue
 		}
 		if st.typ.IsDir() {
-			subs = append(subs, scanSub{abs + "/" + name, relOf(name)})
+			subs = append(subs, subdir{abs + "/" + name, relOf(name)})
 			continue
 		}
 		if !st.typ.IsRegular() {
@@ -484,10 +484,10 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 		switch {
 		case catalog.IsPartialName(name):
 			partials = append(partials, relOf(name))
-		case scanIsIndexName(name):
+		case isIndexName(name):
 			indexes = append(indexes, relOf(name))
 		case catalog.IsWeightName(name):
-			weights = append(weights, scanNamedSize{relOf(name), st.size})
+			weights = append(weights, namedSize{relOf(name), st.size})
 		}
 	}
 	c.mu.Lock()
@@ -502,8 +502,8 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 	for _, t := range troubles {
 		c.trouble.file(t[0], t[1])
 	}
-	if depth+1 > scanMaxDepth && len(subs) > 0 {
-		c.trouble.add(fmt.Sprintf("more than %d directories deep: not read past %s", scanMaxDepth, scanQuoteName(rel)))
+	if depth+1 > maxDepth && len(subs) > 0 {
+		c.trouble.add(fmt.Sprintf("more than %d directories deep: not read past %s", maxDepth, quoteName(rel)))
 		subs = nil
 	}
 	c.mu.Unlock()
@@ -512,16 +512,16 @@ func (s *scanState) walkEntries(c *scanCand, h *scanDirHandle, abs, rel string, 
 	}
 }
 
-type scanNamedSize struct {
+type namedSize struct {
 	name string
 	size int64
 }
 
 // finish turns the candidates into weights, once every walk has returned.
-func (s *scanState) finish() []Local {
+func (s *walker) finish() []Local {
 	var out []Local
 	devShared := map[uint64]bool{}
-	sharedOf := func(p string, id scanDevIno, hasID bool) bool {
+	sharedOf := func(p string, id devIno, hasID bool) bool {
 		// A candidate on another filesystem than its configured directory
 		// (a mount point inside it, or a link to a filer) is judged by its
 		// own filesystem.
@@ -531,8 +531,8 @@ func (s *scanState) finish() []Local {
 		if v, ok := devShared[id.dev]; ok {
 			return v
 		}
-		magic, err := scanStatfs(p)
-		_, v := scanFSKind(magic)
+		magic, err := statfsMagic(p)
+		_, v := fsKind(magic)
 		v = v && err == nil
 		devShared[id.dev] = v
 		return v
@@ -561,15 +561,15 @@ func (s *scanState) finish() []Local {
 	for k, set := range s.splits {
 		first, ok := set.names[1]
 		if !ok {
-			first = scanSplitName(k.prefix, 1, k.total)
+			first = splitName(k.prefix, 1, k.total)
 		}
-		var t scanTrouble
+		var t trouble
 		var size int64
 		for part := 1; part <= k.total; part++ {
 			name, ok := set.names[part]
 			switch {
 			case !ok:
-				t.file(scanSplitName(k.prefix, part, k.total), "missing")
+				t.file(splitName(k.prefix, part, k.total), "missing")
 			case set.sizes[part] == 0:
 				t.file(name, "empty")
 			}
@@ -585,7 +585,7 @@ func (s *scanState) finish() []Local {
 	return out
 }
 
-func (c *scanCand) emptyReason() string {
+func (c *candidate) emptyReason() string {
 	switch {
 	case c.modelID != "":
 		return "snapshot holds no weight files yet (only configs downloaded?)"
@@ -601,10 +601,10 @@ func (c *scanCand) emptyReason() string {
 // download still being written, every shard its indexes list present and
 // non-empty, every part of each split GGUF, no empty weight file. Broken
 // links and unreadable subdirectories were noted during the walk.
-func (c *scanCand) checkComplete() {
+func (c *candidate) checkComplete() {
 	sort.Strings(c.partials)
 	if n := len(c.partials); n > 0 {
-		msg := "a download is still being written (" + scanQuoteName(c.partials[0])
+		msg := "a download is still being written (" + quoteName(c.partials[0])
 		if n > 1 {
 			msg += fmt.Sprintf(" and %d more", n-1)
 		}
@@ -616,15 +616,15 @@ func (c *scanCand) checkComplete() {
 	sort.Strings(c.indexes)
 	listed := map[string]bool{}
 	for _, idx := range c.indexes {
-		shards, err := scanReadIndex(c.path + "/" + idx)
+		shards, err := readIndex(c.path + "/" + idx)
 		if err != nil {
-			c.trouble.add(fmt.Sprintf("index %s unusable: %s", scanQuoteName(idx), scanErrText(err)))
+			c.trouble.add(fmt.Sprintf("index %s unusable: %s", quoteName(idx), errText(err)))
 			continue
 		}
 		dir := path.Dir(idx)
 		for _, sh := range shards {
-			if scanShardOutside(sh) {
-				c.trouble.add(fmt.Sprintf("index %s names a file outside the model: %s", scanQuoteName(idx), scanQuoteName(sh)))
+			if shardOutside(sh) {
+				c.trouble.add(fmt.Sprintf("index %s names a file outside the model: %s", quoteName(idx), quoteName(sh)))
 				continue
 			}
 			r := path.Join(dir, sh)
@@ -655,7 +655,7 @@ func (c *scanCand) checkComplete() {
 	}
 	sets := map[setKey]map[int]bool{}
 	for _, r := range names {
-		if prefix, part, total, ok := scanSplitGGUF(path.Base(r)); ok {
+		if prefix, part, total, ok := splitGGUF(path.Base(r)); ok {
 			k := setKey{path.Dir(r), prefix, total}
 			if sets[k] == nil {
 				sets[k] = map[int]bool{}
@@ -669,15 +669,15 @@ func (c *scanCand) checkComplete() {
 	for k, parts := range sets {
 		for part := 1; part <= k.total; part++ {
 			if !parts[part] {
-				c.trouble.file(path.Join(k.dir, scanSplitName(k.prefix, part, k.total)), "missing part of a split GGUF")
+				c.trouble.file(path.Join(k.dir, splitName(k.prefix, part, k.total)), "missing part of a split GGUF")
 			}
 		}
 	}
 }
 
-// scanErrText is an error's cause without the path os already put in it
+// errText is an error's cause without the path os already put in it
 // (the path is beside it in the report).
-func scanErrText(err error) string {
+func errText(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		err = pe.Err
@@ -685,20 +685,20 @@ func scanErrText(err error) string {
 	return err.Error()
 }
 
-func scanGoneOr(err error) string {
+func goneOr(err error) string {
 	if errors.Is(err, fs.ErrNotExist) {
 		return "removed while the scan ran"
 	}
-	return "unreadable: " + scanErrText(err)
+	return "unreadable: " + errText(err)
 }
 
-// scanLinkErr says why a symlink could not be followed.
-func scanLinkErr(err error) string {
+// linkErr says why a symlink could not be followed.
+func linkErr(err error) string {
 	switch {
 	case errors.Is(err, syscall.ELOOP):
 		return "symlink loop"
 	case errors.Is(err, fs.ErrNotExist):
 		return "dangling symlink (its target is gone)"
 	}
-	return "symlink not followed: " + scanErrText(err)
+	return "symlink not followed: " + errText(err)
 }

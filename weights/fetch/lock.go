@@ -1,4 +1,4 @@
-package weights
+package fetch
 
 import (
 	"context"

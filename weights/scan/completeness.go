@@ -1,4 +1,4 @@
-package weights
+package scan
 
 import (
 	"encoding/json"
@@ -16,12 +16,12 @@ import (
 
 // The names below decide when a candidate is finished; what counts as a
 // weight file at all is catalog.IsWeightName. They are about names only (no
-// I/O) except scanReadIndex.
+// I/O) except readIndex.
 
-// scanSplitGGUF parses a split GGUF part name as llama.cpp's gguf-split
+// splitGGUF parses a split GGUF part name as llama.cpp's gguf-split
 // writes it, "PREFIX-00001-of-00003.gguf". A split model loads from its
 // first part and needs every other part beside it.
-func scanSplitGGUF(name string) (prefix string, part, total int, ok bool) {
+func splitGGUF(name string) (prefix string, part, total int, ok bool) {
 	const suffix = ".gguf"
 	if len(name) < len("-00001-of-00001")+len(suffix) || !strings.EqualFold(name[len(name)-len(suffix):], suffix) {
 		return "", 0, 0, false
@@ -32,7 +32,7 @@ func scanSplitGGUF(name string) (prefix string, part, total int, ok bool) {
 		return "", 0, 0, false
 	}
 	ps, ts := stem[i-5:i], stem[i+4:]
-	if len(ts) != 5 || !scanAllDigits(ps) || !scanAllDigits(ts) {
+	if len(ts) != 5 || !allDigits(ps) || !allDigits(ts) {
 		return "", 0, 0, false
 	}
 	part, _ = strconv.Atoi(ps)
@@ -43,7 +43,7 @@ func scanSplitGGUF(name string) (prefix string, part, total int, ok bool) {
 	return stem[:i-6], part, total, true
 }
 
-func scanAllDigits(s string) bool {
+func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return false
@@ -52,29 +52,29 @@ func scanAllDigits(s string) bool {
 	return s != ""
 }
 
-// scanSplitName is the name of one part of a split GGUF set.
-func scanSplitName(prefix string, part, total int) string {
+// splitName is the name of one part of a split GGUF set.
+func splitName(prefix string, part, total int) string {
 	return fmt.Sprintf("%s-%05d-of-%05d.gguf", prefix, part, total)
 }
 
-// scanIsIndexName reports whether a file is a sharded checkpoint's index:
+// isIndexName reports whether a file is a sharded checkpoint's index:
 // model.safetensors.index.json, pytorch_model.bin.index.json, and the same
 // with another stem (diffusers' diffusion_pytorch_model..., consolidated...).
 // It lists every shard the checkpoint needs, which is the only way to tell
 // a complete sharded download from one that stopped between two shards.
-func scanIsIndexName(name string) bool {
+func isIndexName(name string) bool {
 	lower := strings.ToLower(name)
 	stem, ok := strings.CutSuffix(lower, ".index.json")
 	return ok && (strings.HasSuffix(stem, ".safetensors") || strings.HasSuffix(stem, ".bin"))
 }
 
-// scanMaxIndexBytes bounds how much of an index file is read. Real ones are
+// maxIndexBytes bounds how much of an index file is read. Real ones are
 // tens to hundreds of kilobytes; anything past this is not an index.
-const scanMaxIndexBytes = 64 << 20
+const maxIndexBytes = 64 << 20
 
-// scanReadIndex returns the shard file names an index lists, sorted and
+// readIndex returns the shard file names an index lists, sorted and
 // de-duplicated, as paths relative to the index's directory.
-func scanReadIndex(p string) ([]string, error) {
+func readIndex(p string) ([]string, error) {
 	// O_NONBLOCK: a FIFO given an index's name must not stall the scan. The
 	// caller has already seen a regular file here, but it can be replaced.
 	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
@@ -91,7 +91,7 @@ func scanReadIndex(p string) ([]string, error) {
 	var idx struct {
 		WeightMap map[string]any `json:"weight_map"`
 	}
-	if err := json.NewDecoder(io.LimitReader(f, scanMaxIndexBytes)).Decode(&idx); err != nil {
+	if err := json.NewDecoder(io.LimitReader(f, maxIndexBytes)).Decode(&idx); err != nil {
 		return nil, fmt.Errorf("not valid JSON (truncated?): %v", err)
 	}
 	if len(idx.WeightMap) == 0 {
@@ -113,10 +113,10 @@ func scanReadIndex(p string) ([]string, error) {
 	return shards, nil
 }
 
-// scanShardOutside reports whether a shard name from an index would leave
+// shardOutside reports whether a shard name from an index would leave
 // the index's directory. Such an index is not trusted: the loader would
 // read a file the operator did not put in the model.
-func scanShardOutside(shard string) bool {
+func shardOutside(shard string) bool {
 	if shard == "" || path.IsAbs(shard) {
 		return true
 	}
@@ -124,16 +124,16 @@ func scanShardOutside(shard string) bool {
 	return c == ".." || strings.HasPrefix(c, "../")
 }
 
-// scanTrouble collects what is wrong with a candidate: named files (missing,
+// trouble collects what is wrong with a candidate: named files (missing,
 // empty, broken) and general problems, in the order found, and renders them
 // as one Problem line that a person can act on.
-type scanTrouble struct {
+type trouble struct {
 	general []string
 	files   []string // "NAME (why)"
 	seen    map[string]bool
 }
 
-func (t *scanTrouble) add(msg string) {
+func (t *trouble) add(msg string) {
 	if t.seen == nil {
 		t.seen = map[string]bool{}
 	}
@@ -143,31 +143,31 @@ func (t *scanTrouble) add(msg string) {
 	}
 }
 
-func (t *scanTrouble) file(name, why string) {
+func (t *trouble) file(name, why string) {
 	if t.seen == nil {
 		t.seen = map[string]bool{}
 	}
 	if !t.seen["f:"+name] {
 		t.seen["f:"+name] = true
-		t.files = append(t.files, scanQuoteName(name)+" ("+why+")")
+		t.files = append(t.files, quoteName(name)+" ("+why+")")
 	}
 }
 
-func (t *scanTrouble) empty() bool { return len(t.general) == 0 && len(t.files) == 0 }
+func (t *trouble) empty() bool { return len(t.general) == 0 && len(t.files) == 0 }
 
-// scanMaxNamed is how many files one Problem names before summarising.
-const scanMaxNamed = 3
+// maxNamed is how many files one Problem names before summarising.
+const maxNamed = 3
 
 // String renders the trouble sorted, so that the same tree gives the same
 // Problem on every scan whatever order its directories were read in.
-func (t *scanTrouble) String() string {
+func (t *trouble) String() string {
 	parts := slices.Sorted(slices.Values(t.general))
 	files := slices.Sorted(slices.Values(t.files))
 	switch n := len(files); {
 	case n == 1:
 		parts = append(parts, files[0])
 	case n > 1:
-		shown := files[:min(n, scanMaxNamed)]
+		shown := files[:min(n, maxNamed)]
 		s := fmt.Sprintf("%d files missing or unusable: %s", n, strings.Join(shown, ", "))
 		if n > len(shown) {
 			s += fmt.Sprintf(", and %d more", n-len(shown))
@@ -177,20 +177,20 @@ func (t *scanTrouble) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// scanQuoteName quotes a name for a message when it holds anything a
+// quoteName quotes a name for a message when it holds anything a
 // terminal or a log line would mangle (newlines, control characters,
 // invalid UTF-8), and leaves ordinary names as they are.
-func scanQuoteName(name string) string {
-	if scanNeedsQuote(name) {
+func quoteName(name string) string {
+	if needsQuote(name) {
 		return strconv.Quote(name)
 	}
 	return name
 }
 
-// scanNeedsQuote reports whether a name must be quoted to be shown on one
+// needsQuote reports whether a name must be quoted to be shown on one
 // line: it holds a control character, invalid UTF-8, or spaces at its ends.
 // Such names are legal on Linux and turn up in real model directories.
-func scanNeedsQuote(s string) bool {
+func needsQuote(s string) bool {
 	if strings.TrimSpace(s) != s {
 		return true
 	}

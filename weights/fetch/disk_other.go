@@ -1,6 +1,6 @@
 //go:build !linux
 
-package weights
+package fetch
 
 import "os"
 

@@ -1,4 +1,4 @@
-package weights
+package scan
 
 import "time"
 
@@ -44,7 +44,7 @@ type Dir struct {
 	// Skipped lists entries that were looked at and passed over, with why.
 	Skipped []Skip `json:"skipped,omitempty"`
 	// SkippedCount is how many entries were skipped in all; Skipped lists at
-	// most ScanOptions.MaxSkipped of them.
+	// most Options.MaxSkipped of them.
 	SkippedCount int `json:"skipped_count,omitempty"`
 	// Took is how long the directory took to scan.
 	Took time.Duration `json:"took_ns"`

@@ -1,4 +1,4 @@
-package weights
+package scan
 
 import "strings"
 
@@ -16,15 +16,15 @@ import "strings"
 // and at the exact revision, rather than as an anonymous directory whose
 // size counts every old revision's blobs.
 
-// scanHFModelPrefix starts a model's directory in the hub cache.
-const scanHFModelPrefix = "models--"
+// hfModelPrefix starts a model's directory in the hub cache.
+const hfModelPrefix = "models--"
 
-// scanHFModelID returns the repo id a hub cache directory name stands for:
+// hfModelID returns the repo id a hub cache directory name stands for:
 // "models--org--name" is "org/name", "models--gpt2" is "gpt2". It inverts
 // huggingface_hub's repo_folder_name, which joins with "--"; the hub forbids
 // "--" inside names, so the inversion is exact.
-func scanHFModelID(name string) (string, bool) {
-	rest, ok := strings.CutPrefix(name, scanHFModelPrefix)
+func hfModelID(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, hfModelPrefix)
 	if !ok || rest == "" {
 		return "", false
 	}
@@ -40,9 +40,9 @@ func scanHFModelID(name string) (string, bool) {
 	return id, true
 }
 
-// scanHFOtherCache reports whether a name is a hub cache directory of a
+// hfOtherCache reports whether a name is a hub cache directory of a
 // kind that is not a model (datasets, spaces). Their parquet and pickles are
 // not weights, even where a file happens to end in .bin.
-func scanHFOtherCache(name string) bool {
+func hfOtherCache(name string) bool {
 	return strings.HasPrefix(name, "datasets--") || strings.HasPrefix(name, "spaces--")
 }
