@@ -2,12 +2,9 @@ package fetch
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -391,39 +388,6 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 		return "", fmt.Errorf("internal: %d ranges still missing", len(gaps))
 	}
 	return d.seal(ctx, fh, hashed, st.Size)
-}
-
-type hashResult struct {
-	sum string
-	err error
-}
-
-// hashBehind hashes fh from 0, never reading past what limit reports as
-// final, until limit reports the file complete; it waits on poke for the
-// limit to move.
-func hashBehind(ctx context.Context, fh *os.File, limit func() (end int64, complete bool), poke <-chan struct{}) (string, error) {
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	var pos int64
-	for {
-		end, complete := limit()
-		for pos < end {
-			n, err := fh.ReadAt(buf[:min(int64(len(buf)), end-pos)], pos)
-			h.Write(buf[:n])
-			pos += int64(n)
-			if err != nil && !(err == io.EOF && pos == end) {
-				return "", err
-			}
-		}
-		if complete {
-			return hex.EncodeToString(h.Sum(nil)), nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-poke:
-		}
-	}
 }
 
 // fetchChunk fetches the bytes of c into fh at their offsets, resuming within

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -595,84 +593,6 @@ func (c *candidate) emptyReason() string {
 		return c.trouble.String()
 	}
 	return "no weight files (.gguf, .safetensors, .bin, .pt, .pth) in it"
-}
-
-// checkComplete decides whether a directory candidate is finished: no
-// download still being written, every shard its indexes list present and
-// non-empty, every part of each split GGUF, no empty weight file. Broken
-// links and unreadable subdirectories were noted during the walk.
-func (c *candidate) checkComplete() {
-	sort.Strings(c.partials)
-	if n := len(c.partials); n > 0 {
-		msg := "a download is still being written (" + quoteName(c.partials[0])
-		if n > 1 {
-			msg += fmt.Sprintf(" and %d more", n-1)
-		}
-		c.trouble.add(msg + ")")
-	}
-	if len(c.weights) == 0 && c.broken == 0 {
-		c.trouble.add("no finished weight file yet")
-	}
-	sort.Strings(c.indexes)
-	listed := map[string]bool{}
-	for _, idx := range c.indexes {
-		shards, err := readIndex(c.path + "/" + idx)
-		if err != nil {
-			c.trouble.add(fmt.Sprintf("index %s unusable: %s", quoteName(idx), errText(err)))
-			continue
-		}
-		dir := path.Dir(idx)
-		for _, sh := range shards {
-			if shardOutside(sh) {
-				c.trouble.add(fmt.Sprintf("index %s names a file outside the model: %s", quoteName(idx), quoteName(sh)))
-				continue
-			}
-			r := path.Join(dir, sh)
-			listed[r] = true
-			size, ok := c.weights[r]
-			if !ok {
-				// A shard not named like a weight file was not recorded.
-				st, err := os.Stat(c.path + "/" + r)
-				if err != nil || !st.Mode().IsRegular() {
-					c.trouble.file(r, "missing, listed in "+path.Base(idx))
-					continue
-				}
-				size = st.Size()
-			}
-			if size == 0 {
-				c.trouble.file(r, "empty")
-			}
-		}
-	}
-	names := make([]string, 0, len(c.weights))
-	for r := range c.weights {
-		names = append(names, r)
-	}
-	sort.Strings(names)
-	type setKey struct {
-		dir, prefix string
-		total       int
-	}
-	sets := map[setKey]map[int]bool{}
-	for _, r := range names {
-		if prefix, part, total, ok := splitGGUF(path.Base(r)); ok {
-			k := setKey{path.Dir(r), prefix, total}
-			if sets[k] == nil {
-				sets[k] = map[int]bool{}
-			}
-			sets[k][part] = true
-		}
-		if c.weights[r] == 0 && !listed[r] {
-			c.trouble.file(r, "empty")
-		}
-	}
-	for k, parts := range sets {
-		for part := 1; part <= k.total; part++ {
-			if !parts[part] {
-				c.trouble.file(path.Join(k.dir, splitName(k.prefix, part, k.total)), "missing part of a split GGUF")
-			}
-		}
-	}
 }
 
 // errText is an error's cause without the path os already put in it

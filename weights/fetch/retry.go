@@ -1,0 +1,212 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// The HTTP side of a download: one range request, retried after the
+// failures that asking again can cure, and watched so that a connection
+// that stops delivering is dropped instead of waited on forever.
+
+// errIdle is a connection that delivered nothing for IdleTimeout.
+type errIdle time.Duration
+
+func (e errIdle) Error() string {
+	return fmt.Sprintf("no data received for %s", time.Duration(e))
+}
+
+// statusError is an HTTP answer that is not the file.
+type statusError struct {
+	url        string
+	code       int
+	status     string
+	hint       string
+	retryAfter time.Duration
+}
+
+func (e *statusError) Error() string {
+	if e.url == "" {
+		return e.status + e.hint
+	}
+	return "GET " + e.url + ": " + e.status + e.hint
+}
+
+// body is an open response whose reads are watched: no byte for IdleTimeout
+// cancels the request, and the read error then says so.
+type body struct {
+	resp   *http.Response
+	cancel context.CancelFunc
+	timer  *time.Timer
+	idle   time.Duration
+	idled  atomic.Bool
+	once   sync.Once
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.resp.Body.Read(p)
+	if n > 0 {
+		b.timer.Reset(b.idle)
+	}
+	if err != nil && err != io.EOF && b.idled.Load() {
+		err = errIdle(b.idle)
+	}
+	return n, err
+}
+
+func (b *body) Close() {
+	b.once.Do(func() {
+		b.timer.Stop()
+		b.resp.Body.Close()
+		b.cancel()
+	})
+}
+
+// open sends one GET for bytes from-to (to < 0: to the end) with If-Range
+// when validator is set, retrying network errors, 5xx and 429 with backoff.
+// It returns a 200 or 206 response; any other answer is an error.
+func (d *download) open(ctx context.Context, from, to int64, validator string) (*body, error) {
+	for retry := 0; ; {
+		b, err := d.openOnce(ctx, from, to, validator)
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !retryable(err) {
+			return nil, err
+		}
+		if retry++; retry > d.f.retries() {
+			return nil, err
+		}
+		var se *statusError
+		after := time.Duration(0)
+		if errors.As(err, &se) {
+			after = se.retryAfter
+		}
+		if err := d.sleep(ctx, retry, after, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *download) openOnce(ctx context.Context, from, to int64, validator string) (*body, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, d.rem.url, nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	rng := "bytes=" + strconv.FormatInt(from, 10) + "-"
+	if to >= 0 {
+		rng += strconv.FormatInt(to, 10)
+	}
+	req.Header.Set("Range", rng)
+	if validator != "" {
+		req.Header.Set("If-Range", validator)
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("User-Agent", "llmgw")
+	if d.token != "" && req.URL.Host == d.rem.hubHost {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	b := &body{cancel: cancel, idle: d.f.idleTimeout()}
+	// The timer covers the wait for headers too, so a custom Client without
+	// ResponseHeaderTimeout still cannot hang on a silent server.
+	b.timer = time.AfterFunc(b.idle, func() { b.idled.Store(true); cancel() })
+	resp, err := d.f.client().Do(req)
+	if err != nil {
+		b.timer.Stop()
+		cancel()
+		if b.idled.Load() && ctx.Err() == nil {
+			return nil, errIdle(b.idle)
+		}
+		return nil, err
+	}
+	b.resp = resp
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
+		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode)}
+		if d.rem.url != d.rem.source {
+			se.url = d.rem.url // what hf: resolved to, worth seeing
+		}
+		if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
+			b.Close()
+			return nil, fmt.Errorf("%w: %v", errRestart, se)
+		}
+		se.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		b.Close()
+		return nil, se
+	}
+	return b, nil
+}
+
+// retryable reports whether asking again might work: the network, a server
+// error, a rate limit, a stalled connection. A 404, a redirect loop or a bad
+// certificate will answer the same way every time.
+func retryable(err error) bool {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.code >= 500 || se.code == http.StatusTooManyRequests || se.code == http.StatusRequestTimeout
+	}
+	var idle errIdle
+	if errors.As(err, &idle) {
+		return true
+	}
+	// *url.Error is itself a net.Error, whatever it wraps (a redirect loop
+	// included), so judge what it wraps.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// sleep waits before retry number n: after if the server said (Retry-After),
+// else RetryWait doubling per retry, capped.
+func (d *download) sleep(ctx context.Context, n int, after time.Duration, cause error) error {
+	wait := after
+	if wait <= 0 {
+		wait = d.f.retryWait() << min(n-1, 16)
+		wait = min(wait, maxRetryWait)
+	}
+	d.log.WithError(cause).WithFields(logrus.Fields{"retry": n, "wait": wait}).Warn("retrying")
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// parseRetryAfter reads Retry-After as seconds or an HTTP date; 0 if absent.
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}

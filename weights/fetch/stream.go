@@ -1,0 +1,159 @@
+package fetch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+)
+
+// One connection, appended to the .part as it arrives, with the digest
+// computed behind the write position instead of in a second pass.
+
+// stream fetches with one connection, appending to the .part from off; b is
+// the open response whose body starts at off.
+func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int64) (string, error) {
+	// b is replaced on every reconnect, and is nil after a failed one.
+	defer func() {
+		if b != nil {
+			b.Close()
+		}
+	}()
+	d.total.Store(st.Size)
+	if err := checkSpace(filepath.Dir(d.part), st.Size-off); err != nil {
+		return "", &Error{Source: d.rem.source, Op: "get", Err: err}
+	}
+	flags := os.O_RDWR | os.O_CREATE
+	if off == 0 {
+		flags |= os.O_TRUNC
+	}
+	fh, err := os.OpenFile(d.part, flags, 0o644)
+	if err != nil {
+		return "", &Error{Source: d.rem.source, Op: "write", Err: err}
+	}
+	defer fh.Close()
+	// The state is written before any byte, so bytes on disk always have a
+	// recorded provenance. Without a validator there is nothing to record.
+	if st.validator() != "" {
+		if err := st.save(d.statePath); err != nil {
+			return "", &Error{Source: d.rem.source, Op: "write", Err: err}
+		}
+	}
+	d.done.Store(off)
+
+	// Everything before the write position is final: with a digest to
+	// check, a second goroutine hashes it from the page cache as it grows,
+	// so verifying costs no second pass after the last byte (and a resumed
+	// stream's earlier bytes are hashed too).
+	var (
+		frontier atomic.Int64
+		complete atomic.Bool
+		poke     = make(chan struct{}, 1)
+		hashed   chan hashResult
+	)
+	frontier.Store(off)
+	wb := &writeBehind{fd: int(fh.Fd()), from: off}
+	wrote := func(end int64) {
+		wb.wrote(end)
+		frontier.Store(end)
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
+	}
+	if d.expectedSum() != "" {
+		hctx, hcancel := context.WithCancel(ctx)
+		defer hcancel()
+		hashed = make(chan hashResult, 1)
+		go func() {
+			// complete is read first: it is set after the last frontier.
+			limit := func() (int64, bool) { c := complete.Load(); return frontier.Load(), c }
+			sum, err := hashBehind(hctx, fh, limit, poke)
+			hashed <- hashResult{sum, err}
+		}()
+	}
+	for retry := 0; ; {
+		n, err := d.copyAt(fh, b, off, -1, wrote)
+		off += n
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		var we *writeError
+		if errors.As(err, &we) {
+			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, filepath.Dir(d.part), st.Size-off)}
+		}
+		if n > 0 {
+			retry = 0 // progress: the budget is for a connection that gets nowhere
+		}
+		if retry++; retry > d.f.retries() {
+			return "", err
+		}
+		if err := d.sleep(ctx, retry, 0, err); err != nil {
+			return "", err
+		}
+		b.Close()
+		b = nil
+		if st.validator() == "" {
+			// Nothing to make a resumed range safe with.
+			return "", fmt.Errorf("%w (no ETag or Last-Modified to resume against)", errRestart)
+		}
+		if b, err = d.open(ctx, off, -1, st.validator()); err != nil {
+			return "", err
+		}
+		if err := d.checkRange(b.resp, st, off, -1); err != nil {
+			return "", err
+		}
+	}
+	if st.Size >= 0 && off != st.Size {
+		return "", fmt.Errorf("got %d bytes, the origin announced %d", off, st.Size)
+	}
+	if hashed != nil {
+		complete.Store(true)
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
+	}
+	return d.seal(ctx, fh, hashed, off)
+}
+
+type hashResult struct {
+	sum string
+	err error
+}
+
+// hashBehind hashes fh from 0, never reading past what limit reports as
+// final, until limit reports the file complete; it waits on poke for the
+// limit to move.
+func hashBehind(ctx context.Context, fh *os.File, limit func() (end int64, complete bool), poke <-chan struct{}) (string, error) {
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var pos int64
+	for {
+		end, complete := limit()
+		for pos < end {
+			n, err := fh.ReadAt(buf[:min(int64(len(buf)), end-pos)], pos)
+			h.Write(buf[:n])
+			pos += int64(n)
+			if err != nil && !(err == io.EOF && pos == end) {
+				return "", err
+			}
+		}
+		if complete {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-poke:
+		}
+	}
+}
