@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // Default agent settings.
@@ -22,7 +23,7 @@ const (
 	DefaultSocket     = api.DefaultSocket
 	DefaultCacheDir   = "/var/cache/llmgw"
 	DefaultStateDir   = "/var/lib/llmgw"
-	DefaultFabric     = "default"
+	DefaultFabric     = api.DefaultFabric
 
 	// DefaultReportInterval matches the coordinator's default: a node whose
 	// reports stop for a few intervals is shown as stale there.
@@ -32,8 +33,9 @@ const (
 	// shared filer is real metadata load; a minute notices a new model well
 	// before anyone schedules a job for it.
 	DefaultScanInterval = time.Minute
-	// DefaultConnections is how many ranges one fetch downloads at once.
-	DefaultConnections = 8
+	// DefaultConnections is how many ranges one fetch downloads at once:
+	// the fetcher's own default, so llmgw fetch and the agent agree.
+	DefaultConnections = fetch.DefaultConnections
 )
 
 // minInterval keeps a typo ("30ms") from turning an agent into a load test

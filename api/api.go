@@ -32,7 +32,8 @@ type Report struct {
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 
-	Node   string `json:"node"`
+	Node string `json:"node"`
+	// Fabric is the network the node is on; empty means DefaultFabric.
 	Fabric string `json:"fabric"`
 	// Looked is false when the node has no weight directories configured. It
 	// must rank exactly like a node that looked and found nothing: turning
@@ -48,6 +49,11 @@ type Report struct {
 	Errors       []string `json:"errors,omitempty"`
 	AgentVersion string   `json:"agent_version"`
 }
+
+// DefaultFabric is the fabric of a node that names none: a cluster with one
+// fabric need not name it. The agent reports it and the coordinator files an
+// empty fabric under it, so both must spell it the same.
+const DefaultFabric = "default"
 
 // Weight is one model a node can see (scan.Local on the wire).
 type Weight struct {

@@ -30,9 +30,9 @@ const (
 	maxErrorText = 1024 // bytes kept of each
 )
 
-// DefaultFabric is the fabric of a node that reports none: a cluster with
-// one fabric need not name it.
-const DefaultFabric = "default"
+// DefaultFabric is the fabric of a node that reports none; see
+// api.DefaultFabric.
+const DefaultFabric = api.DefaultFabric
 
 // validReport checks a report before it is queued and normalises what may
 // be normalised (an empty fabric, over-long error lines). It returns an

@@ -10,13 +10,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/llmgw/llmgw/agent"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
 )
-
-// defaultFetchCacheDir is the agent's default cache, so that what an
-// operator fetches by hand is what the agent scans and reports.
-const defaultFetchCacheDir = "/var/cache/llmgw"
 
 const fetchAbout = `Makes SOURCE present on this node and prints its local path on stdout.
 
@@ -36,7 +33,9 @@ LLMGW_CACHE_DIR.`
 // fetchCmd wires flags into a fetch.Fetcher and prints the path.
 func fetchCmd(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "fetch", lookup("fetch").synopsis, fetchAbout)
-	cacheDir := fs.String("cache-dir", defaultFetchCacheDir, "where remote sources are fetched to")
+	// The agent's cache, so that what an operator fetches by hand is what
+	// the agent scans and reports.
+	cacheDir := fs.String("cache-dir", agent.DefaultCacheDir, "where remote sources are fetched to")
 	sum := fs.String("sha256", "", "expected sha256 of the file, hex; a mismatch deletes the download")
 	conns := fs.Int("connections", fetch.DefaultConnections, "connections per fetch when the origin serves ranges")
 	lockDir := fs.String("lock-dir", "", "node-local directory for the one-fetch-per-node locks (default "+fetch.DefaultLockDir+", or a per-user directory under $TMPDIR when that is not writable)")
