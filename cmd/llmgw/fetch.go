@@ -120,9 +120,9 @@ func (p *progressPrinter) print(pr fetch.Progress) {
 		rate = float64(pr.Done-p.lastDone) / dt
 	}
 	p.lastAt, p.lastDone = now, pr.Done
-	amount := mib(pr.Done)
+	amount := catalog.FormatBytes(pr.Done)
 	if pr.Total >= 0 {
-		amount += " of " + mib(pr.Total)
+		amount += " of " + catalog.FormatBytes(pr.Total)
 	}
 	if !p.tty {
 		if pr.Done == 0 {
@@ -132,7 +132,7 @@ func (p *progressPrinter) print(pr fetch.Progress) {
 		if pct := pr.Percent(); pct >= 0 {
 			line += fmt.Sprintf(" (%d%%)", pct)
 		}
-		fmt.Fprintf(p.w, "%s, %s/s\n", line, mib(int64(rate)))
+		fmt.Fprintf(p.w, "%s, %s/s\n", line, catalog.FormatBytes(int64(rate)))
 		return
 	}
 	const width = 30
@@ -146,7 +146,7 @@ func (p *progressPrinter) print(pr fetch.Progress) {
 	if pct >= 0 {
 		pctText = fmt.Sprintf("%3d%%", pct)
 	}
-	fmt.Fprintf(p.w, "\r[%s] %s %s  %s/s\033[K", bar, pctText, amount, mib(int64(rate)))
+	fmt.Fprintf(p.w, "\r[%s] %s %s  %s/s\033[K", bar, pctText, amount, catalog.FormatBytes(int64(rate)))
 	p.drawn = true
 }
 
@@ -155,8 +155,4 @@ func (p *progressPrinter) end() {
 	if p.drawn {
 		fmt.Fprintln(p.w)
 	}
-}
-
-func mib(n int64) string {
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }

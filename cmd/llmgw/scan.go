@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/scan"
 )
 
@@ -75,7 +76,7 @@ func scanTable(w io.Writer, ws []scan.Local) error {
 		if !l.Complete {
 			state = "incomplete: " + l.Problem
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", scanShowPath(l.Path), scanHumanSize(l.Size), where, model, state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", scanShowPath(l.Path), catalog.FormatBytes(l.Size), where, model, state)
 	}
 	return tw.Flush()
 }
@@ -138,18 +139,4 @@ func scanShortRev(rev string) string {
 		return rev[:12]
 	}
 	return rev
-}
-
-// scanHumanSize prints a byte count in binary units, as du -h does.
-func scanHumanSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // statfsFree reports the bytes an unprivileged writer may still use on the
@@ -95,7 +97,7 @@ func checkSpace(dir string, need int64) error {
 		return nil // unknowable; ENOSPC during the fetch still says it clearly
 	}
 	if need > free {
-		return fmt.Errorf("%w: needs %s, %s free on %s", ErrNoSpace, humanBytes(need), humanBytes(free), mount)
+		return fmt.Errorf("%w: needs %s, %s free on %s", ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
 	}
 	return nil
 }
@@ -112,9 +114,9 @@ func noSpace(err error, dir string, need int64) error {
 		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	}
 	if need <= 0 { // the origin gave no length
-		return fmt.Errorf("%w: the disk filled during the fetch, %s free on %s", ErrNoSpace, humanBytes(free), mount)
+		return fmt.Errorf("%w: the disk filled during the fetch, %s free on %s", ErrNoSpace, catalog.FormatBytes(free), mount)
 	}
-	return fmt.Errorf("%w: needs %s more, %s free on %s", ErrNoSpace, humanBytes(need), humanBytes(free), mount)
+	return fmt.Errorf("%w: needs %s more, %s free on %s", ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
 }
 
 // allocated is how many bytes of disk a file already occupies; a
@@ -136,17 +138,4 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

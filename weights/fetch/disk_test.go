@@ -38,20 +38,6 @@ func TestPreallocate(t *testing.T) {
 	}
 }
 
-func TestHumanBytes(t *testing.T) {
-	for n, want := range map[int64]string{
-		512:       "512 B",
-		1536:      "1.5 KiB",
-		4 << 30:   "4.0 GiB",
-		141 << 30: "141.0 GiB",
-		3 << 40:   "3.0 TiB",
-	} {
-		if got := humanBytes(n); got != want {
-			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestRoomForMissingDir(t *testing.T) {
 	dir := t.TempDir()
 	parent, err := RoomFor(dir)

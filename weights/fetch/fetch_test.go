@@ -562,7 +562,7 @@ func TestEnsureNotEnoughDisk(t *testing.T) {
 	for _, conns := range []int{1, 4} {
 		t.Run(fmt.Sprintf("%d connections", conns), func(t *testing.T) {
 			f.Connections, f.ParallelMin = conns, 1<<20
-			err := failedFetch(t, f, o.url(), Want{}, "needs 2.0 MiB, 1.0 MiB free on /fake/mount")
+			err := failedFetch(t, f, o.url(), Want{}, "needs 2.1 MB, 1.0 MB free on /fake/mount")
 			if !errors.Is(err, ErrNoSpace) {
 				t.Errorf("error %v does not wrap ErrNoSpace", err)
 			}
@@ -577,7 +577,7 @@ func TestNoSpaceDuringFetch(t *testing.T) {
 	statfsFree = func(string) (int64, string, error) { return 4096, "/fake/mount", nil }
 	t.Cleanup(func() { statfsFree = diskFree })
 	err := noSpace(&os.PathError{Op: "write", Path: "x.part", Err: syscall.ENOSPC}, t.TempDir(), 10<<20)
-	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "needs 10.0 MiB more, 4.0 KiB free on /fake/mount") {
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "needs 10 MB more, 4.1 kB free on /fake/mount") {
 		t.Errorf("noSpace(ENOSPC) = %v", err)
 	}
 	other := errors.New("EIO")

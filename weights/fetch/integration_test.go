@@ -44,7 +44,7 @@ func TestFetchIntegrationNoSpace(t *testing.T) {
 		say      string
 	}{
 		// The origin announces 2 MiB: refused before the download.
-		{"announced size", false, "needs 2.0 MiB, 1.0 MiB free on " + mnt},
+		{"announced size", false, "needs 2.1 MB, 1.0 MB free on " + mnt},
 		// No length: the disk fills during the fetch.
 		{"ENOSPC during the fetch", true, "the disk filled during the fetch, 0 B free on " + mnt},
 	} {
