@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Pacing of the ensure stream. progressEvery keeps a hook's log readable
@@ -109,17 +109,12 @@ func decodeEnsure(r io.Reader) (api.EnsureRequest, *api.Error) {
 	switch {
 	case strings.TrimSpace(req.Source) == "":
 		return req, api.Errorf(api.CodeInvalid, "ensure request: source is empty")
-	case req.SHA256 != "" && (len(req.SHA256) != 64 || !isHex(req.SHA256)):
+	case req.SHA256 != "" && !catalog.ValidSHA256(req.SHA256):
 		return req, api.Errorf(api.CodeInvalid, "ensure request: sha256 %q is not 64 hex digits", req.SHA256)
 	case req.Size < 0:
 		return req, api.Errorf(api.CodeInvalid, "ensure request: size %d is negative", req.Size)
 	}
 	return req, nil
-}
-
-func isHex(s string) bool {
-	_, err := hex.DecodeString(s)
-	return err == nil
 }
 
 // serveEnsure runs one ensure and streams its progress. The request's

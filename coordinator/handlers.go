@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -25,8 +24,6 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, api.Models{Models: models})
 	return nil
 }
-
-var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // validModel checks a catalog entry and says what is wrong with it.
 func validModel(m *api.Model) error {
@@ -64,7 +61,7 @@ func validModel(m *api.Model) error {
 		}
 	}
 	m.SHA256 = strings.ToLower(m.SHA256)
-	if m.SHA256 != "" && !sha256RE.MatchString(m.SHA256) {
+	if m.SHA256 != "" && !catalog.ValidSHA256(m.SHA256) {
 		return bad("sha256 must be 64 hex digits")
 	}
 	return nil

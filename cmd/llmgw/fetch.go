@@ -52,7 +52,7 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("Give one SOURCE per call", "fetch takes one SOURCE, got %d arguments", fs.NArg())
 	case *conns < 1:
 		return usagef("Use --connections 1 for a single stream", "--connections must be at least 1, got %d", *conns)
-	case *sum != "" && !isHex64(*sum):
+	case *sum != "" && !catalog.ValidSHA256(*sum):
 		return usagef("Give the 64 hex digits sha256sum prints", "--sha256 %q is not a sha256", *sum)
 	}
 	dir := *cacheDir
@@ -86,13 +86,6 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, path)
 	return nil
-}
-
-func isHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	return strings.Trim(strings.ToLower(s), "0123456789abcdef") == ""
 }
 
 // progressPrinter shows a fetch's progress: a bar redrawn in place on a

@@ -263,7 +263,7 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		return "", &Error{Source: source, Op: "parse", Err: err}
 	}
 	if want.SHA256 != "" {
-		if !isSHA256Hex(want.SHA256) {
+		if !catalog.ValidSHA256(want.SHA256) {
 			return "", &Error{Source: source, Op: "parse", Err: fmt.Errorf("expected sha256 %q is not 64 hex digits", want.SHA256)}
 		}
 		want.SHA256 = strings.ToLower(want.SHA256)
@@ -524,12 +524,4 @@ func fileSHA256(ctx context.Context, path string) (string, error) {
 			return "", err
 		}
 	}
-}
-
-func isSHA256Hex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // defaultHFEndpoint is the public hub; HF_ENDPOINT overrides it for mirrors,
@@ -153,7 +155,7 @@ func (f *Fetcher) hfToken() string {
 func hubSHA256(resp *http.Response) string {
 	for r := resp; r != nil; {
 		v := strings.Trim(strings.TrimPrefix(r.Header.Get("X-Linked-Etag"), "W/"), `"`)
-		if isSHA256Hex(v) {
+		if catalog.ValidSHA256(v) {
 			return strings.ToLower(v)
 		}
 		if r.Request == nil {
