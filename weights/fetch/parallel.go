@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // stateSaveInterval is how often a parallel fetch records its finished
@@ -105,13 +107,23 @@ func (s *rangeState) doneBytes() int64 {
 	return n
 }
 
-// save writes the state atomically.
+// save writes the state atomically: a temporary file, fsynced, renamed over
+// path.
+//
+// It is not catalog.WriteAtomic, on purpose. The record is rewritten every
+// second by the one process that holds the node's lock for this file, so
+// its temporary file can have a fixed name, catalog.RangesTmpSuffix, which
+// the scanner and gc know: a crash leaves that one file, which the next
+// save reuses, rather than a randomly named one that nobody removes. Nor
+// does it sync the directory: the record only ever claims bytes already
+// fsynced, so a rename lost in a crash resumes from an older record, which
+// is safe.
 func (s *rangeState) save(path string) error {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp" // catalog.RangesTmpSuffix, since path ends in catalog.RangesSuffix
+	tmp := strings.TrimSuffix(path, catalog.RangesSuffix) + catalog.RangesTmpSuffix
 	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
