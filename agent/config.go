@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
 )
 
@@ -157,13 +158,13 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, d := range c.WeightDirs {
-		if err := absPath("weight dir", d); err != nil {
+		if err := catalog.CheckAbsPath("weight dir", d); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "socket": c.Socket, "token file": c.TokenFile} {
 		if p != "" {
-			if err := absPath(name, p); err != nil {
+			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -196,16 +197,6 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(msgs)
 	return errors.New(strings.Join(msgs, "; "))
-}
-
-func absPath(what, p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("%s is empty", what)
-	case !filepath.IsAbs(p):
-		return fmt.Errorf("%s %q is relative; give an absolute path, since the agent runs from /", what, p)
-	}
-	return nil
 }
 
 // DefaultNodeName is the name Slurm knows this host by: SLURMD_NODENAME when

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Report bounds. They are far above any real node (a node with thousands
@@ -24,7 +25,7 @@ const (
 	MaxWeights   = 4096
 	MaxFetches   = 64
 	MaxDirs      = 256
-	MaxPath      = 4096
+	MaxPath      = catalog.MaxPath
 	maxShortText = 256  // ids, versions, model ids, revisions
 	maxErrors    = 32   // error lines kept per report
 	maxErrorText = 1024 // bytes kept of each
@@ -69,7 +70,7 @@ func validReport(r *api.Report) error {
 		return bad("lists %d directories; the limit is %d", len(r.Dirs), MaxDirs)
 	}
 	if r.Cache.Dir != "" {
-		if err := absPath("cache dir", r.Cache.Dir); err != nil {
+		if err := catalog.CheckAbsPath("cache dir", r.Cache.Dir); err != nil {
 			return bad("%v", err)
 		}
 	}
@@ -79,7 +80,7 @@ func validReport(r *api.Report) error {
 	seen := make(map[string]struct{}, len(r.Weights))
 	for i := range r.Weights {
 		w := &r.Weights[i]
-		if err := absPath("weight path", w.Path); err != nil {
+		if err := catalog.CheckAbsPath("weight path", w.Path); err != nil {
 			return bad("weights[%d]: %v", i, err)
 		}
 		p := filepath.Clean(w.Path)
@@ -123,22 +124,6 @@ func validReport(r *api.Report) error {
 func shortText(name, v string) error {
 	if len(v) > maxShortText || strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
 		return fmt.Errorf("%s must be at most %d bytes of text without NUL", name, maxShortText)
-	}
-	return nil
-}
-
-func absPath(what, p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("%s is empty", what)
-	case len(p) > MaxPath:
-		return fmt.Errorf("%s is %d bytes; the limit is %d", what, len(p), MaxPath)
-	case strings.ContainsRune(p, 0):
-		return fmt.Errorf("%s %q contains NUL", what, p)
-	case !utf8.ValidString(p):
-		return fmt.Errorf("%s %q is not UTF-8", what, p)
-	case !strings.HasPrefix(p, "/"):
-		return fmt.Errorf("%s %q is not absolute", what, p)
 	}
 	return nil
 }
