@@ -121,7 +121,7 @@ func TestEnsureSharedByConcurrentClients(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			paths[i], errs[i] = lc.Ensure(ctx, source, hex.EncodeToString(sum[:]), int64(len(o.data)), func(f api.Fetch) {
+			paths[i], errs[i] = lc.Ensure(ctx, api.EnsureRequest{Source: source, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(o.data))}, func(f api.Fetch) {
 				progress[i] = append(progress[i], f)
 			})
 		})
@@ -160,7 +160,7 @@ func TestEnsureSharedByConcurrentClients(t *testing.T) {
 	}
 
 	// Present now: a second ensure answers from the cache, with no GET.
-	p, err := lc.Ensure(context.Background(), source, "", 0, nil)
+	p, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: source}, nil)
 	if err != nil || p != want || o.gets.Load() != 1 {
 		t.Errorf("second Ensure = %q, %v after %d GETs", p, err, o.gets.Load())
 	}
@@ -185,7 +185,7 @@ func TestEnsureAnswers(t *testing.T) {
 		{name: "bad digest", source: "https://example.invalid/x.gguf", sha: "abc", wantCode: api.CodeInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := lc.Ensure(context.Background(), tc.source, tc.sha, 0, nil)
+			p, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: tc.source, SHA256: tc.sha}, nil)
 			var ae *api.Error
 			switch {
 			case tc.wantCode != "":
@@ -212,7 +212,7 @@ func TestEnsureFetchErrorCountedOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
-			_, err := lc.Ensure(context.Background(), notFound.URL+"/gone.gguf", "", 0, nil)
+			_, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: notFound.URL + "/gone.gguf"}, nil)
 			var ae *api.Error
 			if !errors.As(err, &ae) || !strings.Contains(ae.Message, "404") {
 				t.Errorf("Ensure of a 404 = %v, want an agent error naming the 404", err)
@@ -252,7 +252,7 @@ func TestStopDuringFetchKeepsPart(t *testing.T) {
 	var once sync.Once
 	errc := make(chan error, 1)
 	go func() {
-		_, err := lc.Ensure(context.Background(), source, "", 0, func(f api.Fetch) {
+		_, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: source}, func(f api.Fetch) {
 			if f.Done > 0 {
 				once.Do(func() { close(moving) })
 			}
@@ -308,7 +308,7 @@ func TestStopDuringFetchKeepsPart(t *testing.T) {
 	o.mu.Unlock()
 	b := newTestAgent(t, cfg)
 	lc2, _ := start(t, b)
-	p, err := lc2.Ensure(context.Background(), source, "", 0, nil)
+	p, err := lc2.Ensure(context.Background(), api.EnsureRequest{Source: source}, nil)
 	if err != nil || p != target {
 		t.Fatalf("resumed Ensure = %q, %v", p, err)
 	}

@@ -174,14 +174,14 @@ func (c *LocalClient) do(ctx context.Context, method, path string, in any) (*htt
 	return resp, nil
 }
 
-// Ensure asks the agent to make source present and returns its local path.
-// onProgress, when non-nil, is called with each progress event (a few per
+// Ensure asks the agent to make req.Source present and returns its local
+// path. onProgress, when non-nil, is called with each progress event (a few per
 // second at most). An *Error with CodeUnavailable means the agent is
 // stopping (a restart, an upgrade) and the caller should do what it does
 // for ErrNoAgent; any other *Error means the agent tried and failed, and
 // fetching again without it would fail the same way.
-func (c *LocalClient) Ensure(ctx context.Context, source, sha256 string, size int64, onProgress func(Fetch)) (string, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/"+Version+"/ensure", EnsureRequest{Source: source, SHA256: sha256, Size: size})
+func (c *LocalClient) Ensure(ctx context.Context, req EnsureRequest, onProgress func(Fetch)) (string, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/"+Version+"/ensure", req)
 	if err != nil {
 		return "", err
 	}
@@ -195,14 +195,14 @@ func (c *LocalClient) Ensure(ctx context.Context, source, sha256 string, size in
 		}
 		var ev EnsureEvent
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return "", fmt.Errorf("agent %s: ensure %s: bad event %q: %w", c.socket(), source, truncate(string(line), 100), err)
+			return "", fmt.Errorf("agent %s: ensure %s: bad event %q: %w", c.socket(), req.Source, truncate(string(line), 100), err)
 		}
 		switch {
 		case ev.Error != nil:
 			return "", ev.Error
 		case ev.Path != "":
-			if !filepath.IsAbs(ev.Path) && ev.Path != source {
-				return "", fmt.Errorf("agent %s: ensure %s: answered with relative path %q", c.socket(), source, ev.Path)
+			if !filepath.IsAbs(ev.Path) && ev.Path != req.Source {
+				return "", fmt.Errorf("agent %s: ensure %s: answered with relative path %q", c.socket(), req.Source, ev.Path)
 			}
 			return ev.Path, nil
 		case ev.Progress != nil && onProgress != nil:
@@ -210,13 +210,13 @@ func (c *LocalClient) Ensure(ctx context.Context, source, sha256 string, size in
 		}
 	}
 	if ctx.Err() != nil {
-		return "", fmt.Errorf("agent %s: ensure %s: %w", c.socket(), source, ctx.Err())
+		return "", fmt.Errorf("agent %s: ensure %s: %w", c.socket(), req.Source, ctx.Err())
 	}
 	err = sc.Err()
 	if err == nil {
 		err = io.ErrUnexpectedEOF
 	}
-	return "", fmt.Errorf("agent %s: ensure %s: answer ended without a result (agent stopped?): %w", c.socket(), source, err)
+	return "", fmt.Errorf("agent %s: ensure %s: answer ended without a result (agent stopped?): %w", c.socket(), req.Source, err)
 }
 
 // Status returns what the agent knows.

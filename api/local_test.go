@@ -59,7 +59,7 @@ func TestLocalClientEnsure(t *testing.T) {
 	}))
 
 	var seen []int64
-	p, err := lc.Ensure(context.Background(), "ok", "ab", 20, func(f Fetch) { seen = append(seen, f.Done) })
+	p, err := lc.Ensure(context.Background(), EnsureRequest{Source: "ok", SHA256: "ab", Size: 20}, func(f Fetch) { seen = append(seen, f.Done) })
 	if err != nil || p != "/cache/abc-m.gguf" {
 		t.Fatalf("Ensure(ok) = %q, %v", p, err)
 	}
@@ -84,7 +84,7 @@ func TestLocalClientEnsure(t *testing.T) {
 		{source: "relative", contains: "relative path"},
 	} {
 		t.Run(tc.source, func(t *testing.T) {
-			_, err := lc.Ensure(context.Background(), tc.source, "", 0, nil)
+			_, err := lc.Ensure(context.Background(), EnsureRequest{Source: tc.source}, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.contains) {
 				t.Fatalf("Ensure(%s) = %v, want an error containing %q", tc.source, err, tc.contains)
 			}
@@ -111,7 +111,7 @@ func TestLocalClientNoAgent(t *testing.T) {
 	for name, sock := range map[string]string{"no socket file": filepath.Join(dir, "missing.sock"), "nothing listening": stale} {
 		t.Run(name, func(t *testing.T) {
 			lc := &LocalClient{Socket: sock}
-			if _, err := lc.Ensure(context.Background(), "hf:a/b/c.gguf", "", 0, nil); !errors.Is(err, ErrNoAgent) {
+			if _, err := lc.Ensure(context.Background(), EnsureRequest{Source: "hf:a/b/c.gguf"}, nil); !errors.Is(err, ErrNoAgent) {
 				t.Errorf("Ensure = %v, want ErrNoAgent", err)
 			}
 			if _, err := lc.Status(context.Background()); !errors.Is(err, ErrNoAgent) || !strings.Contains(err.Error(), sock) {
@@ -142,7 +142,7 @@ func TestLocalClientStatusAndContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := lc.Ensure(ctx, "slow", "", 0, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lc.Ensure(ctx, EnsureRequest{Source: "slow"}, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Ensure past its deadline = %v, want DeadlineExceeded", err)
 	}
 }
