@@ -1,5 +1,4 @@
-# llmgw's build. `make test` is what CI runs (.ci/run); `make demo` shows
-# the whole flow on this machine.
+# llmgw's build. `make test` is what CI runs (.ci/run).
 
 # Go 1.26.8 ships standard-library vulnerabilities reachable from an HTTP
 # server (net/http, crypto/tls, crypto/x509). The module proxy serves the

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -85,5 +87,12 @@ func TestDefaultNodeName(t *testing.T) {
 				t.Errorf("DefaultNodeName = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// The agent writes its catalog copy where the hook reads it by default.
+func TestCatalogCopyAtDefaultPath(t *testing.T) {
+	if got := filepath.Join(DefaultStateDir, catalogFile); got != catalog.DefaultCopyPath {
+		t.Errorf("the agent writes its catalog copy to %s by default, but catalog.DefaultCopyPath is %s", got, catalog.DefaultCopyPath)
 	}
 }

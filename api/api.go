@@ -2,10 +2,11 @@
 // request and response types of the coordinator's HTTP API and of the agent's
 // local socket, the error shape both return, and the clients for them.
 //
-// It is a leaf on purpose. The agent, the Slurm hooks and the command line
-// link it without linking any server code, so a hook that runs inside every
-// job start stays small, and an agent never depends on the coordinator's
-// database driver.
+// It is a leaf on purpose: the agent and the command line link it without
+// linking any server code, so an agent never depends on the coordinator's
+// database driver. It does link net/http, so code that must start in a few
+// milliseconds takes the name rules and the node-local catalog copy from
+// weights/catalog, which links neither.
 package api
 
 import (
@@ -98,7 +99,7 @@ type Fetch struct {
 }
 
 // Model is one catalog entry; the type lives in the leaf weights/catalog,
-// so the hooks can read the node-local catalog copy without linking net/http.
+// so the node-local catalog copy can be read without linking net/http.
 type Model = catalog.Model
 
 // Models is the catalog as GET /v1/models returns it.

@@ -15,9 +15,9 @@ import (
 )
 
 // The agent's local API: HTTP over a unix socket that only root can open.
-// The Slurm hooks use it to have the agent make weights present, so that
-// every job on a node waiting for one source shares one fetch, and to read
-// what the agent knows.
+// A process on the node uses it to have the agent make weights present, so
+// that every job on a node waiting for one source shares one fetch, and to
+// read what the agent knows.
 //
 //	POST /v1/ensure  EnsureRequest → 200 and a stream of EnsureEvent, one
 //	                 JSON object per line: progress events, then exactly one
@@ -26,13 +26,10 @@ import (
 //	GET  /v1/status  → AgentStatus
 //
 // HTTP, rather than a bespoke framing, because curl --unix-socket can then
-// show an operator what a hook sees.
+// show an operator what a client sees.
 
-// DefaultSocket is where the agent listens and the hooks look for it.
+// DefaultSocket is where the agent listens.
 const DefaultSocket = "/run/llmgw/agent.sock"
-
-// DefaultCatalogFile is where the agent keeps its copy of the catalog.
-const DefaultCatalogFile = "/var/lib/llmgw/catalog.json"
 
 // EnsureRequest asks the agent to make a source present on this node.
 type EnsureRequest struct {
@@ -55,8 +52,7 @@ type EnsureEvent struct {
 	Error    *Error `json:"error,omitempty"`
 }
 
-// AgentStatus is what the agent knows, for `llmgw status` on the node and for
-// the hooks' logs.
+// AgentStatus is what the agent knows, as GET /v1/status answers it.
 type AgentStatus struct {
 	Node         string    `json:"node"`
 	Fabric       string    `json:"fabric"`
@@ -101,8 +97,10 @@ type CatalogStatus struct {
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent
 // is not installed, not running, or restarting. Test for it with errors.Is.
-// The hooks then fetch by themselves; any other error means the agent was
-// reached and answered.
+// A caller that gets it can make the weights present itself with a
+// fetch.Fetcher, whose node lock keeps it from duplicating a fetch the agent
+// has under way, or say that the agent is down. Any other error means the
+// agent was reached and answered.
 var ErrNoAgent = errors.New("no agent answering")
 
 // LocalClient speaks to the agent over its unix socket.

@@ -20,12 +20,12 @@ const modelsAbout = `Shows and changes the coordinator's model catalog.
   llmgw models rm NAME
   llmgw models list [--json]
 
-NAME becomes a Slurm node feature (llmgw.NAME), so it may hold only letters,
-digits, '.', '_' and '-', at most 64 characters. SOURCE is an absolute path
-(checked on each node, never fetched), hf:org/repo[@rev]/file or an http(s)
-URL (fetched into each node's cache), or a bare model id such as
-Qwen/Qwen2.5-7B-Instruct (left to the engine). add replaces an entry of the
-same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
+NAME may hold only letters, digits, '.', '_' and '-', at most 64 characters:
+what a Slurm feature name can carry in a job's --constraint or --prefer.
+SOURCE is an absolute path (checked on each node, never fetched),
+hf:org/repo[@rev]/file or an http(s) URL (fetched into each node's cache),
+or a bare model id such as Qwen/Qwen2.5-7B-Instruct (left to the engine).
+add replaces an entry of the same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
 Changes need the admin token (--token-file or LLMGW_TOKEN_FILE).`
 
 // coordFlags adds the flags every coordinator client takes.

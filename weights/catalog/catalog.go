@@ -22,8 +22,9 @@ import (
 
 // Model is one catalog entry.
 type Model struct {
-	// Name becomes a Slurm node feature (with a prefix), so it is restricted
-	// to what job expressions accept; see ValidModelName.
+	// Name is restricted to what a Slurm feature name can carry in a job's
+	// --constraint or --prefer, so that a job can name the model there; see
+	// ValidModelName.
 	Name string `json:"name"`
 	// Source is a path, an hf:org/repo[@rev]/file, an http(s) URL, or a bare
 	// model id that the engine resolves itself; see KindOf.
@@ -35,8 +36,8 @@ type Model struct {
 	Updated   time.Time `json:"updated,omitzero"`
 }
 
-// MaxModelName is the longest model name accepted. The name becomes part of
-// a Slurm feature and of --prefer expressions, which Slurm caps at 1024
+// MaxModelName is the longest model name accepted. The name must fit in a
+// Slurm feature and in --prefer expressions, which Slurm caps at 1024
 // characters in all; 64 leaves room to combine several.
 const MaxModelName = 64
 
@@ -52,9 +53,9 @@ func ValidModelName(name string) error {
 	case name == "":
 		return fmt.Errorf("model name is empty")
 	case len(name) > MaxModelName:
-		return fmt.Errorf("model name %q is %d characters; the limit is %d, because it becomes a Slurm feature", name, len(name), MaxModelName)
+		return fmt.Errorf("model name %q is %d characters; the limit is %d, so that it fits in a Slurm feature expression", name, len(name), MaxModelName)
 	case !modelNameRE.MatchString(name):
-		return fmt.Errorf("model name %q may contain only letters, digits, '.', '_' and '-', because it becomes a Slurm feature", name)
+		return fmt.Errorf("model name %q may contain only letters, digits, '.', '_' and '-', the characters a Slurm feature name can carry in a job's --constraint", name)
 	}
 	return nil
 }
