@@ -320,19 +320,6 @@ func (a *Agent) client(cfg Config) (*api.Client, error) {
 	return c, nil
 }
 
-// send posts r. The answer must be empty or JSON: a 200 from something that
-// is not the coordinator (a login page, a wrong port) is a failure, not a
-// report delivered.
-func send(ctx context.Context, c *api.Client, r *api.Report) error {
-	var ack jsonAck
-	return c.Do(ctx, http.MethodPost, "/"+api.Version+"/reports", r, &ack)
-}
-
-// jsonAck accepts any JSON value and refuses anything else.
-type jsonAck struct{}
-
-func (*jsonAck) UnmarshalJSON([]byte) error { return nil }
-
 // report builds a report and sends it. It returns the report and, when
 // the coordinator did not take it, why, with the failure's class.
 func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
@@ -344,7 +331,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	c, err := a.client(cfg)
 	result := resultNoToken
 	if err == nil {
-		err = send(ctx, c, r)
+		err = c.PostReport(ctx, r)
 		result = classify(err)
 	}
 	a.metrics.reports.WithLabelValues(result).Inc()

@@ -40,10 +40,21 @@ func ReadToken(path string) (string, error) {
 	return tok, nil
 }
 
-// PostReport sends a node report (agent token).
+// PostReport sends a node report (agent token). The agent reports through
+// it, and the coordinator's tests and benchmarks play agents with it.
+//
+// The answer must be empty or JSON: a 200 from something that is not the
+// coordinator (a login page, a wrong port) is a failure, not a report
+// delivered.
 func (c *Client) PostReport(ctx context.Context, r *Report) error {
-	return c.Do(ctx, http.MethodPost, "/v1/reports", r, nil)
+	var ack jsonAck
+	return c.Do(ctx, http.MethodPost, "/"+Version+"/reports", r, &ack)
 }
+
+// jsonAck accepts any JSON value and refuses anything else.
+type jsonAck struct{}
+
+func (*jsonAck) UnmarshalJSON([]byte) error { return nil }
 
 // Models returns the catalog.
 func (c *Client) Models(ctx context.Context) ([]Model, error) {

@@ -9,15 +9,14 @@ import (
 // Error codes. Each maps to one HTTP status; a client tests the code, a
 // person reads the message.
 const (
-	CodeInvalid       = "invalid"       // 400: the request is malformed or a value is out of bounds
-	CodeUnauthorized  = "unauthorized"  // 401: no token, or one that matches nothing
-	CodeForbidden     = "forbidden"     // 403: a valid token without the right for this call
-	CodeNotFound      = "not_found"     // 404
-	CodeConflict      = "conflict"      // 409: the change collides with what is there
-	CodeTooLarge      = "too_large"     // 413: the body is over the limit
-	CodeUnavailable   = "unavailable"   // 503: the service cannot answer now (database unusable)
-	CodeInternal      = "internal"      // 500
-	CodeUnprocessable = "unprocessable" // 422: well-formed but refused (a node refusing a gc path)
+	CodeInvalid      = "invalid"      // 400: the request is malformed or a value is out of bounds
+	CodeUnauthorized = "unauthorized" // 401: no token, or one that matches nothing
+	CodeForbidden    = "forbidden"    // 403: a valid token without the right for this call
+	CodeNotFound     = "not_found"    // 404
+	CodeConflict     = "conflict"     // 409: the change collides with what is there
+	CodeTooLarge     = "too_large"    // 413: the body is over the limit
+	CodeUnavailable  = "unavailable"  // 503: the service cannot answer now (database unusable)
+	CodeInternal     = "internal"     // 500
 )
 
 // Error is the body of every non-2xx answer, from the coordinator and from
@@ -56,8 +55,6 @@ func HTTPStatus(code string) int {
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeUnprocessable:
-		return http.StatusUnprocessableEntity
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
 	}

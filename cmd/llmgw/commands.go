@@ -119,16 +119,9 @@ func run(ctx context.Context, args []string, e *env) int {
 		return 2
 	default:
 		fmt.Fprintf(e.stderr, "llmgw %s: %v\n", cmd.name, err)
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			return ec.ExitCode()
-		}
 		return 1
 	}
 }
-
-// exitCoder lets an error choose the exit status (the hooks always exit 0).
-type exitCoder interface{ ExitCode() int }
 
 // suggest returns the command whose name is closest to a mistyped one, when
 // one is close enough to be worth saying.
