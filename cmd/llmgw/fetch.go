@@ -54,6 +54,10 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("Use --connections 1 for a single stream", "--connections must be at least 1, got %d", *conns)
 	case *sum != "" && !catalog.ValidSHA256(*sum):
 		return usagef("Give the 64 hex digits sha256sum prints", "--sha256 %q is not a sha256", *sum)
+	case *cacheDir == "":
+		// filepath.Abs would make it the working directory: a download
+		// left wherever the command happened to run.
+		return usagef("Give the directory to fetch into, e.g. --cache-dir "+agent.DefaultCacheDir+" (the agent's, and the default)", "--cache-dir is empty")
 	}
 	dir := *cacheDir
 	if abs, err := filepath.Abs(dir); err == nil {

@@ -63,6 +63,7 @@ func TestFetchCommand(t *testing.T) {
 		{"two sources", []string{src, src}, 2, "one SOURCE"},
 		{"zero connections", []string{src, "--connections", "0"}, 2, "--connections must be at least 1"},
 		{"bad sha", []string{src, "--sha256", "xyz"}, 2, "is not a sha256"},
+		{"empty cache dir", []string{src, "--cache-dir", ""}, 2, "--cache-dir is empty. Give the directory to fetch into, e.g. --cache-dir /var/cache/llmgw"},
 		{"unknown flag", []string{src, "--conections", "2"}, 2, "unknown flag"},
 		{"wrong sha", []string{srv.URL + "/other.gguf", "--cache-dir", cache, "--lock-dir", locks, "--sha256", strings.Repeat("0", 64)}, 1, "sha256 mismatch"},
 		{"missing path", []string{"/no/such/model.gguf"}, 1, "not on this node"},
