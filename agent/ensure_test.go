@@ -286,7 +286,7 @@ func TestStopDuringFetchKeepsPart(t *testing.T) {
 	var partSize int64
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		fi, err := os.Stat(target + ".part")
+		fi, err := os.Stat(target + catalog.PartSuffix)
 		if err == nil && fi.Size() > 0 {
 			partSize = fi.Size()
 			break
