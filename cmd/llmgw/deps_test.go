@@ -21,6 +21,7 @@ var importRules = map[string]struct {
 	"weights/catalog":   {nil, "the name rules are a standard-library leaf, so every part, the hook binary included, applies the same ones"},
 	"api":               {[]string{"weights/catalog"}, "the protocol is a leaf, so hooks and agents link no server code"},
 	"weights":           {[]string{"weights/catalog"}, "weights stands alone: agent, hooks and coordinator all build on it"},
+	"weights/gc":        {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
 	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":             {[]string{"api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
