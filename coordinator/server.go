@@ -44,6 +44,8 @@ type Server struct {
 	// follows it (see view).
 	writeMu sync.Mutex
 	queue   chan *queued
+	// gc holds the gc requests not yet handed to every node they ask.
+	gc gcPending
 	// dbOK is false after a write failed, until one succeeds: readiness
 	// then answers 503 so a load balancer or operator sees it.
 	dbOK atomic.Bool
@@ -75,6 +77,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	if err := s.view.load(ctx, db); err != nil {
 		return nil, fmt.Errorf("load state from %s: %w", db.Path(), err)
 	}
+	if err := s.loadGC(ctx); err != nil {
+		return nil, fmt.Errorf("load gc requests from %s: %w", db.Path(), err)
+	}
 	s.dbOK.Store(true)
 	s.metrics = newMetrics(s)
 	go s.writer()
@@ -92,6 +97,8 @@ func (s *Server) Close() {
 // Routes: POST /v1/reports (agent or admin token); GET /v1/models,
 // GET /v1/status, GET /v1/status/{model} (open, or any token when a read
 // token is configured); PUT and DELETE /v1/models/{name} (admin token);
+// POST /v1/gc (admin token), GET /v1/gc/{id} (read), POST
+// /v1/gc/{id}/answers (agent token): see gc.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -101,6 +108,9 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
 	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
 	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
+	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
+	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
+	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
