@@ -318,18 +318,14 @@ func (a *Agent) client(cfg Config) (*api.Client, error) {
 	return c, nil
 }
 
-// send posts r. The answer must be empty or JSON: a 200 from something that
-// is not the coordinator (a login page, a wrong port) is a failure, not a
-// report delivered.
-func send(ctx context.Context, c *api.Client, r *api.Report) error {
-	var ack jsonAck
-	return c.Do(ctx, http.MethodPost, "/"+api.Version+"/reports", r, &ack)
+// send posts r and returns the coordinator's answer. The answer must be
+// empty or a JSON object: a 200 from something that is not the coordinator
+// (a login page, a wrong port) is a failure, not a report delivered.
+func send(ctx context.Context, c *api.Client, r *api.Report) (api.ReportAnswer, error) {
+	var ans api.ReportAnswer
+	err := c.Do(ctx, http.MethodPost, "/"+api.Version+"/reports", r, &ans)
+	return ans, err
 }
-
-// jsonAck accepts any JSON value and refuses anything else.
-type jsonAck struct{}
-
-func (*jsonAck) UnmarshalJSON([]byte) error { return nil }
 
 // report builds a report and sends it. It returns the report and, when
 // the coordinator did not take it, why, with the failure's class.
@@ -341,8 +337,9 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	}
 	c, err := a.client(cfg)
 	result := resultNoToken
+	var ans api.ReportAnswer
 	if err == nil {
-		err = send(ctx, c, r)
+		ans, err = send(ctx, c, r)
 		result = classify(err)
 	}
 	a.metrics.reports.WithLabelValues(result).Inc()
@@ -381,6 +378,11 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.catalogFailed(cerr)
 		} else {
 			a.catalogOK(cp)
+		}
+		// After the catalog refresh, so the node judges the request by
+		// the catalog as it is now.
+		if ans.GC != nil {
+			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 	}
 	return r, result, err

@@ -24,7 +24,7 @@ var importRules = map[string]struct {
 	"weights/gc":        {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
 	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
-	"agent":             {[]string{"api", "weights", "weights/gc", "slurm"}, "an agent must not depend on server code or the database"},
+	"agent":             {[]string{"api", "weights", "weights/catalog", "weights/gc", "slurm"}, "an agent must not depend on server code or the database"},
 	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights", "weights/catalog"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
