@@ -111,3 +111,35 @@ func (c *Client) GC(ctx context.Context, id string) (GCStatus, error) {
 func (c *Client) AnswerGC(ctx context.Context, id string, a GCAnswer) error {
 	return c.Do(ctx, http.MethodPost, "/v1/gc/"+url.PathEscape(id)+"/answers", a, nil)
 }
+
+// WaitGC polls request st, just created, until every node it asks has
+// answered or the request's time to be handed out plus grace has passed
+// (an agent handed it just before its deadline still needs a moment to
+// answer), and returns the last state seen. The wait is measured on this
+// machine's clock, so a coordinator whose clock is off does not shorten it.
+// Only a failure to read the request is an error; the nodes that did not
+// answer are those without an Answer.
+func (c *Client) WaitGC(ctx context.Context, st GCStatus, poll, grace time.Duration) (GCStatus, error) {
+	until := time.Now().Add(st.Deadline.Sub(st.Created) + grace)
+	for {
+		cur, err := c.GC(ctx, st.ID)
+		if err != nil {
+			return st, err
+		}
+		st = cur
+		all := true
+		for _, n := range st.Nodes {
+			all = all && n.Answer != nil
+		}
+		if all || !time.Now().Before(until) {
+			return st, nil
+		}
+		t := time.NewTimer(min(poll, time.Until(until)+time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
