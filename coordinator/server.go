@@ -283,19 +283,25 @@ func (s *Server) authorize(r *http.Request, need role) error {
 	auth := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if auth == "" || !ok || strings.TrimSpace(tok) == "" {
-		return api.Errorf(api.CodeUnauthorized, "%s needs a bearer token: pass --token-file FILE or set LLMGW_TOKEN_FILE", what(need))
+		return api.Errorf(api.CodeUnauthorized, "%s needs a bearer token: pass --token-file FILE or set LLMGW_TOKEN_FILE", what(r, need))
 	}
 	got := s.tokens.roleOf(strings.TrimSpace(tok))
 	switch {
 	case got == roleNone:
 		return api.Errorf(api.CodeUnauthorized, "the token matches none this coordinator accepts; check --token-file")
 	case got < need:
-		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(need), need, got)
+		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(r, need), need, got)
 	}
 	return nil
 }
 
-func what(r role) string {
+func what(req *http.Request, r role) string {
+	switch {
+	case strings.HasPrefix(req.URL.Path, "/v1/gc") && r == roleAdmin:
+		return "asking nodes to gc"
+	case strings.HasPrefix(req.URL.Path, "/v1/gc") && r == roleAgent:
+		return "answering a gc request"
+	}
 	switch r {
 	case roleAgent:
 		return "posting a report"

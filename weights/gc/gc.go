@@ -43,6 +43,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -89,6 +90,10 @@ type Options struct {
 	// means every unwanted cache file in the directory; an empty, non-nil
 	// slice means none.
 	Only []string
+	// Deadline, when set, bounds the run: once it has passed, no further
+	// file is removed (each is kept, saying so) and the run returns. The
+	// Epilog sets it so that job end is never held up by a slow unlink.
+	Deadline time.Time
 }
 
 // File is what gc did with one file, and why.
@@ -203,7 +208,11 @@ func Run(opt Options) Result {
 	g.inUse = inUse(recs)
 
 	for _, name := range names {
-		f := g.judge(name, asked, res.Held)
+		held := res.Held
+		if held == "" && !opt.Deadline.IsZero() && !time.Now().Before(opt.Deadline) {
+			held = "gc ran out of its time bound before this file; the next gc looks again"
+		}
+		f := g.judge(name, asked, held)
 		if f.Action == "" {
 			continue // a wanted file found by listing: not garbage, not news
 		}

@@ -399,3 +399,21 @@ func TestImportsStayLeaf(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadline: past its deadline a run removes nothing more, and says so.
+func TestDeadline(t *testing.T) {
+	n := newNode(t)
+	o := n.opts(true)
+	o.Deadline = time.Now().Add(-time.Second)
+	r := Run(o)
+	if r.Count(Removed) != 0 || !n.exists(n.cachePath(goneSrc)) {
+		t.Fatalf("a run past its deadline removed %d files", r.Count(Removed))
+	}
+	if f := find(t, r, catalog.CacheName(goneSrc)); f.Action != Kept || !strings.Contains(f.Reason, "time bound") {
+		t.Errorf("past the deadline: %+v, want kept for lack of time", f)
+	}
+	o.Deadline = time.Now().Add(time.Minute)
+	if r := Run(o); r.Count(Removed) != 2 {
+		t.Errorf("a run within its deadline removed %d files, want both unwanted ones", r.Count(Removed))
+	}
+}
