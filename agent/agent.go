@@ -330,8 +330,9 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	}
 	c, err := a.client(cfg)
 	result := resultNoToken
+	var ans api.ReportAnswer
 	if err == nil {
-		err = c.PostReport(ctx, r)
+		ans, err = c.PostReport(ctx, r)
 		result = classify(err)
 	}
 	a.metrics.reports.WithLabelValues(result).Inc()
@@ -370,6 +371,11 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.catalogFailed(cerr)
 		} else {
 			a.catalogOK(cp)
+		}
+		// After the catalog refresh, so the node judges the request by
+		// the catalog as it is now.
+		if ans.GC != nil {
+			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 	}
 	return r, result, err

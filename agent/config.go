@@ -24,6 +24,7 @@ const (
 	DefaultSocket     = api.DefaultSocket
 	DefaultCacheDir   = "/var/cache/llmgw"
 	DefaultStateDir   = "/var/lib/llmgw"
+	DefaultRunDir     = catalog.DefaultRunDir
 	DefaultFabric     = api.DefaultFabric
 
 	// DefaultReportInterval matches the coordinator's default: a node whose
@@ -76,6 +77,10 @@ type Config struct {
 	// StateDir holds the node-local catalog copy, catalog.json (default
 	// DefaultStateDir).
 	StateDir string `toml:"state_dir"`
+	// RunDir is the node-local runtime directory where the Prolog leaves a
+	// record per job (default catalog.DefaultRunDir). gc reads the records
+	// to leave alone the weights a running job uses.
+	RunDir string `toml:"run_dir"`
 	// Socket is the unix socket the hooks talk to (default DefaultSocket).
 	// It is created mode 0600: only root may ask for fetches.
 	Socket string `toml:"socket"`
@@ -117,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Socket == "" {
 		c.Socket = DefaultSocket
+	}
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir
 	}
 	if c.ScanInterval == 0 {
 		c.ScanInterval = DefaultScanInterval
@@ -162,7 +170,7 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "socket": c.Socket, "token file": c.TokenFile} {
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

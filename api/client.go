@@ -46,15 +46,11 @@ func ReadToken(path string) (string, error) {
 // The answer must be empty or JSON: a 200 from something that is not the
 // coordinator (a login page, a wrong port) is a failure, not a report
 // delivered.
-func (c *Client) PostReport(ctx context.Context, r *Report) error {
-	var ack jsonAck
-	return c.Do(ctx, http.MethodPost, "/"+Version+"/reports", r, &ack)
+func (c *Client) PostReport(ctx context.Context, r *Report) (ReportAnswer, error) {
+	var ans ReportAnswer
+	err := c.Do(ctx, http.MethodPost, "/"+Version+"/reports", r, &ans)
+	return ans, err
 }
-
-// jsonAck accepts any JSON value and refuses anything else.
-type jsonAck struct{}
-
-func (*jsonAck) UnmarshalJSON([]byte) error { return nil }
 
 // Models returns the catalog.
 func (c *Client) Models(ctx context.Context) ([]Model, error) {

@@ -144,7 +144,7 @@ func TestKill9DuringReports(t *testing.T) {
 				for w := range 20 {
 					r.Weights = append(r.Weights, api.Weight{Path: fmt.Sprintf("/lustre/m%d", (w+int(seq))%25), Size: 1e9, Shared: true, Complete: true})
 				}
-				if err := agent.PostReport(ctx, r); err == nil {
+				if _, err := agent.PostReport(ctx, r); err == nil {
 					acked.Store(node, seq)
 					total.Add(1)
 				}
@@ -184,7 +184,7 @@ func TestKill9DuringReports(t *testing.T) {
 	r := report("n0-1", "ib-a", 1<<40)
 	r.Started = t0
 	r.Weights = []api.Weight{{Path: "/lustre/m4", Size: 5e9, Shared: true, Complete: true}}
-	if err := agent.PostReport(ctx, r); err != nil {
+	if _, err := agent.PostReport(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	st, err := admin.ModelStatus(ctx, "m4")

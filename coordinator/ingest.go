@@ -159,12 +159,8 @@ type ingestResult struct {
 	err    error
 }
 
-// ReportAnswer is the body of a 202 answer to a report.
-type ReportAnswer struct {
-	// Result is "stored", or "dropped" when a report at least as new from
-	// the same agent was already stored (a replay, or a late arrival).
-	Result string `json:"result"`
-}
+// ReportAnswer is the body of a 202 answer to a report; see api.ReportAnswer.
+type ReportAnswer = api.ReportAnswer
 
 // wireReport is a report as decoded from the wire: everything but the
 // weights, which stay raw until needed. Nearly every report lists exactly
@@ -234,6 +230,12 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 		ans := ReportAnswer{Result: "stored"}
 		if !res.stored {
 			ans.Result = "dropped"
+		} else {
+			// A gc request waiting for this node rides on the answer: the
+			// coordinator has no other way to reach it.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+			ans.GC = s.gcAsk(ctx, rep.Node)
+			cancel()
 		}
 		writeJSON(w, http.StatusAccepted, ans)
 		return nil

@@ -21,7 +21,7 @@ func TestMetrics(t *testing.T) {
 	local := api.Weight{Path: "/lustre/llama", Complete: true}
 	post := func(r *api.Report) {
 		t.Helper()
-		if err := e.agent.PostReport(ctx, r); err != nil {
+		if _, err := e.agent.PostReport(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -44,6 +44,8 @@ type Server struct {
 	// follows it (see view).
 	writeMu sync.Mutex
 	queue   chan *queued
+	// gc holds the gc requests not yet handed to every node they ask.
+	gc gcPending
 	// dbOK is false after a write failed, until one succeeds: readiness
 	// then answers 503 so a load balancer or operator sees it.
 	dbOK atomic.Bool
@@ -75,6 +77,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	if err := s.view.load(ctx, db); err != nil {
 		return nil, fmt.Errorf("load state from %s: %w", db.Path(), err)
 	}
+	if err := s.loadGC(ctx); err != nil {
+		return nil, fmt.Errorf("load gc requests from %s: %w", db.Path(), err)
+	}
 	s.dbOK.Store(true)
 	s.metrics = newMetrics(s)
 	go s.writer()
@@ -92,6 +97,8 @@ func (s *Server) Close() {
 // Routes: POST /v1/reports (agent or admin token); GET /v1/models,
 // GET /v1/status, GET /v1/status/{model} (open, or any token when a read
 // token is configured); PUT and DELETE /v1/models/{name} (admin token);
+// POST /v1/gc (admin token), GET /v1/gc/{id} (read), POST
+// /v1/gc/{id}/answers (agent token): see gc.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -101,6 +108,9 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
 	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
 	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
+	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
+	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
+	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
@@ -273,19 +283,25 @@ func (s *Server) authorize(r *http.Request, need role) error {
 	auth := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if auth == "" || !ok || strings.TrimSpace(tok) == "" {
-		return api.Errorf(api.CodeUnauthorized, "%s needs a bearer token: pass --token-file FILE or set LLMGW_TOKEN_FILE", what(need))
+		return api.Errorf(api.CodeUnauthorized, "%s needs a bearer token: pass --token-file FILE or set LLMGW_TOKEN_FILE", what(r, need))
 	}
 	got := s.tokens.roleOf(strings.TrimSpace(tok))
 	switch {
 	case got == roleNone:
 		return api.Errorf(api.CodeUnauthorized, "the token matches none this coordinator accepts; check --token-file")
 	case got < need:
-		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(need), need, got)
+		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(r, need), need, got)
 	}
 	return nil
 }
 
-func what(r role) string {
+func what(req *http.Request, r role) string {
+	switch {
+	case strings.HasPrefix(req.URL.Path, "/v1/gc") && r == roleAdmin:
+		return "asking nodes to gc"
+	case strings.HasPrefix(req.URL.Path, "/v1/gc") && r == roleAgent:
+		return "answering a gc request"
+	}
 	switch r {
 	case roleAgent:
 		return "posting a report"

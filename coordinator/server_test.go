@@ -125,7 +125,7 @@ func TestAuth(t *testing.T) {
 			c := e.client(tc.token)
 			var err error
 			if tc.write == "report" {
-				err = c.PostReport(ctx, report("n1", "ib-a", 1, api.Weight{Path: "/models/llama", Complete: true}))
+				_, err = c.PostReport(ctx, report("n1", "ib-a", 1, api.Weight{Path: "/models/llama", Complete: true}))
 			} else {
 				_, err = c.PutModel(ctx, model)
 			}
@@ -261,7 +261,7 @@ func TestBadReports(t *testing.T) {
 		})
 	}
 	// And the same server still takes a good one.
-	if err := e.agent.PostReport(context.Background(), report("n1", "ib-a", 1)); err != nil {
+	if _, err := e.agent.PostReport(context.Background(), report("n1", "ib-a", 1)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -333,7 +333,7 @@ func TestStatusPerFabric(t *testing.T) {
 	// n9 reports first and then falls silent: it goes stale.
 	post := func(r *api.Report) {
 		t.Helper()
-		if err := e.agent.PostReport(ctx, r); err != nil {
+		if _, err := e.agent.PostReport(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -467,7 +467,7 @@ func TestCatalogAfterReports(t *testing.T) {
 	e := newEnv(t, Config{}, testTokens)
 	const src = "https://example.org/m/model.safetensors"
 	w := api.Weight{Path: catalog.CachePathFor("/var/cache/llmgw", src), Size: 10, Complete: true}
-	if err := e.agent.PostReport(ctx, report("gpu01", "ib-a", 1, w)); err != nil {
+	if _, err := e.agent.PostReport(ctx, report("gpu01", "ib-a", 1, w)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.admin.PutModel(ctx, api.Model{Name: "m", Source: src}); err != nil {
@@ -525,7 +525,8 @@ func TestConcurrentReports(t *testing.T) {
 	errs := make(chan error, 200)
 	for i := range 200 {
 		wg.Go(func() {
-			errs <- e.agent.PostReport(ctx, report(fmt.Sprintf("n%d", i), "f", 1, api.Weight{Path: "/m", Complete: true, Shared: true}))
+			_, err := e.agent.PostReport(ctx, report(fmt.Sprintf("n%d", i), "f", 1, api.Weight{Path: "/m", Complete: true, Shared: true}))
+			errs <- err
 		})
 	}
 	wg.Wait()
@@ -562,7 +563,7 @@ func TestReadyz(t *testing.T) {
 	if c := get(); c != 503 {
 		t.Errorf("/readyz with the database closed = %d, want 503", c)
 	}
-	err := e.agent.PostReport(context.Background(), report("n1", "f", 1))
+	_, err := e.agent.PostReport(context.Background(), report("n1", "f", 1))
 	if !hasStatus(err, 503) {
 		t.Errorf("report with the database closed: %v, want 503", err)
 	}
@@ -616,7 +617,7 @@ func TestUnchangedWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	for seq := int64(1); seq <= 3; seq++ {
-		if err := e.agent.PostReport(ctx, report("n1", "f", seq, a)); err != nil {
+		if _, err := e.agent.PostReport(ctx, report("n1", "f", seq, a)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -626,7 +627,7 @@ func TestUnchangedWeights(t *testing.T) {
 	if _, err := e.admin.PutModel(ctx, api.Model{Name: "b", Source: "/m/b"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.agent.PostReport(ctx, report("n1", "f", 4, a)); err != nil {
+	if _, err := e.agent.PostReport(ctx, report("n1", "f", 4, a)); err != nil {
 		t.Fatal(err)
 	}
 	if h := holds("a"); h != api.HoldShared {
@@ -638,7 +639,7 @@ func TestUnchangedWeights(t *testing.T) {
 	if err != nil || !res[0].retry {
 		t.Fatalf("ingest of a stale guess = %+v, %v; want retry", res, err)
 	}
-	if err := e.agent.PostReport(ctx, report("n1", "f", 6, b)); err != nil {
+	if _, err := e.agent.PostReport(ctx, report("n1", "f", 6, b)); err != nil {
 		t.Fatal(err)
 	}
 	if ha, hb := holds("a"), holds("b"); ha != api.HoldNone || hb != api.HoldLocal {
@@ -663,7 +664,7 @@ func TestTwoReportsOfOneNodeInABatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.agent.PostReport(ctx, report("n1", "f", 1, a)); err != nil {
+	if _, err := e.agent.PostReport(ctx, report("n1", "f", 1, a)); err != nil {
 		t.Fatal(err)
 	}
 	// seq 2 (holds b) and seq 3 (holds a again, the committed bytes) wait

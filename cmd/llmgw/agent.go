@@ -66,6 +66,7 @@ func agentConfigFlags(fs *pflag.FlagSet, cfg *agent.Config) {
 	fs.StringSliceVar(&cfg.WeightDirs, "weights-dir", cfg.WeightDirs, "a directory to look for weights in; repeat for several (none: report no weights)")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", orDefault(cfg.CacheDir, agent.DefaultCacheDir), "where remote sources are fetched to (always scanned too)")
 	fs.StringVar(&cfg.StateDir, "state-dir", orDefault(cfg.StateDir, agent.DefaultStateDir), "where the catalog copy (catalog.json) is kept")
+	fs.StringVar(&cfg.RunDir, "run-dir", orDefault(cfg.RunDir, agent.DefaultRunDir), "where the hooks keep a record per job (gc spares what a running job uses)")
 	fs.StringVar(&cfg.Socket, "socket", orDefault(cfg.Socket, agent.DefaultSocket), "unix socket the hooks talk to (created mode 0600)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "address to serve Prometheus metrics on, e.g. 127.0.0.1:9482 (none: no metrics)")
 	fs.DurationVar(&cfg.ScanInterval, "scan-interval", orDefault(cfg.ScanInterval, agent.DefaultScanInterval), "how often to scan the weight directories")
@@ -78,7 +79,7 @@ func agentConfigFlags(fs *pflag.FlagSet, cfg *agent.Config) {
 // relative path there means the directory it was typed in; in the file it
 // means nothing, and Validate says so.
 func absAgentPaths(fs *pflag.FlagSet, cfg *agent.Config) {
-	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "socket": &cfg.Socket} {
+	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket} {
 		if fs.Changed(name) && *p != "" {
 			if abs, err := filepath.Abs(*p); err == nil {
 				*p = abs

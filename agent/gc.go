@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/gc"
+)
+
+// answerGC runs a gc the coordinator handed over in the answer to a report
+// and posts what this node did. The coordinator's list is a request: the
+// node applies every rule itself (weights/gc), against its own catalog copy,
+// cache directory and job records, and refuses what it cannot prove is
+// garbage. A failed answer is logged and not retried: the operator's
+// `llmgw gc` names this node as not answering, and the next gc asks again.
+func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api.GCAsk) {
+	cp, cerr := catalog.ReadCopy(a.catalog.Path)
+	only := ask.Remove
+	if only == nil {
+		// Asked nothing is not "everything": a coordinator must name what
+		// it wants gone.
+		only = []string{}
+	}
+	res := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: ask.Collect, Only: only})
+	ans := gcAnswer(cfg.Node, res)
+	log := a.log.WithFields(logrus.Fields{"gc": ask.ID, "collect": ask.Collect, "asked": len(ask.Remove),
+		"removed": res.Count(gc.Removed), "refused": res.Count(gc.Refused), "kept": res.Count(gc.Kept), "freed_bytes": res.Freed})
+	if res.Held != "" {
+		log = log.WithField("held", res.Held)
+	}
+	for _, f := range res.Files {
+		if f.Action == gc.Refused || f.Action == gc.Failed {
+			// Each refusal is worth a line: it is either a coordinator
+			// asking for something it must not, or a file that changed.
+			a.log.WithFields(logrus.Fields{"gc": ask.ID, "name": f.Name, "action": f.Action}).Warn("gc: " + f.Reason)
+		}
+	}
+	if err := c.AnswerGC(ctx, ask.ID, ans); err != nil {
+		log.WithError(err).Warn("gc ran, but its answer did not reach the coordinator")
+		a.recordError("gc " + ask.ID + ": answer not delivered: " + err.Error())
+	} else {
+		log.Info("gc answered")
+	}
+	if res.Count(gc.Removed) > 0 {
+		// What is gone must leave the next report too.
+		a.kick(kickScan)
+	}
+}
+
+// gcAnswer is a gc.Result on the wire.
+func gcAnswer(node string, r gc.Result) api.GCAnswer {
+	ans := api.GCAnswer{Node: node, CacheDir: r.CacheDir, Collect: r.Collect, Freed: r.Freed, Held: r.Held, Files: make([]api.GCFile, 0, len(r.Files))}
+	for _, f := range r.Files {
+		ans.Files = append(ans.Files, api.GCFile{Name: f.Name, Path: f.Path, Asked: f.Asked, Action: f.Action, Reason: f.Reason, Size: f.Size})
+	}
+	return ans
+}

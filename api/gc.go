@@ -1,0 +1,145 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// A cluster-wide gc reaches nodes the way everything else does: the
+// coordinator cannot open a node's unix socket, so it records the request
+// (POST /v1/gc), hands each agent what it asks of its node in the answer to
+// the agent's next report (ReportAnswer.GC), and stores what the agent
+// answers (POST /v1/gc/{id}/answers). GET /v1/gc/{id} shows the request and
+// every answer so far. Each node decides: "asked to remove" is all the
+// coordinator can say.
+
+// ReportAnswer is the body of the coordinator's 202 answer to a report.
+type ReportAnswer struct {
+	// Result is "stored", or "dropped" when a report at least as new from
+	// the same agent was already stored (a replay, or a late arrival).
+	Result string `json:"result"`
+	// GC, when set, is a gc request for this node: the agent runs it and
+	// posts its answer.
+	GC *GCAsk `json:"gc,omitempty"`
+}
+
+// GCRequest is the body of POST /v1/gc (admin token).
+type GCRequest struct {
+	// Collect removes; without it the nodes only list what they would.
+	Collect bool `json:"collect"`
+	// Node restricts the request to one node; empty asks every node.
+	Node string `json:"node,omitempty"`
+}
+
+// GCAsk is what the coordinator asks one node, in the answer to its report.
+type GCAsk struct {
+	ID      string `json:"id"`
+	Collect bool   `json:"collect"`
+	// Remove are file names in the node's cache directory that the
+	// coordinator believes no catalog entry wants (from the node's own
+	// reports). Names only, never paths: the node checks each one itself.
+	Remove []string `json:"remove"`
+}
+
+// GCFile is what a node did with one file (see weights/gc.File).
+type GCFile struct {
+	Name   string `json:"name"`
+	Path   string `json:"path,omitempty"`
+	Asked  bool   `json:"asked,omitempty"`
+	Action string `json:"action"` // listed, removed, kept, refused, failed
+	Reason string `json:"reason"`
+	Size   int64  `json:"size_bytes,omitempty"`
+}
+
+// GCAnswer is a node's answer to a gc request (POST /v1/gc/{id}/answers,
+// agent token).
+type GCAnswer struct {
+	Node     string   `json:"node"`
+	CacheDir string   `json:"cache_dir,omitempty"`
+	Collect  bool     `json:"collect"`
+	Files    []GCFile `json:"files"`
+	Freed    int64    `json:"freed_bytes"`
+	// Held says why the node removed nothing at all (its catalog copy
+	// unreadable or empty, a job record unreadable); empty otherwise.
+	Held string `json:"held,omitempty"`
+}
+
+// GCStatus is a gc request and the answers so far (POST /v1/gc answers it
+// too, with no answers yet).
+type GCStatus struct {
+	ID      string    `json:"id"`
+	Collect bool      `json:"collect"`
+	Node    string    `json:"node,omitempty"`
+	Created time.Time `json:"created"`
+	// Deadline is when the request stops being handed to nodes: two report
+	// intervals after Created. A node that has not reported by then never
+	// gets it, and is named as not answering.
+	Deadline time.Time `json:"deadline"`
+	// Nodes are the nodes asked, in name order.
+	Nodes []GCNode `json:"nodes"`
+}
+
+// GCNode is one node's part in a gc request.
+type GCNode struct {
+	Node string `json:"node"`
+	// Handed is when the request reached the node's agent (zero: not yet).
+	Handed time.Time `json:"handed,omitzero"`
+	// Asked are the names the coordinator asked the node to remove.
+	Asked []string `json:"asked"`
+	// Answered is when the node's answer arrived (zero: none yet).
+	Answered time.Time `json:"answered,omitzero"`
+	Answer   *GCAnswer `json:"answer,omitempty"`
+}
+
+// StartGC records a gc request (admin token).
+func (c *Client) StartGC(ctx context.Context, req GCRequest) (GCStatus, error) {
+	var out GCStatus
+	err := c.Do(ctx, http.MethodPost, "/v1/gc", req, &out)
+	return out, err
+}
+
+// GC returns a gc request and the answers so far.
+func (c *Client) GC(ctx context.Context, id string) (GCStatus, error) {
+	var out GCStatus
+	err := c.Do(ctx, http.MethodGet, "/v1/gc/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// AnswerGC posts a node's answer to a gc request (agent token).
+func (c *Client) AnswerGC(ctx context.Context, id string, a GCAnswer) error {
+	return c.Do(ctx, http.MethodPost, "/v1/gc/"+url.PathEscape(id)+"/answers", a, nil)
+}
+
+// WaitGC polls request st, just created, until every node it asks has
+// answered or the request's time to be handed out plus grace has passed
+// (an agent handed it just before its deadline still needs a moment to
+// answer), and returns the last state seen. The wait is measured on this
+// machine's clock, so a coordinator whose clock is off does not shorten it.
+// Only a failure to read the request is an error; the nodes that did not
+// answer are those without an Answer.
+func (c *Client) WaitGC(ctx context.Context, st GCStatus, poll, grace time.Duration) (GCStatus, error) {
+	until := time.Now().Add(st.Deadline.Sub(st.Created) + grace)
+	for {
+		cur, err := c.GC(ctx, st.ID)
+		if err != nil {
+			return st, err
+		}
+		st = cur
+		all := true
+		for _, n := range st.Nodes {
+			all = all && n.Answer != nil
+		}
+		if all || !time.Now().Before(until) {
+			return st, nil
+		}
+		t := time.NewTimer(min(poll, time.Until(until)+time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, ctx.Err()
+		case <-t.C:
+		}
+	}
+}

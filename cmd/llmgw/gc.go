@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator"
+)
+
+const gcAbout = `Asks every node (or one, with --node) to reclaim its fetch cache, through
+the coordinator: each agent gets the request with its next report, decides
+on its own disk, and answers. Waits up to two report intervals for the
+answers and prints, per node, what it was asked to remove, what it removed
+(or, without --collect, would remove), what it kept or refused and why, and
+names the nodes that did not answer.
+
+A node removes only files directly inside its cache directory whose name is
+a cache name (what llmgw fetched) that no catalog entry wants; never a
+symlink, a fetch in progress, or weights a running job uses; and nothing at
+all while its catalog copy is unreadable or empty. It checks every name it
+is asked again itself, so "asked to remove" is only the coordinator's view.
+
+Listing is the default; --collect removes. Needs the admin token. --json
+prints the coordinator's record of the request (GET /v1/gc/ID) after the
+wait; its fields are stable.`
+
+// gcGrace is how long past the request's deadline the command still waits:
+// an agent handed the request just before it posts its answer right after.
+const gcGrace = 5 * time.Second
+
+func gcCmd(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "gc", lookup("gc").synopsis, gcAbout)
+	url, tokenFile := coordFlags(fs)
+	collect := fs.Bool("collect", false, "remove what the nodes agree is garbage (default: only list it)")
+	node := fs.String("node", "", "ask only this node")
+	asJSON := fs.Bool("json", false, "print the coordinator's record of the request as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("Name one node with --node NAME", "gc takes no arguments, got %q", fs.Args())
+	}
+	if *node != "" {
+		if err := api.ValidNodeName(*node); err != nil {
+			return usagef("'llmgw status' lists the nodes", "--node: %v", err)
+		}
+	}
+	c, err := coordClient(*url, *tokenFile)
+	if err != nil {
+		return err
+	}
+	st, err := c.StartGC(ctx, api.GCRequest{Collect: *collect, Node: *node})
+	if err != nil {
+		return err
+	}
+	if len(st.Nodes) > 0 {
+		fmt.Fprintf(e.stderr, "llmgw gc: request %s handed to %d nodes with their next reports; waiting up to %s for answers\n",
+			st.ID, len(st.Nodes), st.Deadline.Sub(st.Created).Round(time.Second))
+		if st, err = c.WaitGC(ctx, st, 500*time.Millisecond, gcGrace); err != nil {
+			return err
+		}
+	}
+	if !*asJSON {
+		return coordinator.WriteGC(e.stdout, st)
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(st)
+}

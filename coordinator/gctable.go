@@ -1,0 +1,121 @@
+package coordinator
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/llmgw/llmgw/api"
+)
+
+// WriteGC prints a gc request's outcome as `llmgw gc` shows it: per node
+// what it was asked to remove and what it did, then each file with the
+// node's reason, then the nodes that did not answer. "Asked to remove" is
+// the coordinator's list; the node's own judgement is what happened.
+func WriteGC(w io.Writer, st api.GCStatus) error {
+	mode := "collect: nodes remove what they agree is garbage"
+	if !st.Collect {
+		mode = "list only: nothing is removed without --collect"
+	}
+	fmt.Fprintf(w, "gc %s (%s)\n\n", st.ID, mode)
+	if len(st.Nodes) == 0 {
+		fmt.Fprintln(w, "(no node has reported to this coordinator, so none was asked)")
+		return nil
+	}
+	done, freed := "REMOVED", "FREED"
+	if !st.Collect {
+		done, freed = "WOULD REMOVE", "WOULD FREE"
+	}
+	tw := newTable(w)
+	fmt.Fprintf(tw, "NODE\tASKED TO REMOVE\t%s\tKEPT\tREFUSED\t%s\tNOTE\n", done, freed)
+	var silent []string
+	for _, n := range st.Nodes {
+		a := n.Answer
+		if a == nil {
+			silent = append(silent, n.Node)
+			continue
+		}
+		count := map[string]int{}
+		bytes := a.Freed
+		for _, f := range a.Files {
+			count[f.Action]++
+			if !st.Collect && f.Action == "listed" {
+				bytes += f.Size
+			}
+		}
+		removed := count["removed"]
+		if !st.Collect {
+			removed = count["listed"]
+		}
+		note := a.Held
+		if count["failed"] > 0 {
+			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["failed"], "removal") + " failed"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", n.Node, len(n.Asked), removed, count["kept"],
+			count["refused"], Bytes(bytes), dash(printable(note)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var files int
+	for _, n := range st.Nodes {
+		if n.Answer != nil {
+			files += len(n.Answer.Files)
+		}
+	}
+	if files > 0 {
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "NODE\tACTION\tFILE\tSIZE\tWHY")
+		for _, n := range st.Nodes {
+			if n.Answer == nil {
+				continue
+			}
+			for _, f := range n.Answer.Files {
+				size := "-"
+				if f.Size > 0 {
+					size = Bytes(f.Size)
+				}
+				action := f.Action
+				if action == "listed" {
+					action = "would remove"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, action, printable(f.Name), size, printable(f.Reason))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(silent) > 0 {
+		fmt.Fprintf(w, "\nDID NOT ANSWER (%d): %s\n", len(silent), strings.Join(silent, " "))
+		fmt.Fprintln(w, "A node not handed the request made no report before the deadline (down, or its agent stopped); a node handed it but silent may have run it and lost its answer. 'llmgw status' shows stale nodes.")
+		tw = newTable(w)
+		fmt.Fprintln(tw, "NODE\tHANDED")
+		for _, n := range st.Nodes {
+			if n.Answer == nil {
+				h := "no (no report before the deadline)"
+				if !n.Handed.IsZero() {
+					h = n.Handed.UTC().Format("15:04:05") + ", asked to remove " + plural(len(n.Asked), "file")
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", n.Node, h)
+			}
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+// printable quotes a string a node or a tampered coordinator may have
+// filled with control characters, so it cannot rewrite the terminal or
+// break the table.
+func printable(s string) string {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}

@@ -1,0 +1,448 @@
+// Package gc is the node's side of llmgw's garbage collection: it decides,
+// on the node and from the node's own disk, which files in the fetch cache
+// may go, and removes them when told to collect.
+//
+// The rules are the seed's, kept exactly, plus what a node running jobs
+// needs on top:
+//
+//   - only entries directly inside the cache directory, named by a plain
+//     file name: no separator, no "..", no absolute path;
+//   - only cache names (catalog.IsCacheName): what catalog.CachePathFor gives
+//     some source. Anything else was put there by someone else and is none
+//     of llmgw's business, however unreferenced it looks;
+//   - only names no catalog entry wants (catalog.CacheName of every remote
+//     source in the node's catalog copy);
+//   - never a symlink, never a directory: only regular files, looked at
+//     without following links;
+//   - never the .part or .part.ranges of a fetch in progress (they are not
+//     cache names);
+//   - never weights a job still running on this node uses (its record under
+//     the run directory names them), and nothing at all when a record cannot
+//     be read, since then gc cannot rule any file out;
+//   - nothing at all when the catalog cannot be read, or reads as empty
+//     while the node holds fetched weights: an empty catalog is far more
+//     often a fault (a wiped database, a wrong coordinator) than an operator
+//     who removed every model, and the cost of being wrong is refetching
+//     everything.
+//
+// A coordinator may name the files it wants removed (Options.Only); the
+// node applies every rule above to each name anyway. The control plane
+// knows the catalog, the node knows its disk, and a control plane that is
+// wrong, newer than the agent or tampered with must not be able to talk a
+// node into deleting something.
+//
+// The package imports only the standard library and weights/catalog: the
+// Epilog, which runs at the end of every job, links it.
+package gc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// What gc did with one file. The node decides: a file it was asked to
+// remove may be kept or refused, and that is the rules working.
+const (
+	// Listed: no catalog entry wants it and nothing holds it; a gc with
+	// Collect would remove it.
+	Listed = "listed"
+	// Removed: it was unlinked.
+	Removed = "removed"
+	// Kept: it is garbage by name, but is not removed now (a running job
+	// uses it, or gc cannot tell, or the catalog cannot be trusted). A
+	// later gc may remove it.
+	Kept = "kept"
+	// Refused: it is not gc's to remove, ever, as it stands (not a cache
+	// name, outside the cache, a symlink, a fetch in progress, wanted by the
+	// catalog, or no such file).
+	Refused = "refused"
+	// Failed: it was to be removed and the unlink failed.
+	Failed = "failed"
+)
+
+// Options is one gc run. The zero value of each field is documented.
+type Options struct {
+	// CacheDir is the agent's fetch cache. Required, absolute.
+	CacheDir string
+	// Catalog is the node's catalog copy (catalog.ReadCopy of the agent's
+	// catalog.json), and CatalogErr the error reading it gave, if any. With
+	// CatalogErr set, nothing is removed.
+	Catalog    catalog.Copy
+	CatalogErr error
+	// RunDir is where the hooks keep their job records (default
+	// catalog.DefaultRunDir). A weight file a record names is in use.
+	RunDir string
+	// Collect removes what may go. Without it gc only lists: the default,
+	// because deleting a model is the one thing here that cannot be undone
+	// by running again.
+	Collect bool
+	// Only restricts the run to these names: what a coordinator asked this
+	// node to remove. Each is checked like any other, and one that is not a
+	// plain cache name in the cache directory is refused and reported. Nil
+	// means every unwanted cache file in the directory; an empty, non-nil
+	// slice means none.
+	Only []string
+	// Deadline, when set, bounds the run: once it has passed, no further
+	// file is removed (each is kept, saying so) and the run returns. The
+	// Epilog sets it so that job end is never held up by a slow unlink.
+	Deadline time.Time
+}
+
+// File is what gc did with one file, and why.
+type File struct {
+	// Name is the name as found in the cache directory, or as asked (Only),
+	// verbatim: a refused "../etc/passwd" is reported as such.
+	Name string `json:"name"`
+	// Path is the file's path, CacheDir joined with Name, when Name is a
+	// plain name; empty otherwise (gc never builds a path from a bad name).
+	Path string `json:"path,omitempty"`
+	// Asked says the coordinator named it (Options.Only).
+	Asked  bool   `json:"asked,omitempty"`
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+	// Size is the file's size when it was looked at; for Removed, the
+	// bytes freed.
+	Size int64 `json:"size_bytes,omitempty"`
+}
+
+// Result is one gc run's outcome.
+type Result struct {
+	CacheDir string `json:"cache_dir"`
+	Collect  bool   `json:"collect"`
+	// Files are in name order.
+	Files []File `json:"files"`
+	// Freed is the sum of the sizes of the files removed.
+	Freed int64 `json:"freed_bytes"`
+	// Held says why nothing was removed at all (catalog unreadable or
+	// empty, a job record unreadable, the cache directory unreadable);
+	// empty when gc could decide file by file.
+	Held string `json:"held,omitempty"`
+}
+
+// Count returns how many files got action.
+func (r Result) Count(action string) int {
+	n := 0
+	for _, f := range r.Files {
+		if f.Action == action {
+			n++
+		}
+	}
+	return n
+}
+
+// Run applies the rules to the cache directory and, with Collect, removes
+// what may go. It never returns an error: every problem is a Result that
+// says what was not done and why, since its callers (the Epilog, the agent
+// answering a coordinator) must report, not fail.
+func Run(opt Options) Result {
+	res := Result{CacheDir: opt.CacheDir, Collect: opt.Collect, Files: []File{}}
+	if opt.RunDir == "" {
+		opt.RunDir = catalog.DefaultRunDir
+	}
+	if !filepath.IsAbs(opt.CacheDir) {
+		res.Held = fmt.Sprintf("cache directory %q is not an absolute path; nothing is removed", opt.CacheDir)
+		res.Files = refuseAll(opt.Only, res.Held)
+		return res
+	}
+	// Every later look at the directory goes through this handle: the
+	// directory itself, opened once, not its path. Names are looked up
+	// relative to it (fstatat, unlinkat), so a path component swapped for
+	// a symlink after the checks cannot take a removal anywhere else.
+	root, err := os.OpenRoot(opt.CacheDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// No cache yet: nothing was ever fetched, so there is nothing to do;
+		// asked names are missing like any other.
+		res.Files = missingAll(opt.Only)
+		return res
+	}
+	if err != nil {
+		res.Held = fmt.Sprintf("cache directory cannot be opened (%v); nothing is removed", err)
+		res.Files = refuseAll(opt.Only, res.Held)
+		return res
+	}
+	defer root.Close()
+
+	wanted := wantedNames(opt.Catalog)
+	g := &run{opt: opt, root: root, wanted: wanted}
+
+	// The names to judge: those asked, or every cache name in the directory.
+	var names []string
+	asked := opt.Only != nil
+	if asked {
+		names = dedupe(opt.Only)
+	} else {
+		names, err = g.cacheNames()
+		if err != nil {
+			res.Held = fmt.Sprintf("cache directory cannot be listed (%v); nothing is removed", err)
+			return res
+		}
+	}
+
+	// Reasons that hold everything. Each is computed before any file is
+	// touched; a held run still judges every name, so the operator sees
+	// what would have gone.
+	switch {
+	case opt.CatalogErr != nil:
+		res.Held = fmt.Sprintf("the catalog copy cannot be read (%v), so gc cannot tell what is wanted; nothing is removed", opt.CatalogErr)
+	case len(opt.Catalog.Models) == 0:
+		// Only matters when the node holds fetched weights; with none there
+		// is nothing to remove anyway, and the run says nothing.
+		if held, err := g.holdsCacheNames(); err != nil {
+			res.Held = fmt.Sprintf("cache directory cannot be listed (%v); nothing is removed", err)
+		} else if held {
+			res.Held = "the catalog copy reads as empty while this node holds fetched weights; that is more likely a fault than a wish to remove every model, so nothing is removed"
+		}
+	}
+	recs, recErr := catalog.ReadJobRecords(opt.RunDir)
+	if res.Held == "" && recErr != nil {
+		res.Held = fmt.Sprintf("job records in %s cannot all be read (%v), so gc cannot rule out that a running job uses a file; nothing is removed", catalog.JobsDir(opt.RunDir), recErr)
+	}
+	g.inUse = inUse(recs)
+
+	for _, name := range names {
+		held := res.Held
+		if held == "" && !opt.Deadline.IsZero() && !time.Now().Before(opt.Deadline) {
+			held = "gc ran out of its time bound before this file; the next gc looks again"
+		}
+		f := g.judge(name, asked, held)
+		if f.Action == "" {
+			continue // a wanted file found by listing: not garbage, not news
+		}
+		if f.Action == Removed {
+			res.Freed += f.Size
+		}
+		res.Files = append(res.Files, f)
+	}
+	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Name < res.Files[j].Name })
+	return res
+}
+
+type run struct {
+	opt    Options
+	root   *os.Root
+	wanted map[string]string // cache name → model that wants it
+	inUse  map[string]string // cache name or weight path → job using it
+}
+
+// wantedNames maps the cache name of every remote source in the catalog to
+// its model. Path and model-id sources are never fetched, so they want no
+// cache file.
+func wantedNames(c catalog.Copy) map[string]string {
+	w := make(map[string]string, len(c.Models))
+	for _, m := range c.Models {
+		if catalog.KindOf(m.Source) == catalog.KindRemote {
+			w[catalog.CacheName(m.Source)] = m.Name
+		}
+	}
+	return w
+}
+
+// inUse indexes the job records by every spelling of what they use: the
+// path they name, its file name, and the cache name of their source. A
+// match on any of them keeps the file: a record written against a cache
+// dir spelt differently (a symlinked parent, a changed config) must still
+// protect its job.
+func inUse(recs []catalog.JobRecord) map[string]string {
+	m := map[string]string{}
+	for _, r := range recs {
+		job := "job " + r.Job
+		if r.Path != "" {
+			m[filepath.Clean(r.Path)] = job
+			m[filepath.Base(r.Path)] = job
+		}
+		if catalog.KindOf(r.Source) == catalog.KindRemote {
+			m[catalog.CacheName(r.Source)] = job
+		}
+	}
+	return m
+}
+
+// cacheNames lists the names in the cache directory that are cache names.
+// The rest (an operator's file, a fetch in progress, a lock) is not
+// listed: it is not gc's, and saying so about every one would bury what is.
+func (g *run) cacheNames() ([]string, error) {
+	ents, err := fs.ReadDir(g.root.FS(), ".")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if catalog.IsCacheName(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// holdsCacheNames says whether the cache directory holds any cache name.
+func (g *run) holdsCacheNames() (bool, error) {
+	names, err := g.cacheNames()
+	return len(names) > 0, err
+}
+
+// judge applies the rules to one name and, when it may go and the run
+// collects, removes it. held, when set, keeps every file.
+func (g *run) judge(name string, asked bool, held string) File {
+	f := File{Name: name, Asked: asked}
+	if why := badName(name); why != "" {
+		f.Action, f.Reason = Refused, why
+		return f
+	}
+	f.Path = filepath.Join(g.opt.CacheDir, name)
+	if !catalog.IsCacheName(name) {
+		f.Action, f.Reason = Refused, notCacheName(name)
+		return f
+	}
+	if m, ok := g.wanted[name]; ok {
+		if !asked {
+			return File{} // wanted and found by listing: leave it unsaid
+		}
+		f.Action, f.Reason = Refused, fmt.Sprintf("the catalog wants it (model %s)", m)
+		return f
+	}
+	fi, err := g.root.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f.Action, f.Reason = Refused, "no such file in the cache directory"
+		return f
+	case err != nil:
+		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
+		return f
+	}
+	if why := notRegular(fi); why != "" {
+		f.Action, f.Reason = Refused, why
+		return f
+	}
+	f.Size = fi.Size()
+	for _, key := range []string{name, f.Path} {
+		if job, ok := g.inUse[key]; ok {
+			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
+			return f
+		}
+	}
+	if held != "" {
+		f.Action, f.Reason = Kept, held
+		return f
+	}
+	if !g.opt.Collect {
+		f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
+		return f
+	}
+	return g.remove(f, fi)
+}
+
+// remove unlinks f after looking at it once more, through the same
+// directory handle: it must still be the regular file judged a moment ago
+// (same inode), not something swapped in under its name.
+func (g *run) remove(f File, judged fs.FileInfo) File {
+	fi, err := g.root.Lstat(f.Name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f.Action, f.Reason = Refused, "it went away before it could be removed"
+		return f
+	case err != nil:
+		f.Action, f.Reason = Failed, fmt.Sprintf("cannot look at it again before removing it: %v", err)
+		return f
+	}
+	if why := notRegular(fi); why != "" {
+		f.Action, f.Reason = Refused, why+" (it changed after it was judged)"
+		return f
+	}
+	if !os.SameFile(fi, judged) {
+		f.Action, f.Reason = Refused, "it was replaced after it was judged; the next gc judges it again"
+		return f
+	}
+	f.Size = fi.Size()
+	// Root.Remove is unlinkat relative to the directory handle: a plain
+	// name there can only ever remove an entry of that directory.
+	if err := g.root.Remove(f.Name); err != nil {
+		f.Action, f.Reason = Failed, fmt.Sprintf("remove: %v", err)
+		return f
+	}
+	f.Action, f.Reason = Removed, "no catalog entry wants it"
+	return f
+}
+
+// badName says why name cannot name an entry directly inside the cache
+// directory, or "". A name from a coordinator is untrusted input: it is
+// never joined to a path before this says it is plain.
+func badName(name string) string {
+	switch {
+	case name == "":
+		return "empty name"
+	case strings.ContainsRune(name, 0):
+		return "the name contains NUL"
+	case filepath.IsAbs(name):
+		return "an absolute path: gc removes only names inside its cache directory"
+	case strings.ContainsRune(name, '/'), name == ".", name == "..":
+		return "a path, not a file name: gc removes only names directly inside its cache directory, and never follows a traversal"
+	}
+	return ""
+}
+
+// notCacheName says why a plain name that is not a cache name is refused.
+func notCacheName(name string) string {
+	for _, suffix := range []string{catalog.RangesTmpSuffix, catalog.RangesSuffix, catalog.PartSuffix} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && catalog.IsCacheName(base) {
+			return "a fetch in progress (" + suffix + "): not garbage"
+		}
+	}
+	return "not a cache name: llmgw did not fetch it, so it is not llmgw's to remove"
+}
+
+// notRegular says why fi (from Lstat) is not a file gc may remove, or "".
+func notRegular(fi fs.FileInfo) string {
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return "a symlink: gc never follows or removes links"
+	case m.IsDir():
+		return "a directory: gc removes only the single files a fetch writes"
+	case !m.IsRegular():
+		return "not a regular file"
+	}
+	return ""
+}
+
+func dedupe(names []string) []string {
+	seen := make(map[string]bool, len(names))
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// refuseAll answers every asked name with why, when the run cannot look.
+func refuseAll(only []string, why string) []File {
+	out := []File{}
+	for _, n := range dedupe(only) {
+		out = append(out, File{Name: n, Asked: true, Action: Refused, Reason: why})
+	}
+	return out
+}
+
+// missingAll answers every asked name when there is no cache directory:
+// each is refused for its own reason (a bad name is still called bad).
+func missingAll(only []string) []File {
+	out := []File{}
+	for _, n := range dedupe(only) {
+		why := badName(n)
+		if why == "" {
+			why = "no such file: the cache directory does not exist"
+		}
+		out = append(out, File{Name: n, Asked: true, Action: Refused, Reason: why})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
