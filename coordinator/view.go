@@ -99,13 +99,18 @@ func (v *view) sameWeights(node string, key [32]byte) bool {
 // how many bytes their fetches advanced by since the previous report: the
 // coordinator only ever sees fetch progress as gauges, so the bytes-fetched
 // counter is built from the differences (a fetch that finishes between two
-// reports contributes what was seen of it).
-func (v *view) update(stored []storedNode) (fetched int64) {
+// reports contributes what was seen of it). changed says whether what a
+// node holds may have changed: a new node, new weights, or a node heard
+// from again after longer than staleAfter.
+func (v *view) update(stored []storedNode, staleAfter time.Duration) (fetched int64, changed bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, sn := range stored {
 		n := sn.node
 		old := v.nodes[n.Name]
+		if old == nil || !sn.same || n.Received.Sub(old.Received) > staleAfter {
+			changed = true
+		}
 		if old == nil {
 			// Kept in order here, so that no status has to sort ten
 			// thousand names; a new node costs one binary search and a copy.
@@ -130,7 +135,7 @@ func (v *view) update(stored []storedNode) (fetched int64) {
 		v.nodes[n.Name] = n
 		v.keys[n.Name] = sn.key
 	}
-	return fetched
+	return fetched, changed
 }
 
 func findFetch(fs []api.Fetch, source string) *api.Fetch {

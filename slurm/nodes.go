@@ -29,8 +29,10 @@ type Node struct {
 // service (future, unknown). Placement does not count such a node as a
 // holder; its llmgw features stay, since Slurm will not place there anyway
 // and the weights are still on its disk when it comes back.
-func (n Node) Unavailable() bool {
-	s := n.State
+func (n Node) Unavailable() bool { return StateUnavailable(n.State) }
+
+// StateUnavailable is Node.Unavailable for a state as sinfo's %T prints it.
+func StateUnavailable(s string) bool {
 	if strings.HasSuffix(s, "*") || strings.HasSuffix(s, "~") || strings.HasSuffix(s, "#") || strings.HasSuffix(s, "%") {
 		return true
 	}

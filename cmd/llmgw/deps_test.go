@@ -25,7 +25,7 @@ var importRules = map[string]struct {
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":             {[]string{"api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
 	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
-	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
+	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights", "weights/catalog"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
