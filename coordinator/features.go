@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -135,13 +136,12 @@ type features struct {
 	// since is when the first run started (see desiredFeatures).
 	since time.Time
 
-	mu      sync.Mutex
-	last    *api.FeatureSync
-	lastOK  time.Time
-	retry   time.Time
-	states  map[string]string // node → Slurm state, as last read
-	written []byte            // the feature file as last written
-	m       featureMetrics
+	mu     sync.Mutex
+	last   *api.FeatureSync
+	lastOK time.Time
+	retry  time.Time
+	states map[string]string // node → Slurm state, as last read
+	m      featureMetrics
 
 	startOnce sync.Once
 	started   bool // under mu
@@ -374,22 +374,18 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now time.Tim
 	return err
 }
 
-// publish writes the feature file when its content changed, atomically, so
-// job_submit.lua never reads half of it.
+// publish writes the feature file when what is on disk differs, atomically,
+// so job_submit.lua never reads half of it. The file itself is compared, not
+// a memory of the last write: a file someone removed or restored from a
+// backup is put right at the next run.
 func (f *features) publish(nodes []slurm.Node) error {
 	data := FeatureFile(nodes)
-	f.mu.Lock()
-	same := bytes.Equal(data, f.written)
-	f.mu.Unlock()
-	if same {
+	if old, err := os.ReadFile(f.file); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
 	if err := catalog.WriteAtomic(f.file, data, 0o644); err != nil {
-		return fmt.Errorf("writing the feature file: %w", err)
+		return fmt.Errorf("writing the feature file %s: %w", f.file, err)
 	}
-	f.mu.Lock()
-	f.written = data
-	f.mu.Unlock()
 	return nil
 }
 
