@@ -91,6 +91,9 @@ func later(a, b time.Time) time.Time {
 // The features are the node's active ones with FeaturePrefix, since those
 // are what a job's --prefer can match. job_submit.lua reads it to add only a
 // preference some node can satisfy (an unsatisfiable one rejects the job).
+// A prefixed feature whose rest is not a valid model name (set by hand,
+// "llmgw.a b") is left out: no llmgw job asks for it, and a space would
+// break the line.
 func FeatureFile(nodes []slurm.Node) []byte {
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b slurm.Node) int {
@@ -105,7 +108,9 @@ func FeatureFile(nodes []slurm.Node) []byte {
 	var b bytes.Buffer
 	b.WriteString(FeatureFileHeader + "\n")
 	for _, n := range sorted {
-		owned := slurm.Owned(n.Active, FeaturePrefix)
+		owned := slices.DeleteFunc(slurm.Owned(n.Active, FeaturePrefix), func(f string) bool {
+			return catalog.ValidModelName(strings.TrimPrefix(f, FeaturePrefix)) != nil
+		})
 		slices.Sort(owned)
 		b.WriteString(n.Name + " " + dashJoin(n.Partitions) + " " + dashJoin(slices.Compact(owned)) + "\n")
 	}

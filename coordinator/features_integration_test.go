@@ -244,3 +244,67 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 		t.Errorf("status.features = %+v", st.Features)
 	}
 }
+
+// BenchmarkFeatureReconcile is the coordinator's whole reconciliation of
+// 1000 nodes whose llmgw features were wiped (as after scontrol
+// reconfigure): POST /v1/features over HTTP, which computes the desired
+// features from 1000 nodes' reports, reads Slurm, makes one scontrol call
+// per distinct set (10) and reads back. It needs the extra nodes of
+// LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up; scripts/bench/
+// features.sh runs it.
+func BenchmarkFeatureReconcile(b *testing.B) {
+	conf := os.Getenv("SLURM_CONF")
+	if conf == "" {
+		b.Skip("SLURM_CONF is not set")
+	}
+	ctx := context.Background()
+	run := &slurm.Runner{}
+	nodes, err := run.Nodes(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var xs []string
+	for _, n := range nodes {
+		if strings.HasPrefix(n.Name, "x") {
+			xs = append(xs, n.Name)
+		}
+	}
+	if len(xs) < 1000 {
+		b.Skipf("%d extra nodes; start the cluster with LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up", len(xs))
+	}
+	xs = xs[:1000]
+	e := newEnv(b, Config{Features: true, SlurmConf: conf, FeatureFile: filepath.Join(b.TempDir(), "features")}, testTokens)
+	var ws []api.Weight
+	for k := range 10 {
+		name := "model" + string(rune('0'+k))
+		if _, err := e.admin.PutModel(ctx, api.Model{Name: name, Source: "/models/" + name}); err != nil {
+			b.Fatal(err)
+		}
+		ws = append(ws, api.Weight{Path: "/models/" + name, Complete: true, Size: 1})
+	}
+	for i, x := range xs {
+		if err := e.agent.PostReport(ctx, report(x, "ib-x", 1, ws[:i%10+1]...)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wipe := []string{"update", "NodeName=" + slurm.Compress(xs), "AvailableFeatures=", "ActiveFeatures="}
+	b.Cleanup(func() { run.Run(ctx, "scontrol", wipe...) })
+	var server time.Duration
+	var calls, drifted int
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := run.Run(ctx, "scontrol", wipe...); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		res, err := e.admin.SyncFeatures(ctx, false)
+		if err != nil || res.Error != "" {
+			b.Fatalf("sync: %v %+v", err, res)
+		}
+		server += time.Duration(res.Duration * float64(time.Second))
+		calls, drifted = res.Calls, res.Drifted
+	}
+	b.ReportMetric(float64(calls), "calls/op")
+	b.ReportMetric(float64(drifted), "nodes/op")
+	b.ReportMetric(float64(server.Milliseconds())/float64(b.N), "server-ms/op")
+}

@@ -73,7 +73,7 @@ func TestFeatureFile(t *testing.T) {
 	nodes := []slurm.Node{
 		{Name: "n10", Active: []string{"ib-b"}, Partitions: []string{"debug"}},
 		{Name: "n2", Available: []string{"ib-a", "llmgw.qwen", "llmgw.llama"}, Active: []string{"ib-a", "llmgw.qwen", "llmgw.llama"}, Partitions: []string{"debug", "gpu"}},
-		{Name: "n1", Available: []string{"llmgw.llama", "llmgw.idle"}, Active: []string{"llmgw.llama"}},
+		{Name: "n1", Available: []string{"llmgw.llama", "llmgw.idle", "llmgw.a b"}, Active: []string{"llmgw.llama", "llmgw.a b", "llmgw.x|y"}},
 	}
 	want := FeatureFileHeader + "\n" +
 		"n1 - llmgw.llama\n" +

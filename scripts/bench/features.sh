@@ -6,9 +6,14 @@
 # Both start from nodes whose llmgw features were wiped (as after scontrol
 # reconfigure) and give each of 1000 nodes one of 10 feature sets
 # (llmgw.model0..llmgw.modelK, K = i mod 10):
-#   llmgw:  BenchmarkFeatureSync (slurm/features_integration_test.go): read
-#           every node (sinfo --json), plan, one scontrol update per distinct
-#           set with a compressed hostlist, read back; median of --runs;
+#   coordinator: BenchmarkFeatureReconcile (coordinator/
+#           features_integration_test.go): `llmgw features` as the coordinator
+#           does it, POST /v1/features with 1000 nodes reported: desired
+#           features from the reports, read every node (sinfo --json), plan,
+#           one scontrol update per distinct set with a compressed hostlist,
+#           read back; mean of --runs;
+#   slurm:  BenchmarkFeatureSync (slurm/features_integration_test.go): the
+#           same without the coordinator (read, plan, calls, read-back);
 #   naive:  a bash loop, one scontrol update per node.
 #
 # It needs the dev cluster with 1000 extra nodes (never registered, no
@@ -63,19 +68,25 @@ for ((r = 0; r < (RUNS < 3 ? RUNS : 3); r++)); do
 done
 wipe
 
-out=$(go test -tags integration -run '^$' -bench 'BenchmarkFeatureSync$' -benchtime="${RUNS}x" -count=1 ./slurm/ 2>&1) || {
-	echo "$out" >&2
-	exit 1
+bench() { # PACKAGE NAME: the benchmark's result line
+	local out
+	out=$(go test -tags integration -run '^$' -bench "$2\$" -benchtime="${RUNS}x" -count=1 "$1" 2>&1) || {
+		echo "$out" >&2
+		exit 1
+	}
+	grep "^$2" <<<"$out"
 }
-line=$(grep '^BenchmarkFeatureSync' <<<"$out")
-ns=$(awk '{print $3}' <<<"$line")
-calls=$(grep -o '[0-9.]* calls/op' <<<"$line" | cut -d' ' -f1)
-readms=$(grep -o '[0-9.]* read+plan-ms/op' <<<"$line" | cut -d' ' -f1)
-applyms=$(grep -o '[0-9.]* apply+readback-ms/op' <<<"$line" | cut -d' ' -f1)
+metric() { grep -o "[0-9.]* $1" <<<"$2" | cut -d' ' -f1; }
+secs() { echo "$(awk '{print $3}' <<<"$1") / 1000000000" | bc -l; }
 
-printf '%-34s %10s %8s\n' "method" "seconds" "calls"
-printf '%-34s %10.3f %8s   (read+plan %s ms, calls+read-back %s ms; mean of %s)\n' "llmgw (grouped, read back)" \
-	"$(echo "$ns / 1000000000" | bc -l)" "$calls" "$readms" "$applyms" "$RUNS"
+coord=$(bench ./coordinator/ BenchmarkFeatureReconcile)
+plain=$(bench ./slurm/ BenchmarkFeatureSync)
+
+printf '%-36s %9s %7s\n' "method" "seconds" "calls"
+printf '%-36s %9.3f %7s   (server side %s ms; mean of %s)\n' "llmgw features (coordinator, HTTP)" \
+	"$(secs "$coord")" "$(metric calls/op "$coord")" "$(metric server-ms/op "$coord")" "$RUNS"
+printf '%-36s %9.3f %7s   (read+plan %s ms, calls+read-back %s ms; mean of %s)\n' "slurm package alone" \
+	"$(secs "$plain")" "$(metric calls/op "$plain")" "$(metric read+plan-ms/op "$plain")" "$(metric apply+readback-ms/op "$plain")" "$RUNS"
 for s in "${naive[@]}"; do
-	printf '%-34s %10.3f %8s\n' "naive bash (one call per node)" "$s" 1000
+	printf '%-36s %9.3f %7s\n' "naive bash (one call per node)" "$s" 1000
 done
