@@ -185,6 +185,37 @@ func TestParseNodesJSON(t *testing.T) {
 	}
 }
 
+// TestParseNodesJSONStates: n2 and n3 drained, n4 down with a feature set
+// by scontrol, and two never-registered nodes (LLMGW_DEV_EXTRA_NODES=2)
+// in a partition of their own. sinfo's %T said, at the same moment:
+// idle, drained, drained, down, unknown, unknown.
+func TestParseNodesJSONStates(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "22.05", "sinfo-json-states.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseNodesJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Node{
+		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
+		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "drained", Partitions: l("debug")},
+		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "drained", Partitions: l("debug")},
+		{Name: "n4", Available: l("ib-b", "llmgw.qwen"), Active: l("ib-b", "llmgw.qwen"), State: "down", Partitions: l("debug")},
+		{Name: "x0001", State: "unknown", Partitions: l("extra")},
+		{Name: "x0002", State: "unknown", Partitions: l("extra")},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
+	}
+	for _, n := range got {
+		if n.Unavailable() != (n.Name != "n1") {
+			t.Errorf("%s (%s): Unavailable() = %v", n.Name, n.State, n.Unavailable())
+		}
+	}
+}
+
 func TestParseNodesJSONErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, errPart string }{
 		{"not JSON", "slurm_load_node: Unable to contact slurm controller", "parse sinfo --json"},
