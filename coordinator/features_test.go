@@ -188,3 +188,57 @@ func TestFeaturesEndpoint(t *testing.T) {
 		t.Errorf("dry_run=maybe: %d", resp.StatusCode)
 	}
 }
+
+// TestFeaturesPokedOnChange: a report that changes what a node holds
+// complete asks the reconciler for a run; one that changes nothing it
+// cares for does not, or a big cluster's steady reports would keep it busy.
+func TestFeaturesPokedOnChange(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{Features: true, Sinfo: "/nonexistent/sinfo", ReportInterval: 10 * time.Second,
+		FeatureFile: filepath.Join(t.TempDir(), "f")}, testTokens)
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "llama", Source: "/models/llama"}); err != nil {
+		t.Fatal(err)
+	}
+	poked := func() bool {
+		select {
+		case <-e.srv.features.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	poked() // the catalog change
+	llama := api.Weight{Path: "/models/llama", Complete: true, Size: 1}
+	seq := int64(0)
+	post := func(ws ...api.Weight) bool {
+		t.Helper()
+		seq++
+		if err := e.agent.PostReport(ctx, report("n1", "ib-a", seq, ws...)); err != nil {
+			t.Fatal(err)
+		}
+		return poked()
+	}
+	steps := []struct {
+		what string
+		ws   []api.Weight
+		want bool
+	}{
+		{"a new node", []api.Weight{llama}, true},
+		{"the same report", []api.Weight{llama}, false},
+		{"a bigger file, still complete", []api.Weight{{Path: "/models/llama", Complete: true, Size: 2}}, false},
+		{"an unrelated file", []api.Weight{{Path: "/models/llama", Complete: true, Size: 2}, {Path: "/x/y.gguf", Complete: true}}, false},
+		{"the copy broken", []api.Weight{{Path: "/models/llama", Size: 2, Problem: "truncated"}}, true},
+		{"nothing at all", nil, false},
+		{"whole again", []api.Weight{llama}, true},
+	}
+	for _, st := range steps {
+		if got := post(st.ws...); got != st.want {
+			t.Errorf("%s: poked = %v, want %v", st.what, got, st.want)
+		}
+	}
+	// Heard from again after being stale: its features come back.
+	e.clock.set(t0.Add(time.Minute))
+	if !post(llama) {
+		t.Error("a node back from stale did not poke the reconciler")
+	}
+}
