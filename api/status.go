@@ -29,6 +29,8 @@ type Status struct {
 	Fabrics []FabricNodes `json:"fabrics"`
 	// Models has one entry per catalog model, in name order.
 	Models []ModelStatus `json:"models"`
+	// Features is the Slurm feature reconciler's state; nil when it is off.
+	Features *FeatureStatus `json:"features,omitempty"`
 }
 
 // Node states. A node is stale when it has missed three report intervals:

@@ -72,7 +72,39 @@ type Config struct {
 	// batch commits.
 	MaxBatch     int           `toml:"max_batch"`
 	MaxBatchWait time.Duration `toml:"max_batch_wait"`
+
+	// Features turns on the feature reconciler: the coordinator keeps the
+	// Slurm node feature FeaturePrefix+MODEL on every node that can serve
+	// MODEL without fetching, with `scontrol update`. Off by default: it
+	// needs to run where scontrol update is allowed (SlurmUser or root, with
+	// the cluster's slurm.conf).
+	Features bool `toml:"features"`
+	// FeatureInterval is how often the reconciler rewrites features even
+	// when nothing changed (default DefaultFeatureInterval): `scontrol
+	// reconfigure` and a slurmctld restart wipe them, and they come back
+	// within one interval.
+	FeatureInterval time.Duration `toml:"feature_interval"`
+	// FeatureFile is where the reconciler publishes each node's partitions
+	// and current llmgw features for job_submit.lua (default
+	// DefaultFeatureFile); slurmctld's user must be able to read it.
+	FeatureFile string `toml:"feature_file"`
+	// Scontrol and Sinfo are the absolute paths of Slurm's commands
+	// (default /usr/bin/scontrol, /usr/bin/sinfo).
+	Scontrol string `toml:"scontrol"`
+	Sinfo    string `toml:"sinfo"`
+	// SlurmConf, when set, is passed to scontrol and sinfo as SLURM_CONF;
+	// unset, they inherit the coordinator's environment (and without
+	// SLURM_CONF there, read /etc/slurm/slurm.conf).
+	SlurmConf string `toml:"slurm_conf"`
 }
+
+// Feature reconciler defaults.
+const (
+	DefaultFeatureInterval = 30 * time.Second
+	DefaultFeatureFile     = "/var/lib/llmgw/features"
+	DefaultScontrol        = "/usr/bin/scontrol"
+	DefaultSinfo           = "/usr/bin/sinfo"
+)
 
 // DefaultMaxBatch: a commit costs about as much as a few hundred row
 // writes, so up to 256 reports share one.
@@ -101,6 +133,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StallAfter <= 0 {
 		c.StallAfter = DefaultStallAfter
+	}
+	if c.FeatureInterval <= 0 {
+		c.FeatureInterval = DefaultFeatureInterval
+	}
+	if c.FeatureFile == "" {
+		c.FeatureFile = DefaultFeatureFile
+	}
+	if c.Scontrol == "" {
+		c.Scontrol = DefaultScontrol
+	}
+	if c.Sinfo == "" {
+		c.Sinfo = DefaultSinfo
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch

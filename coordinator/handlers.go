@@ -139,6 +139,7 @@ func (s *Server) changeCatalog(ctx context.Context, change func(ctx context.Cont
 		s.metrics.dbErrors.WithLabelValues("read").Inc()
 		return api.Errorf(api.CodeUnavailable, "the catalog was changed, but reloading the state failed (database: %v)", err)
 	}
+	s.features.poke()
 	return nil
 }
 

@@ -404,8 +404,12 @@ func (s *Server) ingest(batch []*queued) ([]ingestResult, error) {
 	}
 	s.metrics.reports.WithLabelValues("stored").Add(float64(len(stored)))
 	s.metrics.reports.WithLabelValues("dropped").Add(float64(dropped))
-	if b := s.view.update(stored); b > 0 {
+	b, changed := s.view.update(stored, s.staleAfter)
+	if b > 0 {
 		s.metrics.fetched.Add(float64(b))
+	}
+	if changed {
+		s.features.poke()
 	}
 	return res, nil
 }

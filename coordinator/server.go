@@ -53,6 +53,9 @@ type Server struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
+
+	// features is the Slurm feature reconciler; nil when it is off.
+	features *features
 }
 
 // New returns a server over db, loading its view from it, and starts the
@@ -82,23 +85,28 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	}
 	s.dbOK.Store(true)
 	s.metrics = newMetrics(s)
+	if cfg.Features {
+		s.features = newFeatures(s)
+	}
 	go s.writer()
 	return s, nil
 }
 
-// Close stops the report writer after it has answered every report queued.
+// Close stops the report writer after it has answered every report queued,
+// and the feature reconciler.
 func (s *Server) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
+	s.features.wait()
 }
 
 // Handler is the coordinator's HTTP API.
 //
 // Routes: POST /v1/reports (agent or admin token); GET /v1/models,
 // GET /v1/status, GET /v1/status/{model} (open, or any token when a read
-// token is configured); PUT and DELETE /v1/models/{name} (admin token);
-// POST /v1/gc (admin token), GET /v1/gc/{id} (read), POST
-// /v1/gc/{id}/answers (agent token): see gc.go;
+// token is configured); PUT and DELETE /v1/models/{name} and POST
+// /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin token), GET
+// /v1/gc/{id} (read), POST /v1/gc/{id}/answers (agent token): see gc.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -111,6 +119,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
 	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
+	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
@@ -152,6 +161,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          nil,
 	}
 	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "db": s.db.Path()}).Info("coordinator serving")
+	if s.features != nil {
+		// Started with serving, not in New: a server that is never served
+		// (a test driving its handler) must not rewrite Slurm's features.
+		s.features.start(s.stop)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -306,7 +320,7 @@ func what(req *http.Request, r role) string {
 	case roleAgent:
 		return "posting a report"
 	case roleAdmin:
-		return "changing the catalog"
+		return "changing the catalog or Slurm's features"
 	}
 	return "reading"
 }

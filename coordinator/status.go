@@ -217,6 +217,7 @@ func (s *Server) Status(now time.Time) *api.Status {
 	a := s.aggregate(now)
 	st := &api.Status{Generated: now.UTC(), Nodes: a.counts, Fabrics: []api.FabricNodes{}, Models: []api.ModelStatus{}}
 	st.ReportInterval, st.StaleAfter, st.StallAfter = s.header()
+	st.Features = s.features.status()
 	fabrics := sortedFabrics(a)
 	for _, f := range fabrics {
 		fa := a.fabrics[f]

@@ -42,6 +42,9 @@ func WriteStatus(w io.Writer, st *api.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := writeFeatureStatus(w, st); err != nil {
+		return err
+	}
 	if len(st.Fabrics) == 0 {
 		return nil
 	}
@@ -248,4 +251,30 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeFeatureStatus says, when the reconciler is on, whether Slurm's node
+// features are in step, and if not, why and when it tries again.
+func writeFeatureStatus(w io.Writer, st *api.Status) error {
+	f := st.Features
+	if f == nil {
+		return nil
+	}
+	var err error
+	switch {
+	case f.Last == nil:
+		_, err = fmt.Fprintln(w, "\nSLURM FEATURES: not synced yet")
+	case f.Last.Error != "":
+		when := "never worked"
+		if !f.LastOK.IsZero() {
+			when = "last worked " + seconds(st.Generated.Sub(f.LastOK).Seconds()) + " ago"
+		}
+		_, err = fmt.Fprintf(w, "\nSLURM FEATURES: FAILING (%s; retry in %s): %s\n", when,
+			seconds(max(f.Retry.Sub(st.Generated).Seconds(), 0)), f.Last.Error)
+	default:
+		_, err = fmt.Fprintf(w, "\nSLURM FEATURES: in step %s ago: %d nodes, %d changed in %s; published to %s\n",
+			seconds(st.Generated.Sub(f.Last.Time).Seconds()), f.Last.Nodes, f.Last.Drifted,
+			plural(f.Last.Calls, "call"), f.File)
+	}
+	return err
 }

@@ -99,13 +99,20 @@ func (v *view) sameWeights(node string, key [32]byte) bool {
 // how many bytes their fetches advanced by since the previous report: the
 // coordinator only ever sees fetch progress as gauges, so the bytes-fetched
 // counter is built from the differences (a fetch that finishes between two
-// reports contributes what was seen of it).
-func (v *view) update(stored []storedNode) (fetched int64) {
+// reports contributes what was seen of it). changed says whether the
+// models a node holds complete may have changed: a new node, other complete
+// holdings, or a node heard from again after longer than staleAfter (it was
+// stale). The feature reconciler runs on it, so a report that changes
+// nothing it cares for (sizes, fetch progress) must not say so.
+func (v *view) update(stored []storedNode, staleAfter time.Duration) (fetched int64, changed bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, sn := range stored {
 		n := sn.node
 		old := v.nodes[n.Name]
+		if old == nil || n.Received.Sub(old.Received) > staleAfter || !sn.same && !sameHeld(old.Holdings, n.Holdings) {
+			changed = true
+		}
 		if old == nil {
 			// Kept in order here, so that no status has to sort ten
 			// thousand names; a new node costs one binary search and a copy.
@@ -130,7 +137,22 @@ func (v *view) update(stored []storedNode) (fetched int64) {
 		v.nodes[n.Name] = n
 		v.keys[n.Name] = sn.key
 	}
-	return fetched
+	return fetched, changed
+}
+
+// sameHeld says whether a and b hold the same models complete.
+func sameHeld(a, b []store.Holding) bool {
+	held := func(hs []store.Holding) []string {
+		var out []string
+		for _, h := range hs {
+			if h.Complete {
+				out = append(out, h.Model)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return slices.Equal(held(a), held(b))
 }
 
 func findFetch(fs []api.Fetch, source string) *api.Fetch {

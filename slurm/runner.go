@@ -47,6 +47,11 @@ type Runner struct {
 	// WaitDelay is passed to exec.Cmd (default DefaultWaitDelay).
 	WaitDelay time.Duration
 
+	// Paths names the command to run for a bare name, by absolute path,
+	// where it is not in Dir: a site whose scontrol is /opt/slurm/bin/scontrol
+	// but whose sinfo is elsewhere. Nil: every command is in Dir.
+	Paths map[string]string
+
 	// Env holds extra NAME=value pairs added to this process's environment
 	// for every command, e.g. "SLURM_CONF=/var/tmp/llmgw-dev-cluster/slurm.conf".
 	// Slurm's clients find the cluster through SLURM_CONF; the hooks inherit
@@ -98,7 +103,14 @@ func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, name), args...)
+	path := filepath.Join(dir, name)
+	if p, ok := r.Paths[name]; ok {
+		if !filepath.IsAbs(p) {
+			return nil, &CommandError{Args: all, Err: fmt.Errorf("path %q is not absolute", p)}
+		}
+		path = p
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.WaitDelay = r.WaitDelay
 	if cmd.WaitDelay <= 0 {
 		cmd.WaitDelay = DefaultWaitDelay
@@ -127,73 +139,4 @@ func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, 
 		msg = msg[:maxStderr] + "…"
 	}
 	return stdout.Bytes(), &CommandError{Args: all, Stderr: msg, Err: err}
-}
-
-// A Node is one Slurm node as sinfo reports it.
-type Node struct {
-	Name string
-	// Available and Active are the node's features (slurm.conf Feature=,
-	// or set by scontrol update). A job's --constraint and --prefer match
-	// Active. Nil when the node has none.
-	Available, Active []string
-	// State is sinfo's long state in lower case, with its suffixes:
-	// "idle", "mixed", "allocated", "drained", "draining", "down",
-	// "idle*" (not responding), and so on.
-	State string
-}
-
-// nodesFormat asks sinfo for one node per line: name, available features,
-// active features, state. '|' cannot appear in a feature a job can use
-// (slurm/FACTS.md §2), and this form is never truncated (FACTS §8).
-const nodesFormat = "%N|%f|%b|%T"
-
-// Nodes lists the cluster's nodes, each once, in sinfo's order.
-func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
-	out, err := r.Run(ctx, "sinfo", "-N", "-h", "-o", nodesFormat)
-	if err != nil {
-		return nil, err
-	}
-	return ParseNodes(out)
-}
-
-// ParseNodes parses the output of `sinfo -N -h -o '%N|%f|%b|%T'`. It does no
-// I/O, so it is tested on output captured from real Slurm.
-//
-// sinfo -N prints a node once per partition it is in; ParseNodes keeps the
-// first line for each name. sinfo prints "(null)" for a node with no
-// available features and an empty field when none are active; both become
-// nil.
-func ParseNodes(out []byte) ([]Node, error) {
-	var nodes []Node
-	seen := map[string]bool{}
-	for i, line := range strings.Split(string(out), "\n") {
-		if line == "" {
-			continue
-		}
-		f := strings.Split(line, "|")
-		if len(f) != 4 {
-			return nil, fmt.Errorf("parse sinfo line %d %q: want 4 '|'-separated fields (node|available|active|state), got %d", i+1, line, len(f))
-		}
-		if f[0] == "" || f[3] == "" {
-			return nil, fmt.Errorf("parse sinfo line %d %q: empty node name or state", i+1, line)
-		}
-		if seen[f[0]] {
-			continue
-		}
-		seen[f[0]] = true
-		nodes = append(nodes, Node{
-			Name:      f[0],
-			Available: splitFeatures(f[1]),
-			Active:    splitFeatures(f[2]),
-			State:     f[3],
-		})
-	}
-	return nodes, nil
-}
-
-func splitFeatures(s string) []string {
-	if s == "" || s == "(null)" {
-		return nil
-	}
-	return strings.Split(s, ",")
 }

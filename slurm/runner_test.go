@@ -21,10 +21,10 @@ func TestParseNodes(t *testing.T) {
 			// The dev cluster just after scripts/dev-cluster up.
 			file: "sinfo-nodes-fresh.txt",
 			want: []Node{
-				{"n1", []string{"ib-a"}, []string{"ib-a"}, "idle"},
-				{"n2", []string{"ib-a"}, []string{"ib-a"}, "idle"},
-				{"n3", []string{"ib-b"}, []string{"ib-b"}, "idle"},
-				{"n4", []string{"ib-b"}, []string{"ib-b"}, "idle"},
+				{Name: "n1", Available: []string{"ib-a"}, Active: []string{"ib-a"}, State: "idle"},
+				{Name: "n2", Available: []string{"ib-a"}, Active: []string{"ib-a"}, State: "idle"},
+				{Name: "n3", Available: []string{"ib-b"}, Active: []string{"ib-b"}, State: "idle"},
+				{Name: "n4", Available: []string{"ib-b"}, Active: []string{"ib-b"}, State: "idle"},
 			},
 		},
 		{
@@ -33,10 +33,10 @@ func TestParseNodes(t *testing.T) {
 			// print n3 and n4 twice; a one-CPU job makes n1 mixed.
 			file: "sinfo-nodes-mixed.txt",
 			want: []Node{
-				{"n1", []string{"ib-a"}, []string{"ib-a"}, "mixed"},
-				{"n2", []string{"ib-a", "m_llama", "m_qwen", "a b"}, []string{"ib-a", "m_llama"}, "idle"},
-				{"n3", []string{"ib-b"}, []string{"ib-b"}, "drained"},
-				{"n4", nil, nil, "idle"},
+				{Name: "n1", Available: []string{"ib-a"}, Active: []string{"ib-a"}, State: "mixed"},
+				{Name: "n2", Available: []string{"ib-a", "m_llama", "m_qwen", "a b"}, Active: []string{"ib-a", "m_llama"}, State: "idle"},
+				{Name: "n3", Available: []string{"ib-b"}, Active: []string{"ib-b"}, State: "drained"},
+				{Name: "n4", Available: nil, Active: nil, State: "idle"},
 			},
 		},
 		{
@@ -44,10 +44,10 @@ func TestParseNodes(t *testing.T) {
 			// n4 set DOWN.
 			file: "sinfo-nodes-states.txt",
 			want: []Node{
-				{"n1", []string{"ib-a"}, []string{"ib-a"}, "allocated"},
-				{"n2", []string{"ib-a", "m_llama", "m_qwen", "a b"}, []string{"ib-a", "m_llama"}, "draining"},
-				{"n3", []string{"ib-b"}, []string{"ib-b"}, "drained"},
-				{"n4", nil, nil, "down"},
+				{Name: "n1", Available: []string{"ib-a"}, Active: []string{"ib-a"}, State: "allocated"},
+				{Name: "n2", Available: []string{"ib-a", "m_llama", "m_qwen", "a b"}, Active: []string{"ib-a", "m_llama"}, State: "draining"},
+				{Name: "n3", Available: []string{"ib-b"}, Active: []string{"ib-b"}, State: "drained"},
+				{Name: "n4", Available: nil, Active: nil, State: "down"},
 			},
 		},
 	}
@@ -108,14 +108,14 @@ func fakeSlurm(t *testing.T, scripts map[string]string) string {
 }
 
 func TestRunnerNodes(t *testing.T) {
-	fixture, err := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-nodes-fresh.txt"))
+	fixture, err := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-json-features.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The fake sinfo checks it got exactly the arguments Nodes relies on:
 	// a changed format string must not pass against a fixture of the old one.
 	dir := fakeSlurm(t, map[string]string{
-		"sinfo": `[ "$*" = "-N -h -o %N|%f|%b|%T" ] || { echo "sinfo: unexpected arguments: $*" >&2; exit 1; }
+		"sinfo": `[ "$*" = "--json" ] || { echo "sinfo: unexpected arguments: $*" >&2; exit 1; }
 exec cat '` + fixture + `'`,
 	})
 	r := &Runner{Dir: dir}

@@ -85,7 +85,7 @@ func envName(flag string) string {
 // wrong digest to, every later command.
 var notSettings = map[string]bool{
 	"config": true, "help": true, "json": true, "once": true,
-	"size": true, "sha256": true, "gpu-memory": true,
+	"size": true, "sha256": true, "gpu-memory": true, "dry-run": true,
 }
 
 // applyEnv sets every setting the command line left unset from its LLMGW_*

@@ -23,7 +23,15 @@ Tokens: agents post reports with the agent token; catalog changes need the admin
 token, which may also post reports. A write the server has no token for is
 refused with 403 (there is no unauthenticated write mode). Reads (status,
 catalog) are open unless --read-token-file is set; then they need the read,
-agent or admin token. /healthz, /readyz and /metrics are always open.`
+agent or admin token. /healthz, /readyz and /metrics are always open.
+
+With --features (features = true) it also keeps Slurm node features in step:
+llmgw.MODEL on every node that can serve MODEL without fetching (a stale node
+loses them; the site's own features are kept), rewritten on every change and
+every --feature-interval, since scontrol reconfigure and a slurmctld restart
+wipe them, and published to --feature-file for job_submit.lua. It must then
+run where scontrol update is allowed (SlurmUser or root). If scontrol fails,
+the coordinator stays ready; status and metrics say why, and it retries.`
 
 // coordinatorCmd wires flags, environment and file into coordinator.Config
 // and runs the coordinator until ctx ends (SIGTERM).
@@ -54,6 +62,15 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, fmt.Sprintf("how often agents report; a node is stale after %d missed", coordinator.StaleIntervals))
 	fs.DurationVar(&cfg.StallAfter, "stall-after", cfg.StallAfter, "how long a fetch may make no progress before status calls it stalled")
+	if cfg.FeatureInterval == 0 {
+		cfg.FeatureInterval = coordinator.DefaultFeatureInterval
+	}
+	fs.BoolVar(&cfg.Features, "features", cfg.Features, "keep Slurm node features "+coordinator.FeaturePrefix+"MODEL in step with presence (needs scontrol update rights)")
+	fs.DurationVar(&cfg.FeatureInterval, "feature-interval", cfg.FeatureInterval, "how often to rewrite features when nothing changed (they are wiped by scontrol reconfigure)")
+	fs.StringVar(&cfg.FeatureFile, "feature-file", def(cfg.FeatureFile, coordinator.DefaultFeatureFile), "file publishing each node's partitions and llmgw features, for job_submit.lua")
+	fs.StringVar(&cfg.Scontrol, "scontrol", def(cfg.Scontrol, coordinator.DefaultScontrol), "absolute path of scontrol")
+	fs.StringVar(&cfg.Sinfo, "sinfo", def(cfg.Sinfo, coordinator.DefaultSinfo), "absolute path of sinfo")
+	fs.StringVar(&cfg.SlurmConf, "slurm-conf", cfg.SlurmConf, "SLURM_CONF for scontrol and sinfo (default: inherited)")
 	level := fs.String("log-level", "info", "log level: debug (one line per report), info, warn, error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -69,11 +86,16 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("Use debug, info, warn or error", "--log-level %q: %v", *level, err)
 	}
 	// Paths typed on the command line mean the directory they were typed in.
-	for _, name := range []string{"db", "agent-token-file", "admin-token-file", "read-token-file"} {
+	for _, name := range []string{"db", "agent-token-file", "admin-token-file", "read-token-file", "feature-file", "slurm-conf"} {
 		if f := fs.Lookup(name); f.Changed && f.Value.String() != "" {
 			if abs, err := filepath.Abs(f.Value.String()); err == nil {
 				fs.Set(name, abs)
 			}
+		}
+	}
+	for _, name := range []string{"scontrol", "sinfo"} {
+		if p := fs.Lookup(name).Value.String(); !filepath.IsAbs(p) {
+			return usagef("Give the absolute path, e.g. /usr/bin/"+name, "--%s %q is not an absolute path; Slurm commands are run by path, not looked up", name, p)
 		}
 	}
 	log := logrus.New()

@@ -1,0 +1,64 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// FeatureSync is one run of the coordinator's feature reconciler, as POST
+// /v1/features answers it and status shows the last one.
+type FeatureSync struct {
+	// DryRun: the plan was computed and nothing was changed.
+	DryRun bool `json:"dry_run"`
+	// Time is when the run started (the coordinator's clock).
+	Time time.Time `json:"time"`
+	// Duration is how long it took, in seconds: reading Slurm, the calls,
+	// and the read-back.
+	Duration float64 `json:"duration_seconds"`
+	// Nodes is how many nodes Slurm lists; Unchanged of them needed no
+	// call, Drifted did.
+	Nodes     int `json:"nodes"`
+	Unchanged int `json:"unchanged"`
+	Drifted   int `json:"drifted"`
+	// Commands are the scontrol calls of the plan, as shell commands, one
+	// per distinct resulting feature set.
+	Commands []string `json:"commands"`
+	// Calls is how many of them were made (0 on a dry run).
+	Calls int `json:"calls"`
+	// Unknown is a hostlist of reporting nodes that hold models but that
+	// Slurm does not list; they get no feature.
+	Unknown string `json:"unknown,omitempty"`
+	// Error says why the run failed or was partial; empty when it worked.
+	Error string `json:"error,omitempty"`
+}
+
+// FeatureStatus is the feature reconciler's state in GET /v1/status; absent
+// when the reconciler is off.
+type FeatureStatus struct {
+	// Interval is how often it runs without a change, in seconds.
+	Interval float64 `json:"interval_seconds"`
+	// File is where it publishes the features for job_submit.lua.
+	File string `json:"file"`
+	// LastOK is when a run last worked; zero before the first.
+	LastOK time.Time `json:"last_ok,omitzero"`
+	// Last is the most recent run, failed or not; nil before the first.
+	Last *FeatureSync `json:"last,omitempty"`
+	// Retry is when a failing reconciler tries again; zero when it is not
+	// failing.
+	Retry time.Time `json:"retry,omitzero"`
+}
+
+// SyncFeatures asks the coordinator to reconcile Slurm node features now
+// (admin token). With dryRun it only computes the plan.
+func (c *Client) SyncFeatures(ctx context.Context, dryRun bool) (*FeatureSync, error) {
+	path := "/v1/features"
+	if dryRun {
+		path += "?dry_run=1"
+	}
+	var out FeatureSync
+	if err := c.Do(ctx, http.MethodPost, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

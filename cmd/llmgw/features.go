@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/llmgw/llmgw/coordinator"
+)
+
+const featuresAbout = `Reconciles Slurm node features now: every node that can serve a catalog model
+without fetching gets the feature ` + coordinator.FeaturePrefix + `MODEL, and every other feature (the
+site's, such as ib-a) is kept exactly as it is.
+
+The coordinator does the work, because it holds what every node reports and
+runs where scontrol update is allowed; this command asks it to (POST
+/v1/features, admin token) and prints the scontrol calls, one per distinct
+resulting feature set. With --dry-run nothing is changed. The coordinator
+also does this by itself on every change and every feature interval, when it
+runs with --features.`
+
+func featuresCmd(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "features", lookup("features").synopsis, featuresAbout)
+	url, tokenFile := coordFlags(fs)
+	dry := fs.Bool("dry-run", false, "print the scontrol calls that would be made, and make none")
+	asJSON := fs.Bool("json", false, "print the coordinator's answer as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("Run 'llmgw features --help'", "features takes no arguments, got %q", fs.Args())
+	}
+	c, err := coordClient(*url, *tokenFile)
+	if err != nil {
+		return err
+	}
+	res, err := c.SyncFeatures(ctx, *dry)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		for _, cmd := range res.Commands {
+			fmt.Fprintln(e.stdout, cmd)
+		}
+		verb := "changed"
+		if res.DryRun {
+			verb = "would change"
+		}
+		fmt.Fprintf(e.stderr, "%d nodes in Slurm: %d already right, %s %d in %d call(s) (%.0f ms)\n",
+			res.Nodes, res.Unchanged, verb, res.Drifted, len(res.Commands), res.Duration*1000)
+		if res.Unknown != "" {
+			fmt.Fprintf(e.stderr, "nodes reporting weights that Slurm does not list (no feature): %s\n", res.Unknown)
+		}
+	}
+	if res.Error != "" {
+		return errors.New(res.Error)
+	}
+	return nil
+}

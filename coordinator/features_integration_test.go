@@ -1,0 +1,310 @@
+//go:build integration
+
+package coordinator
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/slurm"
+)
+
+// TestFeatureReconcilerOnCluster runs a real coordinator with the feature
+// reconciler against the dev cluster (scripts/dev-cluster: n1..n4, ib-a on
+// n[1-2], ib-b on n[3-4]), with agents reporting every second over HTTP:
+//   - the holders get llmgw.MODEL, the fabrics stay, n4 (holding nothing)
+//     is never in a call, and the feature file says the same;
+//   - after scontrol reconfigure wipes them, they are back within one
+//     interval, and ib-a/ib-b were on every node all along;
+//   - a drained node keeps its features, and its state is recorded;
+//   - a node that stops reporting loses its llmgw features, in one call
+//     for that node alone.
+func TestFeatureReconcilerOnCluster(t *testing.T) {
+	conf := os.Getenv("SLURM_CONF")
+	if conf == "" {
+		t.Skip("SLURM_CONF is not set: this test needs the dev cluster (sudo make integration)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	run := &slurm.Runner{}
+	t.Cleanup(func() {
+		// slurm.conf's features back, whatever the test left.
+		run.Run(context.Background(), "scontrol", "reconfigure")
+	})
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "features")
+	const interval = 3 * time.Second
+	cfg := Config{Features: true, FeatureInterval: interval, FeatureFile: file, SlurmConf: conf,
+		ReportInterval: time.Second, Listen: "127.0.0.1:0"}
+	db, err := store.Open(ctx, filepath.Join(dir, "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv, err := New(ctx, cfg, testTokens, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-served }()
+	url := "http://" + ln.Addr().String()
+	admin := &api.Client{BaseURL: url, Token: testTokens.Admin}
+	agent := &api.Client{BaseURL: url, Token: testTokens.Agent}
+	for _, m := range []api.Model{{Name: "llama", Source: "/models/llama"}, {Name: "qwen", Source: "/lustre/qwen"}} {
+		if _, err := admin.PutModel(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	llama := api.Weight{Path: "/models/llama", Complete: true, Size: 1}
+	qwen := api.Weight{Path: "/lustre/qwen", Shared: true, Complete: true, Size: 1}
+	holdings := map[string][]api.Weight{"n1": {llama}, "n2": {llama, qwen}, "n3": {qwen}, "n4": nil}
+	fabric := map[string]string{"n1": "ib-a", "n2": "ib-a", "n3": "ib-b", "n4": "ib-b"}
+	var mu sync.Mutex
+	silent := map[string]bool{}
+	go func() {
+		seq := int64(0)
+		for ctx.Err() == nil {
+			seq++
+			for node, ws := range holdings {
+				mu.Lock()
+				quiet := silent[node]
+				mu.Unlock()
+				if !quiet {
+					agent.PostReport(ctx, report(node, fabric[node], seq, ws...))
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+
+	want := map[string][]string{
+		"n1": {"ib-a", "llmgw.llama"}, "n2": {"ib-a", "llmgw.llama", "llmgw.qwen"},
+		"n3": {"ib-b", "llmgw.qwen"}, "n4": {"ib-b"},
+	}
+	// check reads Slurm's features and says what differs from want.
+	check := func(want map[string][]string) []string {
+		nodes, err := run.Nodes(ctx)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		var bad []string
+		for _, n := range nodes {
+			w, ok := want[n.Name]
+			if !ok {
+				continue
+			}
+			a, b := slices.Sorted(slices.Values(n.Active)), slices.Sorted(slices.Values(n.Available))
+			if !slices.Equal(a, w) || !slices.Equal(b, w) {
+				bad = append(bad, n.Name+" has "+strings.Join(a, ",")+" want "+strings.Join(w, ","))
+			}
+		}
+		return bad
+	}
+	waitFor := func(what string, within time.Duration, want map[string][]string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		var bad []string
+		for time.Since(start) < within {
+			if bad = check(want); len(bad) == 0 {
+				return time.Since(start)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("%s: not within %s: %s", what, within, strings.Join(bad, "; "))
+		return 0
+	}
+	took := waitFor("features set", 10*time.Second, want)
+	t.Logf("features set %.1f s after start", took.Seconds())
+
+	callsAfterStart := testutil.ToFloat64(srv.features.m.calls)
+	if callsAfterStart != 3 {
+		t.Errorf("%v calls to set n1, n2 and n3 (three distinct sets, n4 unchanged), want 3", callsAfterStart)
+	}
+	// Nothing to do: no call.
+	res, err := admin.SyncFeatures(ctx, false)
+	if err != nil || res.Error != "" || res.Calls != 0 || len(res.Commands) != 0 || res.Unchanged != 4 {
+		t.Fatalf("sync in step: %+v, %v", res, err)
+	}
+	wantFile := FeatureFileHeader + "\n" +
+		"n1 debug llmgw.llama\nn2 debug llmgw.llama,llmgw.qwen\nn3 debug llmgw.qwen\nn4 debug -\n"
+	if got, err := os.ReadFile(file); err != nil || string(got) != wantFile {
+		t.Errorf("feature file: %v\n%s\nwant\n%s", err, got, wantFile)
+	}
+	if fi, err := os.Stat(file); err == nil && fi.Mode().Perm() != 0o644 {
+		t.Errorf("feature file mode %v, want 0644 (slurmctld's user reads it)", fi.Mode().Perm())
+	}
+
+	// The command line shows the same plan, through the coordinator.
+	if bin := os.Getenv("LLMGW_BIN"); bin != "" {
+		tok := filepath.Join(dir, "admin.token")
+		os.WriteFile(tok, []byte(testTokens.Admin), 0o600)
+		cmd := exec.Command(bin, "features", "--dry-run", "--coordinator", url, "--token-file", tok)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "4 nodes in Slurm: 4 already right, would change 0") {
+			t.Errorf("llmgw features --dry-run: %v\n%s", err, out)
+		}
+	}
+
+	// scontrol reconfigure wipes what scontrol set; the fabrics must never
+	// go, and llmgw's features must be back within one interval.
+	fabricsOnly := map[string][]string{"n1": {"ib-a"}, "n2": {"ib-a"}, "n3": {"ib-b"}, "n4": {"ib-b"}}
+	if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
+		t.Fatal(err)
+	}
+	wiped := time.Now()
+	var lostFabric []string
+	for {
+		nodes, err := run.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if f := fabricsOnly[n.Name]; f != nil && !slices.Contains(n.Active, f[0]) {
+				lostFabric = append(lostFabric, n.Name)
+			}
+		}
+		if len(check(want)) == 0 || time.Since(wiped) > interval+2*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lostFabric != nil {
+		t.Errorf("ib-a/ib-b missing at some point on %q", lostFabric)
+	}
+	if bad := check(want); len(bad) > 0 {
+		t.Fatalf("features not back %s after scontrol reconfigure (interval %s): %s", time.Since(wiped).Round(time.Millisecond), interval, bad)
+	}
+	t.Logf("features back %.1f s after scontrol reconfigure (interval %s)", time.Since(wiped).Seconds(), interval)
+
+	// A drained node keeps its features; its state is recorded.
+	if _, err := run.Run(ctx, "scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=llmgw-test"); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			run.Run(context.Background(), "scontrol", "update", "NodeName=n1", "State=RESUME")
+		}
+	}
+	defer resume()
+	res, err = admin.SyncFeatures(ctx, false)
+	if err != nil || res.Calls != 0 {
+		t.Errorf("sync with n1 drained: %+v, %v; want no call", res, err)
+	}
+	states, _ := srv.SlurmStates()
+	if states["n1"] != "drained" || !slurm.StateUnavailable(states["n1"]) || states["n2"] != "idle" {
+		t.Errorf("Slurm states: %v", states)
+	}
+	resume()
+
+	// n3 stops reporting: stale after 3 report intervals, then it loses its
+	// llmgw feature at the next run, in one call of its own.
+	callsBefore := testutil.ToFloat64(srv.features.m.calls)
+	mu.Lock()
+	silent["n3"] = true
+	mu.Unlock()
+	want["n3"] = []string{"ib-b"}
+	took = waitFor("stale n3 loses llmgw.qwen", 3*time.Second+interval+3*time.Second, want)
+	t.Logf("n3 lost its llmgw features %.1f s after its last report", took.Seconds())
+	time.Sleep(interval + 500*time.Millisecond) // one more interval: nothing else changes
+	if got := testutil.ToFloat64(srv.features.m.calls) - callsBefore; got != 1 {
+		t.Errorf("%v calls after n3 went stale, want 1 (n3 alone)", got)
+	}
+	if bad := check(want); len(bad) > 0 {
+		t.Errorf("after n3 went stale: %s", bad)
+	}
+	st, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Features == nil || st.Features.Last == nil || st.Features.Last.Error != "" {
+		t.Errorf("status.features = %+v", st.Features)
+	}
+}
+
+// BenchmarkFeatureReconcile is the coordinator's whole reconciliation of
+// 1000 nodes whose llmgw features were wiped (as after scontrol
+// reconfigure): POST /v1/features over HTTP, which computes the desired
+// features from 1000 nodes' reports, reads Slurm, makes one scontrol call
+// per distinct set (10) and reads back. It needs the extra nodes of
+// LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up; scripts/bench/
+// features.sh runs it.
+func BenchmarkFeatureReconcile(b *testing.B) {
+	conf := os.Getenv("SLURM_CONF")
+	if conf == "" {
+		b.Skip("SLURM_CONF is not set")
+	}
+	ctx := context.Background()
+	run := &slurm.Runner{}
+	nodes, err := run.Nodes(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var xs []string
+	for _, n := range nodes {
+		if strings.HasPrefix(n.Name, "x") {
+			xs = append(xs, n.Name)
+		}
+	}
+	if len(xs) < 1000 {
+		b.Skipf("%d extra nodes; start the cluster with LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up", len(xs))
+	}
+	xs = xs[:1000]
+	e := newEnv(b, Config{Features: true, SlurmConf: conf, FeatureFile: filepath.Join(b.TempDir(), "features")}, testTokens)
+	var ws []api.Weight
+	for k := range 10 {
+		name := "model" + string(rune('0'+k))
+		if _, err := e.admin.PutModel(ctx, api.Model{Name: name, Source: "/models/" + name}); err != nil {
+			b.Fatal(err)
+		}
+		ws = append(ws, api.Weight{Path: "/models/" + name, Complete: true, Size: 1})
+	}
+	for i, x := range xs {
+		if _, err := e.agent.PostReport(ctx, report(x, "ib-x", 1, ws[:i%10+1]...)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wipe := []string{"update", "NodeName=" + slurm.Compress(xs), "AvailableFeatures=", "ActiveFeatures="}
+	b.Cleanup(func() { run.Run(ctx, "scontrol", wipe...) })
+	var server time.Duration
+	var calls, drifted int
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := run.Run(ctx, "scontrol", wipe...); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		res, err := e.admin.SyncFeatures(ctx, false)
+		if err != nil || res.Error != "" {
+			b.Fatalf("sync: %v %+v", err, res)
+		}
+		server += time.Duration(res.Duration * float64(time.Second))
+		calls, drifted = res.Calls, res.Drifted
+	}
+	b.ReportMetric(float64(calls), "calls/op")
+	b.ReportMetric(float64(drifted), "nodes/op")
+	b.ReportMetric(float64(server.Milliseconds())/float64(b.N), "server-ms/op")
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# features.sh: syncing Slurm node features on 1,000 nodes, llmgw's way
+# against the naive one (DESIGN.md §6, issue 8: <= 0.5 s, one scontrol call
+# per distinct feature set).
+#
+# Both start from nodes whose llmgw features were wiped (as after scontrol
+# reconfigure) and give each of 1000 nodes one of 10 feature sets
+# (llmgw.model0..llmgw.modelK, K = i mod 10):
+#   coordinator: BenchmarkFeatureReconcile (coordinator/
+#           features_integration_test.go): `llmgw features` as the coordinator
+#           does it, POST /v1/features with 1000 nodes reported: desired
+#           features from the reports, read every node (sinfo --json), plan,
+#           one scontrol update per distinct set with a compressed hostlist,
+#           read back; mean of --runs;
+#   slurm:  BenchmarkFeatureSync (slurm/features_integration_test.go): the
+#           same without the coordinator (read, plan, calls, read-back);
+#   naive:  a bash loop, one scontrol update per node.
+#
+# It needs the dev cluster with 1000 extra nodes (never registered, no
+# slurmd; they accept feature updates, slurm/FACTS.md §3), under the
+# cluster lock:
+#   flock /tmp/llmgw-cluster.lock bash -c 'scripts/dev-cluster down >/dev/null 2>&1;
+#     LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up >/dev/null &&
+#     SLURM_CONF=/var/tmp/llmgw-dev-cluster/slurm.conf scripts/bench/features.sh;
+#     scripts/dev-cluster down'
+#
+# Usage: scripts/bench/features.sh [--runs N]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
+
+RUNS=5
+while [ $# -gt 0 ]; do
+	case $1 in
+	--runs) RUNS=$2; shift 2 ;;
+	-h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//; /^set -e/d'; exit 0 ;;
+	*) echo "features.sh: unknown argument $1; try --help" >&2; exit 2 ;;
+	esac
+done
+[[ -n ${SLURM_CONF:-} ]] || { echo "features.sh: SLURM_CONF is not set; see --help for how to start the cluster" >&2; exit 1; }
+export SLURM_CONF
+
+mapfile -t xs < <(sinfo -h -N -p extra -o %N 2>/dev/null | sort -u | sort -V | head -n 1000)
+if ((${#xs[@]} < 1000)); then
+	echo "features.sh: the cluster has ${#xs[@]} extra nodes, 1000 needed: start it with LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up (see --help)" >&2
+	exit 1
+fi
+all=$(scontrol show hostlist "$(IFS=,; echo "${xs[*]}")")
+wipe() { scontrol update NodeName="$all" AvailableFeatures= ActiveFeatures=; }
+trap wipe EXIT
+
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); Slurm $(sinfo --version | cut -d' ' -f2)"
+echo "1000 nodes, 10 distinct feature sets, from wiped features"
+echo
+
+# The naive way: one call per node.
+naive=()
+for ((r = 0; r < (RUNS < 3 ? RUNS : 3); r++)); do
+	wipe
+	t0=$(date +%s.%N)
+	for ((i = 0; i < ${#xs[@]}; i++)); do
+		set=""
+		for ((k = 0; k <= i % 10; k++)); do set+="${set:+,}llmgw.model$k"; done
+		scontrol update NodeName="${xs[i]}" AvailableFeatures="$set" ActiveFeatures="$set"
+	done
+	t1=$(date +%s.%N)
+	naive+=("$(echo "$t1 - $t0" | bc)")
+done
+wipe
+
+bench() { # PACKAGE NAME: the benchmark's result line
+	local out
+	out=$(go test -tags integration -run '^$' -bench "$2\$" -benchtime="${RUNS}x" -count=1 "$1" 2>&1) || {
+		echo "$out" >&2
+		exit 1
+	}
+	grep "^$2" <<<"$out"
+}
+metric() { grep -o "[0-9.]* $1" <<<"$2" | cut -d' ' -f1; }
+secs() { echo "$(awk '{print $3}' <<<"$1") / 1000000000" | bc -l; }
+
+coord=$(bench ./coordinator/ BenchmarkFeatureReconcile)
+plain=$(bench ./slurm/ BenchmarkFeatureSync)
+
+printf '%-36s %9s %7s\n' "method" "seconds" "calls"
+printf '%-36s %9.3f %7s   (server side %s ms; mean of %s)\n' "llmgw features (coordinator, HTTP)" \
+	"$(secs "$coord")" "$(metric calls/op "$coord")" "$(metric server-ms/op "$coord")" "$RUNS"
+printf '%-36s %9.3f %7s   (read+plan %s ms, calls+read-back %s ms; mean of %s)\n' "slurm package alone" \
+	"$(secs "$plain")" "$(metric calls/op "$plain")" "$(metric read+plan-ms/op "$plain")" "$(metric apply+readback-ms/op "$plain")" "$RUNS"
+for s in "${naive[@]}"; do
+	printf '%-36s %9.3f %7s\n' "naive bash (one call per node)" "$s" 1000
+done
