@@ -21,7 +21,7 @@ var importRules = map[string]struct {
 	"weights/catalog":   {nil, "the name rules are a standard-library leaf, so every part, the hook binary included, applies the same ones"},
 	"api":               {[]string{"weights/catalog"}, "the protocol is a leaf, so hooks and agents link no server code"},
 	"weights":           {[]string{"weights/catalog"}, "weights stands alone: agent, hooks and coordinator all build on it"},
-	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
+	"placement":         {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":             {[]string{"api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
 	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
