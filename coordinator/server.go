@@ -90,8 +90,8 @@ func (s *Server) Close() {
 // Handler is the coordinator's HTTP API.
 //
 // Routes: POST /v1/reports (agent or admin token); GET /v1/models,
-// GET /v1/status, GET /v1/status/{model} (open, or any token when a read
-// token is configured); PUT and DELETE /v1/models/{name} (admin token);
+// GET /v1/status, GET /v1/status/{model}, GET /v1/placement (open, or any
+// token when a read token is configured); PUT and DELETE /v1/models/{name} (admin token);
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -101,6 +101,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
 	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
 	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
+	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

@@ -182,3 +182,21 @@ func (f *Fold) Presence(mi int, fabric string) Presence {
 	}
 	return p
 }
+
+// LargestCopy is the largest complete copy of model on a fresh node among
+// nodes: what FetchBytes falls back on when the catalog has no size. It is
+// Fold.Largest for one model, without folding everything.
+func LargestCopy(nodes iter.Seq[*Node], model string, now time.Time, staleAfter time.Duration) int64 {
+	var largest int64
+	for n := range nodes {
+		if n.State(now, staleAfter) == StateStale {
+			continue
+		}
+		for _, h := range n.Holdings {
+			if h.Complete && h.Model == model {
+				largest = max(largest, h.Size)
+			}
+		}
+	}
+	return largest
+}
