@@ -81,6 +81,15 @@ func TestPlacement(t *testing.T) {
 		t.Errorf("order %v, choice %v, fetch %d", order, p.Choice, p.FetchBytes)
 	}
 
+	// The GPU memory is stored: after a reload from the database, n4 still
+	// fails the memory check.
+	if err := e.srv.view.load(ctx, e.db); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := e.anon.Placement(ctx, api.PlacementQuery{Model: "llama", Nodes: "n4"}); err != nil || p.Nodes[0].Memory.Result != api.CheckFail || p.Nodes[0].Memory.HaveBytes != 24e9 {
+		t.Errorf("n4 after a reload = %+v, %v", p, err)
+	}
+
 	// Two nodes, restricted to a hostlist that names a node nobody has
 	// heard of: ib-b has two usable nodes, ib-a two and a holder.
 	p, err = e.anon.Placement(ctx, api.PlacementQuery{Model: "llama", Count: 2, Nodes: "n[1-3,5-6],x9"})
