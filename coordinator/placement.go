@@ -139,3 +139,18 @@ func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, p)
 	return nil
 }
+
+// Features returns, for every node the coordinator has heard from, the
+// llmgw features it should carry now (placement.Features): one per model
+// it can serve without fetching, none when it is stale. The feature
+// reconciler applies them; a node missing from the map (no agent ever
+// reported) should carry no llmgw feature either.
+func (s *Server) Features(now time.Time) map[string][]string {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	out := make(map[string][]string, len(s.view.nodes))
+	for n := range s.view.all() {
+		out[n.Name] = placement.Features(n, now, s.staleAfter)
+	}
+	return out
+}

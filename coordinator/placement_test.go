@@ -128,6 +128,16 @@ func TestPlacement(t *testing.T) {
 		t.Errorf("after a new report n1 = %+v", p.Nodes[0])
 	}
 
+	// The reconciler's view of the same state: features follow presence,
+	// drained or not; a stale node carries none.
+	feats := e.srv.Features(e.clock.now())
+	if strings.Join(feats["n1"], ",") != "llmgw.llama" || strings.Join(feats["n4"], ",") != "llmgw.llama" || len(feats["n2"]) != 0 || len(feats) != 6 {
+		t.Errorf("features = %v", feats)
+	}
+	if feats := e.srv.Features(e.clock.now().Add(time.Hour)); len(feats["n1"]) != 0 {
+		t.Errorf("an hour later n1 is stale and still carries %v", feats["n1"])
+	}
+
 	// Nobody holds a path source: no refusal, and the note says why.
 	p, err = e.anon.Placement(ctx, api.PlacementQuery{Model: "local-only"})
 	if err != nil || len(p.Nodes) != 6 || !strings.Contains(p.Note, "path source is never fetched") {
