@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -75,18 +74,15 @@ func placeCmd(ctx context.Context, e *env, args []string) error {
 // partitionNodes asks Slurm for partition's nodes, as a hostlist.
 func partitionNodes(ctx context.Context, r *slurm.Runner, partition string) (string, error) {
 	out, err := r.Run(ctx, "sinfo", "-h", "-p", partition, "-o", "%N")
-	var ce *slurm.CommandError
-	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "does not exist") {
-		return "", fmt.Errorf("partition %q does not exist in Slurm; 'sinfo -s' lists the partitions", partition)
-	}
 	if err != nil {
 		return "", fmt.Errorf("nodes of partition %s: %w", partition, err)
 	}
 	// sinfo prints one line per node state group (n[1-2] idle, n3 down);
-	// the lines together are the partition.
+	// the lines together are the partition. For a partition that does not
+	// exist Slurm 22.05 prints nothing and exits 0.
 	lists := strings.Fields(string(out))
 	if len(lists) == 0 {
-		return "", fmt.Errorf("partition %q has no nodes, or does not exist; 'sinfo -s' lists the partitions", partition)
+		return "", fmt.Errorf("partition %q does not exist in Slurm, or has no nodes; 'sinfo -s' lists the partitions", partition)
 	}
 	return strings.Join(lists, ","), nil
 }
