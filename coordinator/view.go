@@ -51,17 +51,10 @@ func presenceNode(n *store.Node) *viewNode {
 	vn := &viewNode{
 		Node: placement.Node{
 			Name: n.Name, Fabric: n.Fabric, Looked: n.Looked, Received: n.Received, ReportTime: n.ReportTime,
-			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, GPUMemory: n.GPUMemory,
+			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, GPUMemory: n.GPUMemory, Holdings: n.Holdings,
 		},
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,
-	}
-	if len(n.Holdings) > 0 {
-		vn.Holdings = make([]placement.Holding, len(n.Holdings))
-		for i, h := range n.Holdings {
-			vn.Holdings[i] = placement.Holding{Model: h.Model, Path: h.Path, Size: h.Size, Shared: h.Shared,
-				Complete: h.Complete, Problem: h.Problem}
-		}
 	}
 	if len(n.Fetches) > 0 {
 		vn.Fetches = make([]placement.Fetch, len(n.Fetches))

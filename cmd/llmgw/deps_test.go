@@ -26,7 +26,7 @@ var importRules = map[string]struct {
 	"agent":             {[]string{"api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
 	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
-	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
+	"coordinator/store": {[]string{"api", "weights", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"table":             {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
