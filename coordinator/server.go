@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/placement"
 )
 
 // Body limits. A report of MaxWeights weights with long paths is about a
@@ -64,7 +65,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	}
 	s := &Server{
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
-		staleAfter: StaleIntervals * cfg.ReportInterval,
+		staleAfter: placement.StaleAfter(cfg.ReportInterval),
 		now:        time.Now,
 		queue:      make(chan *queued, 4*cfg.MaxBatch),
 		stop:       make(chan struct{}),
