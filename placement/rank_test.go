@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -442,6 +444,67 @@ func TestSchedulable(t *testing.T) {
 	} {
 		if got := Schedulable(state); got != want {
 			t.Errorf("Schedulable(%q) = %v, want %v", state, got, want)
+		}
+	}
+}
+
+// TestRankInvariants ranks random clusters and checks what must hold of
+// every answer: each candidate once, tiers in order (within each fabric
+// when the job spans nodes), a choice of exactly Count usable nodes in one
+// fabric whenever some fabric has enough, and a holder or a node without
+// room only where the node's facts say so.
+func TestRankInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	opts := []nodeOpt{local("llama"), shared("llama"), incomplete("llama"), free(0), free(100 * GB), noCacheInfo(),
+		gpu(8 * GB), gpu(80 * GB), staleNode(), slurmState("drained"), slurmState("idle"), neverLooked(), fetching(GB, 8*GB, 0), unreported()}
+	models := []catalog.Model{llama, {Name: "llama", Source: remote}, {Name: "llama", Source: "/lustre/llama"}}
+	for round := range 2000 {
+		var nodes []*Node
+		for i := range rng.IntN(12) {
+			var chosen []nodeOpt
+			for _, o := range opts {
+				if rng.IntN(5) == 0 {
+					chosen = append(chosen, o)
+				}
+			}
+			nodes = append(nodes, mk(fmt.Sprintf("n%d", i), fmt.Sprintf("ib-%d", rng.IntN(3)), chosen...))
+		}
+		count := 1 + rng.IntN(4)
+		r := Rank(req(models[rng.IntN(len(models))], count), nodes)
+		if len(r.Nodes) != len(nodes) {
+			t.Fatalf("round %d: %d ranked of %d", round, len(r.Nodes), len(nodes))
+		}
+		seen := map[string]bool{}
+		byName := map[string]Ranked{}
+		for i, n := range r.Nodes {
+			if seen[n.Node] {
+				t.Fatalf("round %d: %s twice", round, n.Node)
+			}
+			seen[n.Node], byName[n.Node] = true, n
+			if i > 0 {
+				prev := r.Nodes[i-1]
+				if (count == 1 || prev.Fabric == n.Fabric) && prev.Tier > n.Tier {
+					t.Errorf("round %d: %s (%s) ranked before %s (%s)", round, prev.Node, prev.Tier, n.Node, n.Tier)
+				}
+			}
+			if n.Holder && (n.Holds == HoldNone || n.Tier == TierStale || n.Tier == TierUnschedulable) {
+				t.Errorf("round %d: %+v is no holder", round, n)
+			}
+			if n.NoRoom() && n.Holder {
+				t.Errorf("round %d: %+v holds it yet has no room", round, n)
+			}
+		}
+		enough := false
+		for _, f := range r.Fabrics {
+			enough = enough || f.Enough
+		}
+		if enough != (r.Choice != nil) || r.Choice != nil && len(r.Choice) != count {
+			t.Errorf("round %d: count %d, choice %v, fabrics %+v", round, count, r.Choice, r.Fabrics)
+		}
+		for _, c := range r.Choice {
+			if !byName[c].Tier.Usable() || count > 1 && byName[c].Fabric != byName[r.Choice[0]].Fabric {
+				t.Errorf("round %d: choice %v includes %+v", round, r.Choice, byName[c])
+			}
 		}
 	}
 }
