@@ -70,6 +70,7 @@ type Agent struct {
 	failures    int
 	catalogFail string
 	dirState    map[string]string // path → "", "missing" or the scan error
+	gpu         gpuProbe
 }
 
 // kick is a request to one of the agent's loops.
@@ -286,6 +287,7 @@ func (a *Agent) buildReport() *api.Report {
 		a.recordError(cerr.Error())
 	}
 	fetches := a.fetchesNow(now)
+	gpu := a.gpuMemory(cfg)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -298,6 +300,7 @@ func (a *Agent) buildReport() *api.Report {
 	r.Node = cfg.Node
 	r.Fabric = cfg.Fabric
 	r.Cache = cache
+	r.GPUMemory = gpu
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version

@@ -38,6 +38,9 @@ const (
 	// DefaultConnections is how many ranges one fetch downloads at once:
 	// the fetcher's own default, so llmgw fetch and the agent agree.
 	DefaultConnections = fetch.DefaultConnections
+	// DefaultNvidiaSMI is where NVIDIA's driver packages install nvidia-smi.
+	// It is run by absolute path, like every subprocess llmgw starts.
+	DefaultNvidiaSMI = "/usr/bin/nvidia-smi"
 )
 
 // minInterval keeps a typo ("30ms") from turning an agent into a load test
@@ -103,6 +106,16 @@ type Config struct {
 	// DefaultConnections).
 	Connections int `toml:"connections"`
 
+	// GPUMemory is the node's total GPU memory in bytes, all GPUs together,
+	// reported for placement's memory check. 0 (the default) asks NvidiaSMI;
+	// set it where nvidia-smi is absent or says the wrong thing.
+	GPUMemory int64 `toml:"gpu_memory"`
+	// NvidiaSMI is the nvidia-smi binary asked for the GPU memory when
+	// GPUMemory is 0 (default DefaultNvidiaSMI). When it does not exist the
+	// node's GPU memory is unknown, and placement skips the memory check
+	// there rather than exclude the node.
+	NvidiaSMI string `toml:"nvidia_smi"`
+
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
 	Version string `toml:"-"`
@@ -134,6 +147,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
+	}
+	if c.NvidiaSMI == "" {
+		c.NvidiaSMI = DefaultNvidiaSMI
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -170,7 +186,10 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile} {
+	if c.GPUMemory < 0 {
+		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
+	}
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "nvidia-smi": c.NvidiaSMI} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

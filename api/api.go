@@ -45,6 +45,10 @@ type Report struct {
 	Dirs    []DirStatus `json:"dirs,omitempty"`
 	Cache   Cache       `json:"cache"`
 	Fetches []Fetch     `json:"fetches,omitempty"`
+	// GPUMemory is the node's total GPU memory in bytes (all its GPUs), from
+	// the agent's gpu_memory setting, else nvidia-smi; 0 when unknown, and
+	// placement then skips the memory check for the node.
+	GPUMemory int64 `json:"gpu_memory_bytes,omitempty"`
 	// Errors are recent problems the agent wants an operator to see, newest
 	// last, already bounded by the agent.
 	Errors       []string `json:"errors,omitempty"`

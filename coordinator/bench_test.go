@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/table"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -184,14 +185,14 @@ func BenchmarkCoordinator(b *testing.B) {
 			if st.Nodes.Total != benchNodes || len(st.Models) != benchModels {
 				return fmt.Errorf("status has %d nodes and %d models", st.Nodes.Total, len(st.Models))
 			}
-			return WriteStatus(io.Discard, st)
+			return table.WriteStatus(io.Discard, st)
 		})
 		one := timeStatus(b, e.url, 7, func(c *api.Client) error {
 			st, err := c.ModelStatus(ctx, models[1].Name)
 			if err != nil {
 				return err
 			}
-			return WriteModelNodes(io.Discard, st)
+			return table.WriteModelNodes(io.Discard, st)
 		})
 		start := time.Now()
 		if _, err := e.admin.PutModel(ctx, api.Model{Name: "late", Source: "/lustre/models/late"}); err != nil {

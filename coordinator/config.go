@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/placement"
 )
 
 // Default coordinator settings.
@@ -26,9 +27,8 @@ const (
 	DefaultReportInterval = 30 * time.Second
 	DefaultStallAfter     = 60 * time.Second
 	// StaleIntervals is how many report intervals a node may miss before it
-	// is stale. One missed report is routine (a slow scan, a restart); three
-	// in a row is a node that is down or cut off.
-	StaleIntervals = 3
+	// is stale; the presence model owns the rule (placement.StaleIntervals).
+	StaleIntervals = placement.StaleIntervals
 )
 
 // Config is the coordinator's configuration. The TOML keys are the flag
@@ -74,7 +74,7 @@ type Config struct {
 	MaxBatchWait time.Duration `toml:"max_batch_wait"`
 
 	// Features turns on the feature reconciler: the coordinator keeps the
-	// Slurm node feature FeaturePrefix+MODEL on every node that can serve
+	// Slurm node feature placement.FeaturePrefix+MODEL on every node that can serve
 	// MODEL without fetching, with `scontrol update`. Off by default: it
 	// needs to run where scontrol update is allowed (SlurmUser or root, with
 	// the cluster's slurm.conf).

@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/placement"
 	"github.com/llmgw/llmgw/slurm"
 )
 
@@ -215,7 +216,7 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 		t.Errorf("sync with n1 drained: %+v, %v; want no call", res, err)
 	}
 	states, _ := srv.SlurmStates()
-	if states["n1"] != "drained" || !slurm.StateUnavailable(states["n1"]) || states["n2"] != "idle" {
+	if states["n1"] != "drained" || placement.Schedulable(states["n1"]) || states["n2"] != "idle" {
 		t.Errorf("Slurm states: %v", states)
 	}
 	resume()

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/table"
 	"github.com/llmgw/llmgw/slurm"
 )
 
@@ -138,7 +139,7 @@ func TestFeaturesWithoutSlurm(t *testing.T) {
 		t.Fatalf("status.features = %+v", f)
 	}
 	var out strings.Builder
-	if err := WriteStatus(&out, st); err != nil {
+	if err := table.WriteStatus(&out, st); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "SLURM FEATURES: FAILING (never worked; retry in") {

@@ -267,17 +267,17 @@ func (s *Server) unwanted(ctx context.Context, node string) ([]string, error) {
 	n := s.view.nodes[node]
 	var cacheDir string
 	if n != nil {
-		cacheDir = filepath.Clean(n.CacheDir)
+		cacheDir = filepath.Clean(n.cacheDir)
 	}
 	wanted := map[string]bool{}
-	for _, m := range s.view.models {
+	for _, m := range s.view.cat.Models {
 		if catalog.KindOf(m.Source) == catalog.KindRemote {
 			wanted[catalog.CacheName(m.Source)] = true
 		}
 	}
 	s.view.mu.RUnlock()
 	names := []string{}
-	if n == nil || n.CacheDir == "" {
+	if n == nil || n.cacheDir == "" {
 		return names, nil
 	}
 	ps, err := s.db.NodePresence(ctx, node)

@@ -19,7 +19,7 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	// The view's copy is current: catalog writes reload it before they
 	// answer, so a client that just wrote reads its own write.
 	s.view.mu.RLock()
-	models := append([]api.Model{}, s.view.models...)
+	models := append([]api.Model{}, s.view.cat.Models...)
 	s.view.mu.RUnlock()
 	writeJSON(w, http.StatusOK, api.Models{Models: models})
 	return nil

@@ -77,6 +77,9 @@ func validReport(r *api.Report) error {
 	if r.Cache.FreeBytes < 0 || r.Cache.TotalBytes < 0 {
 		return bad("cache sizes are negative")
 	}
+	if r.GPUMemory < 0 {
+		return bad("gpu_memory_bytes is negative; send 0 when unknown")
+	}
 	seen := make(map[string]struct{}, len(r.Weights))
 	for i := range r.Weights {
 		w := &r.Weights[i]

@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/placement"
 )
 
 // metrics are the coordinator's Prometheus metrics, on a registry of its
@@ -86,21 +87,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.view.mu.RLock()
 	defer s.view.mu.RUnlock()
-	a := s.aggregate(s.now())
-	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.OK), api.NodeOK)
-	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.Stale), api.NodeStale)
-	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(a.counts.NeverLooked), api.NodeNeverLooked)
+	now := s.now()
+	f := s.fold(now)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(f.Counts.OK), api.NodeOK)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(f.Counts.Stale), api.NodeStale)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(f.Counts.NeverLooked), api.NodeNeverLooked)
 	// Every catalog model in every fabric, zeros included: "no holder in
 	// ib-b" is the series an alert wants to see.
 	var fetching, stalled int
-	for f, fa := range a.fabrics {
-		for mi, m := range s.view.models {
-			g := &fa.groups[mi]
-			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.shared)), m.Name, f, api.HoldShared)
-			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.local)), m.Name, f, api.HoldLocal)
-			fetching += len(g.fetching)
-			for _, fs := range g.fetching {
-				if fs.Stalled {
+	for name, fa := range f.Fabrics {
+		for mi, m := range s.view.cat.Models {
+			g := &fa.Groups[mi]
+			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.Shared)), m.Name, name, api.HoldShared)
+			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.Local)), m.Name, name, api.HoldLocal)
+			fetching += len(g.Fetching)
+			for _, nf := range g.Fetching {
+				if placement.FetchProgress(nf.Node, nf.Fetch, now, s.cfg.StallAfter).Stalled {
 					stalled++
 				}
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/placement"
 )
 
 // Body limits. A report of MaxWeights weights with long paths is about a
@@ -69,7 +70,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	}
 	s := &Server{
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
-		staleAfter: StaleIntervals * cfg.ReportInterval,
+		staleAfter: placement.StaleAfter(cfg.ReportInterval),
 		now:        time.Now,
 		queue:      make(chan *queued, 4*cfg.MaxBatch),
 		stop:       make(chan struct{}),
@@ -103,10 +104,11 @@ func (s *Server) Close() {
 // Handler is the coordinator's HTTP API.
 //
 // Routes: POST /v1/reports (agent or admin token); GET /v1/models,
-// GET /v1/status, GET /v1/status/{model} (open, or any token when a read
-// token is configured); PUT and DELETE /v1/models/{name} and POST
-// /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin token), GET
-// /v1/gc/{id} (read), POST /v1/gc/{id}/answers (agent token): see gc.go;
+// GET /v1/status, GET /v1/status/{model}, GET /v1/placement (open, or any
+// token when a read token is configured); PUT and DELETE /v1/models/{name}
+// and POST /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin
+// token), GET /v1/gc/{id} (read), POST /v1/gc/{id}/answers (agent token):
+// see gc.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -120,6 +122,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
+	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/table"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -402,8 +403,8 @@ func TestStatusPerFabric(t *testing.T) {
 		t.Errorf("n8's fetch = %+v; want stalled for 305 s", f)
 	}
 
-	var table bytes.Buffer
-	if err := WriteStatus(&table, st); err != nil {
+	var rendered bytes.Buffer
+	if err := table.WriteStatus(&rendered, st); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -416,8 +417,8 @@ func TestStatusPerFabric(t *testing.T) {
 		"ib-a    n9",
 		"ib-b    n10",
 	} {
-		if !strings.Contains(squeeze(table.String()), squeeze(want)) {
-			t.Errorf("status table lacks %q:\n%s", want, table.String())
+		if !strings.Contains(squeeze(rendered.String()), squeeze(want)) {
+			t.Errorf("status table lacks %q:\n%s", want, rendered.String())
 		}
 	}
 
@@ -449,13 +450,13 @@ func TestStatusPerFabric(t *testing.T) {
 	if n := byNode["n10"]; n.State != api.NodeNeverLooked || n.CacheFree != 500e9 {
 		t.Errorf("n10 = %+v, want never-looked with its cache", n)
 	}
-	table.Reset()
-	if err := WriteModelNodes(&table, mn); err != nil {
+	rendered.Reset()
+	if err := table.WriteModelNodes(&rendered, mn); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"n6    ib-b    ok            none   incomplete " + qwenLocal.Path, "n8    ib-b    ok            none   -"} {
-		if !strings.Contains(squeeze(table.String()), squeeze(want)) {
-			t.Errorf("model table lacks %q:\n%s", want, table.String())
+		if !strings.Contains(squeeze(rendered.String()), squeeze(want)) {
+			t.Errorf("model table lacks %q:\n%s", want, rendered.String())
 		}
 	}
 }

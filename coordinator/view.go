@@ -2,19 +2,22 @@ package coordinator
 
 import (
 	"context"
+	"iter"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
-	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/placement"
 )
 
 // view is the coordinator's in-memory copy of what the store holds: the
-// catalog, and every node with its holdings and fetches. Status is computed
-// from it, so a status over ten thousand nodes reads no database at all.
+// catalog, and every node with its holdings and fetches, as the presence
+// model (package placement) reads them. Status, placement and the feature
+// reconciler are computed from it, so a status over ten thousand nodes reads
+// no database at all.
 //
 // The database stays the source of truth. The view is loaded from it at
 // start, changed after every committed ingest batch by the same goroutine
@@ -23,20 +26,54 @@ import (
 // database write and the view change, so the view never goes back in time.
 type view struct {
 	mu    sync.RWMutex
-	nodes map[string]*store.Node
-	names []string // every key of nodes, in nodeLess order
+	nodes map[string]*viewNode
+	names []string // every key of nodes, in placement.NodeLess order
 	// keys holds, per node, the fingerprint of the weights (as sent) of its
 	// last stored report; see wireReport. It survives reloads, and starts
 	// empty after a restart, which costs one full decode per node.
-	keys   map[string][32]byte
-	models []api.Model       // name order
-	source map[string]string // catalog source → model name, to name fetches
-	model  map[string]int    // model name → index in models
-	kinds  map[string]catalog.Kind
+	keys map[string][32]byte
+	cat  *placement.Catalog
+	// slurm is each node's Slurm state as last read from sinfo (see
+	// setSlurmStates); it survives reloads and new reports, which say
+	// nothing of Slurm.
+	slurm map[string]string
+}
+
+// viewNode is a node of the presence model plus what only status shows.
+type viewNode struct {
+	placement.Node
+	agentVersion string
+	errors       []string
+	// cacheDir is where the node fetches to; gc asks about the cache
+	// names it reported there.
+	cacheDir string
+}
+
+// presenceNode is the one place a stored node becomes a node of the
+// presence model.
+func presenceNode(n *store.Node) *viewNode {
+	vn := &viewNode{
+		Node: placement.Node{
+			Name: n.Name, Fabric: n.Fabric, Looked: n.Looked, Received: n.Received, ReportTime: n.ReportTime,
+			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, GPUMemory: n.GPUMemory, Holdings: n.Holdings,
+		},
+		agentVersion: n.AgentVersion,
+		errors:       n.Errors,
+		cacheDir:     n.CacheDir,
+	}
+	if len(n.Fetches) > 0 {
+		vn.Fetches = make([]placement.Fetch, len(n.Fetches))
+		for i, f := range n.Fetches {
+			vn.Fetches[i] = placement.Fetch{Source: f.Source, Done: f.Done, Total: f.Total, Rate: f.Rate,
+				Started: f.Started, Progressed: f.Progressed}
+		}
+	}
+	return vn
 }
 
 func newView() *view {
-	return &view{nodes: map[string]*store.Node{}, keys: map[string][32]byte{}}
+	return &view{nodes: map[string]*viewNode{}, keys: map[string][32]byte{}, slurm: map[string]string{},
+		cat: placement.NewCatalog(nil)}
 }
 
 // load replaces the view with the store's state.
@@ -49,32 +86,47 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	if err != nil {
 		return err
 	}
-	m := make(map[string]*store.Node, len(nodes))
+	m := make(map[string]*viewNode, len(nodes))
 	for _, n := range nodes {
-		m[n.Name] = n
+		m[n.Name] = presenceNode(n)
 	}
+	cat := placement.NewCatalog(models)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nodes = m
 	v.names = v.names[:0]
-	for name := range m {
+	for name, n := range m {
+		n.SlurmState = v.slurm[name]
 		v.names = append(v.names, name)
 	}
-	sort.Slice(v.names, func(i, j int) bool { return nodeLess(v.names[i], v.names[j]) })
-	v.setModels(models)
+	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
+	v.cat = cat
 	return nil
 }
 
-func (v *view) setModels(models []api.Model) {
-	sort.Slice(models, func(i, j int) bool { return models[i].Name < models[j].Name })
-	v.models = models
-	v.source = make(map[string]string, len(models))
-	v.model = make(map[string]int, len(models))
-	v.kinds = make(map[string]catalog.Kind, len(models))
-	for i, m := range models {
-		v.source[m.Source] = m.Name
-		v.model[m.Name] = i
-		v.kinds[m.Name] = catalog.KindOf(m.Source)
+// all yields every node in name order. The caller holds v.mu.
+func (v *view) all() iter.Seq[*placement.Node] {
+	return func(yield func(*placement.Node) bool) {
+		for _, name := range v.names {
+			if !yield(&v.nodes[name].Node) {
+				return
+			}
+		}
+	}
+}
+
+// setSlurmStates records each node's Slurm state (sinfo %T), replacing what
+// was known: a node missing from states is unknown again, which counts as
+// schedulable. The feature reconciler calls it with what it read.
+func (v *view) setSlurmStates(states map[string]string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.slurm = maps.Clone(states)
+	if v.slurm == nil {
+		v.slurm = map[string]string{}
+	}
+	for name, n := range v.nodes {
+		n.SlurmState = v.slurm[name]
 	}
 }
 
@@ -105,10 +157,14 @@ func (v *view) sameWeights(node string, key [32]byte) bool {
 // stale). The feature reconciler runs on it, so a report that changes
 // nothing it cares for (sizes, fetch progress) must not say so.
 func (v *view) update(stored []storedNode, staleAfter time.Duration) (fetched int64, changed bool) {
+	converted := make([]*viewNode, len(stored))
+	for i, sn := range stored {
+		converted[i] = presenceNode(sn.node)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for _, sn := range stored {
-		n := sn.node
+	for i, sn := range stored {
+		n := converted[i]
 		old := v.nodes[n.Name]
 		if old == nil || n.Received.Sub(old.Received) > staleAfter || !sn.same && !sameHeld(old.Holdings, n.Holdings) {
 			changed = true
@@ -116,14 +172,14 @@ func (v *view) update(stored []storedNode, staleAfter time.Duration) (fetched in
 		if old == nil {
 			// Kept in order here, so that no status has to sort ten
 			// thousand names; a new node costs one binary search and a copy.
-			i := sort.Search(len(v.names), func(i int) bool { return !nodeLess(v.names[i], n.Name) })
+			i := sort.Search(len(v.names), func(i int) bool { return !placement.NodeLess(v.names[i], n.Name) })
 			v.names = slices.Insert(v.names, i, n.Name)
 		} else {
 			if sn.same {
 				n.Holdings = old.Holdings
 			}
 			for _, f := range n.Fetches {
-				prev := findFetch(old.Fetches, f.Source)
+				prev := old.FindFetch(f.Source)
 				switch {
 				case prev == nil:
 					fetched += max(f.Done, 0)
@@ -134,6 +190,7 @@ func (v *view) update(stored []storedNode, staleAfter time.Duration) (fetched in
 				}
 			}
 		}
+		n.SlurmState = v.slurm[n.Name]
 		v.nodes[n.Name] = n
 		v.keys[n.Name] = sn.key
 	}
@@ -153,25 +210,4 @@ func sameHeld(a, b []store.Holding) bool {
 		return slices.Compact(out)
 	}
 	return slices.Equal(held(a), held(b))
-}
-
-func findFetch(fs []api.Fetch, source string) *api.Fetch {
-	for i := range fs {
-		if fs[i].Source == source {
-			return &fs[i]
-		}
-	}
-	return nil
-}
-
-// nodeState says whether n is fresh, stale or never looked, as of now.
-// Staleness wins: a stale node's last word on anything is not trusted.
-func nodeState(n *store.Node, now time.Time, staleAfter time.Duration) string {
-	switch {
-	case now.Sub(n.Received) > staleAfter:
-		return api.NodeStale
-	case !n.Looked:
-		return api.NodeNeverLooked
-	}
-	return api.NodeOK
 }

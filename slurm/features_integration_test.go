@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/placement"
 )
 
 // restoreFeatures puts slurm.conf's features back on every node when the
@@ -138,8 +140,8 @@ func TestNodesJSONAgreesWithText(t *testing.T) {
 	if !seen["drained"] || !seen["down"] {
 		t.Errorf("states seen %v; the test meant to see drained and down", seen)
 	}
-	if !js["n3"].Unavailable() || !js["n4"].Unavailable() || js["n1"].Unavailable() {
-		t.Errorf("Unavailable: n1 %v, n3 %v, n4 %v", js["n1"].Unavailable(), js["n3"].Unavailable(), js["n4"].Unavailable())
+	if !placement.Schedulable(js["n1"].State) || placement.Schedulable(js["n3"].State) || placement.Schedulable(js["n4"].State) {
+		t.Errorf("schedulable: n1 %q, n3 %q, n4 %q", js["n1"].State, js["n3"].State, js["n4"].State)
 	}
 }
 

@@ -209,11 +209,6 @@ func TestParseNodesJSONStates(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
 	}
-	for _, n := range got {
-		if n.Unavailable() != (n.Name != "n1") {
-			t.Errorf("%s (%s): Unavailable() = %v", n.Name, n.State, n.Unavailable())
-		}
-	}
 }
 
 func TestParseNodesJSONErrors(t *testing.T) {
@@ -257,18 +252,6 @@ func TestStateLong(t *testing.T) {
 	} {
 		if got := stateLong(tc.base, tc.flags); got != tc.want {
 			t.Errorf("stateLong(%q, %q) = %q, want %q", tc.base, tc.flags, got, tc.want)
-		}
-	}
-}
-
-func TestNodeUnavailable(t *testing.T) {
-	for state, want := range map[string]bool{
-		"idle": false, "mixed": false, "allocated": false, "completing": false,
-		"down": true, "down*": true, "drained": true, "draining": true, "idle*": true,
-		"fail": true, "failing": true, "unknown*": true, "future": true, "idle~": true, "maint": true,
-	} {
-		if got := (Node{State: state}).Unavailable(); got != want {
-			t.Errorf("Node{State: %q}.Unavailable() = %v, want %v", state, got, want)
 		}
 	}
 }

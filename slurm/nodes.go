@@ -24,26 +24,6 @@ type Node struct {
 	Partitions []string
 }
 
-// Unavailable says whether Slurm will not start a new job on the node now:
-// it is down, drained or draining, failing, not responding, or not yet in
-// service (future, unknown). Placement does not count such a node as a
-// holder; its llmgw features stay, since Slurm will not place there anyway
-// and the weights are still on its disk when it comes back.
-func (n Node) Unavailable() bool { return StateUnavailable(n.State) }
-
-// StateUnavailable is Node.Unavailable for a state as sinfo's %T prints it.
-func StateUnavailable(s string) bool {
-	if strings.HasSuffix(s, "*") || strings.HasSuffix(s, "~") || strings.HasSuffix(s, "#") || strings.HasSuffix(s, "%") {
-		return true
-	}
-	for _, bad := range []string{"down", "drain", "fail", "future", "unknown", "maint", "reboot", "powered", "powering", "inval"} {
-		if strings.HasPrefix(s, bad) {
-			return true
-		}
-	}
-	return false
-}
-
 // Nodes lists the cluster's nodes, each once, in sinfo's order, from
 // `sinfo --json`. JSON rather than the text form because scontrol update
 // accepts any feature name, '|' included, and the text form splits on '|': a site's odd

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -73,13 +74,39 @@ func agentConfigFlags(fs *pflag.FlagSet, cfg *agent.Config) {
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", orDefault(cfg.ReportInterval, agent.DefaultReportInterval), "how often to report when nothing changed (±10%)")
 	fs.DurationVar(&cfg.DirTimeout, "dir-timeout", cfg.DirTimeout, "how long one directory may take to scan before it is reported as not answering (0: the default, 10s)")
 	fs.IntVar(&cfg.Connections, "connections", orDefault(cfg.Connections, agent.DefaultConnections), "connections per fetch")
+	fs.Var(&bytesFlag{name: "--gpu-memory", v: &cfg.GPUMemory}, "gpu-memory", "the node's total GPU memory, e.g. 640G (default: ask nvidia-smi)")
+	fs.StringVar(&cfg.NvidiaSMI, "nvidia-smi", orDefault(cfg.NvidiaSMI, agent.DefaultNvidiaSMI), "nvidia-smi to ask for the GPU memory (absent: unknown)")
 }
+
+// bytesFlag is a byte count flag that takes units (see parseBytes).
+type bytesFlag struct {
+	name string
+	v    *int64
+}
+
+func (f *bytesFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+
+func (f *bytesFlag) Set(s string) error {
+	n, err := parseBytes(f.name, s)
+	if err != nil {
+		return err
+	}
+	*f.v = n
+	return nil
+}
+
+func (f *bytesFlag) Type() string { return "BYTES" }
 
 // absAgentPaths makes the paths given by flag or environment absolute. A
 // relative path there means the directory it was typed in; in the file it
 // means nothing, and Validate says so.
 func absAgentPaths(fs *pflag.FlagSet, cfg *agent.Config) {
-	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket} {
+	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket, "nvidia-smi": &cfg.NvidiaSMI} {
 		if fs.Changed(name) && *p != "" {
 			if abs, err := filepath.Abs(*p); err == nil {
 				*p = abs

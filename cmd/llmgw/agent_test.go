@@ -164,3 +164,32 @@ func TestAgentUsage(t *testing.T) {
 		t.Errorf("--help: exit %d, %q", code, out)
 	}
 }
+
+// TestAgentGPUMemory: the report carries the GPU memory from the config
+// file, a flag over it, and unknown (0, no error) without nvidia-smi.
+func TestAgentGPUMemory(t *testing.T) {
+	for _, tc := range []struct {
+		toml string
+		args []string
+		want int64
+	}{
+		{"gpu_memory = 80000000000\n", nil, 80e9},
+		{"gpu_memory = 80000000000\n", []string{"--gpu-memory", "640G"}, 640e9},
+		{"", []string{"--gpu-memory", "1GiB"}, 1 << 30},
+		{"nvidia_smi = \"/nonexistent/nvidia-smi\"\n", nil, 0},
+	} {
+		environ, _ := agentTestEnv(t, tc.toml)
+		code, out, stderr := llmgwRun(t, environ, append([]string{"agent", "--once", "--node", "n1"}, tc.args...)...)
+		var r api.Report
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+			t.Fatalf("%q %v: exit %d, %s", tc.toml, tc.args, code, stderr)
+		}
+		if r.GPUMemory != tc.want || len(r.Errors) != 0 {
+			t.Errorf("%q %v: gpu memory %d, errors %v; want %d", tc.toml, tc.args, r.GPUMemory, r.Errors, tc.want)
+		}
+	}
+	environ, _ := agentTestEnv(t, "gpu_memory = -1\n")
+	if code, _, stderr := llmgwRun(t, environ, "agent", "--once", "--node", "n1"); code == 0 || !strings.Contains(stderr, "gpu memory -1") {
+		t.Errorf("negative gpu_memory: exit %d, %s", code, stderr)
+	}
+}

@@ -52,6 +52,7 @@ func init() {
 		{name: "status", synopsis: "[MODEL] [--json]", summary: "per fabric: which models are held (shared/local), fetching, stale nodes", run: statusCmd},
 		{name: "gc", synopsis: "[--collect] [--node NAME] [--json]", summary: "reclaim fetched weights no catalog entry wants, node by node (lists unless --collect)", run: gcCmd},
 		{name: "features", synopsis: "[--dry-run] [--json]", summary: "reconcile Slurm node features now (through the coordinator)", run: featuresCmd},
+		{name: "place", synopsis: "--model M [-N COUNT] [--partition P] [--json]", summary: "rank nodes for a job that wants a model, with the reasons", run: placeCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
 		{name: "version", summary: "print the version", run: versionCmd},

@@ -86,6 +86,8 @@ func envName(flag string) string {
 var notSettings = map[string]bool{
 	"config": true, "help": true, "json": true, "once": true,
 	"size": true, "sha256": true, "gpu-memory": true, "dry-run": true,
+	// What llmgw place asks about: a job's TaskProlog exports LLMGW_MODEL.
+	"model": true, "nodes": true, "partition": true,
 }
 
 // applyEnv sets every setting the command line left unset from its LLMGW_*

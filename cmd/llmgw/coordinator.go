@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/placement"
 )
 
 const defaultCoordinatorConfig = "/etc/llmgw/coordinator.toml"
@@ -65,7 +66,7 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	if cfg.FeatureInterval == 0 {
 		cfg.FeatureInterval = coordinator.DefaultFeatureInterval
 	}
-	fs.BoolVar(&cfg.Features, "features", cfg.Features, "keep Slurm node features "+coordinator.FeaturePrefix+"MODEL in step with presence (needs scontrol update rights)")
+	fs.BoolVar(&cfg.Features, "features", cfg.Features, "keep Slurm node features "+placement.FeaturePrefix+"MODEL in step with presence (needs scontrol update rights)")
 	fs.DurationVar(&cfg.FeatureInterval, "feature-interval", cfg.FeatureInterval, "how often to rewrite features when nothing changed (they are wiped by scontrol reconfigure)")
 	fs.StringVar(&cfg.FeatureFile, "feature-file", def(cfg.FeatureFile, coordinator.DefaultFeatureFile), "file publishing each node's partitions and llmgw features, for job_submit.lua")
 	fs.StringVar(&cfg.Scontrol, "scontrol", def(cfg.Scontrol, coordinator.DefaultScontrol), "absolute path of scontrol")

@@ -23,12 +23,13 @@ var importRules = map[string]struct {
 	"weights/scan":      {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
 	"weights/fetch":     {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
 	"weights/gc":        {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
-	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
+	"placement":         {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":             {[]string{"api", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
 	"prolog":            {[]string{"api", "weights/catalog", "weights/fetch", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm"},
-	"coordinator/store": {[]string{"api", "weights/catalog"}, "the store persists api types; it decides nothing"},
+	"coordinator/store": {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
+	"api/table":         {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.

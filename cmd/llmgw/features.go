@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/placement"
 )
 
 const featuresAbout = `Reconciles Slurm node features now: every node that can serve a catalog model
-without fetching gets the feature ` + coordinator.FeaturePrefix + `MODEL, and every other feature (the
+without fetching gets the feature ` + placement.FeaturePrefix + `MODEL, and every other feature (the
 site's, such as ib-a) is kept exactly as it is.
 
 The coordinator does the work, because it holds what every node reports and

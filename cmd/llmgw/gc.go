@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/api/table"
 )
 
 const gcAbout = `Asks every node (or one, with --node) to reclaim its fetch cache, through
@@ -67,7 +67,7 @@ func gcCmd(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if !*asJSON {
-		return coordinator.WriteGC(e.stdout, st)
+		return table.WriteGC(e.stdout, st)
 	}
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")

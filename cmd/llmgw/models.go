@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/api/table"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -129,7 +129,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 			enc.SetIndent("", "  ")
 			return enc.Encode(api.Models{Models: models})
 		}
-		return coordinator.WriteModels(e.stdout, models)
+		return table.WriteModels(e.stdout, models)
 	}
 	return nil
 }

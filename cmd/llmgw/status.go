@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/api/table"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -47,7 +47,7 @@ func statusCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if !*asJSON {
-			return coordinator.WriteModelNodes(e.stdout, st)
+			return table.WriteModelNodes(e.stdout, st)
 		}
 		v = st
 	} else {
@@ -56,7 +56,7 @@ func statusCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if !*asJSON {
-			return coordinator.WriteStatus(e.stdout, st)
+			return table.WriteStatus(e.stdout, st)
 		}
 		v = st
 	}

@@ -15,24 +15,40 @@ import (
 // every catalog change and used at ingest, so matching costs map lookups.
 //
 // The rules follow what each kind of source means on a node:
-//   - a path source is the path itself, seen by the node;
+//   - a path source is the path itself, seen by the node, or a reported
+//     weight directory the path lies below: with weights dir /models, a
+//     catalog entry /models/llama/model.gguf is held by a node that reports
+//     /models/llama complete, since the scan reports a model directory as
+//     one weight and its completeness covers every file in it;
 //   - a remote source (hf:, http(s)://) is the file catalog.CachePathFor
 //     names in that node's cache directory, nowhere else: a file of the same
 //     name elsewhere was not put there by llmgw and may be anything;
 //   - a bare model id is a Hugging Face cache snapshot of that id (or
 //     "id@revision" for one revision).
 type matcher struct {
-	byPath      map[string]string // cleaned path → model
+	byPath map[string]string // cleaned path → model
+	// below maps every directory above a path source (but "/") to the
+	// model: a reported weight there holds the source. When two sources lie
+	// below one directory, the one first in path order wins; a weight is
+	// one model.
+	below       map[string]string
 	byCacheName map[string]string // base name in a cache dir → model
 	byModelID   map[string]string // "org/name" or "org/name@rev" → model
 }
 
 func newMatcher(models []api.Model) *matcher {
-	m := &matcher{byPath: map[string]string{}, byCacheName: map[string]string{}, byModelID: map[string]string{}}
+	m := &matcher{byPath: map[string]string{}, below: map[string]string{}, byCacheName: map[string]string{}, byModelID: map[string]string{}}
+	belowSource := map[string]string{}
 	for _, mod := range models {
 		switch catalog.KindOf(mod.Source) {
 		case catalog.KindPath:
-			m.byPath[filepath.Clean(mod.Source)] = mod.Name
+			src := filepath.Clean(mod.Source)
+			m.byPath[src] = mod.Name
+			for _, dir := range ancestors(src) {
+				if prev, ok := belowSource[dir]; !ok || src < prev {
+					belowSource[dir], m.below[dir] = src, mod.Name
+				}
+			}
 		case catalog.KindRemote:
 			m.byCacheName[filepath.Base(catalog.CachePathFor("/", mod.Source))] = mod.Name
 		case catalog.KindModelID:
@@ -46,6 +62,9 @@ func newMatcher(models []api.Model) *matcher {
 // directory is cacheDir (cleaned), or "". w.Path must be cleaned.
 func (m *matcher) model(cacheDir string, w *api.Weight) string {
 	if name, ok := m.byPath[w.Path]; ok {
+		return name
+	}
+	if name, ok := m.below[w.Path]; ok {
 		return name
 	}
 	if cacheDir != "" && len(m.byCacheName) > 0 {
@@ -67,6 +86,17 @@ func (m *matcher) model(cacheDir string, w *api.Weight) string {
 		}
 	}
 	return ""
+}
+
+// ancestors returns the directories above the clean absolute path p,
+// nearest first, without "/": a weight reported at the root would be the
+// whole filesystem.
+func ancestors(p string) []string {
+	var out []string
+	for d := filepath.Dir(p); d != "/" && d != "." && d != p; p, d = d, filepath.Dir(d) {
+		out = append(out, d)
+	}
+	return out
 }
 
 type querier interface {

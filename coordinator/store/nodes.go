@@ -14,17 +14,20 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/placement"
 )
 
 // Node is a node as last reported: who it is, its cache, and the reported
 // weights that are catalog models (its holdings).
 type Node struct {
-	Name         string
-	Fabric       string
-	Looked       bool
-	CacheDir     string
-	CacheFree    int64
-	CacheTotal   int64
+	Name       string
+	Fabric     string
+	Looked     bool
+	CacheDir   string
+	CacheFree  int64
+	CacheTotal int64
+	// GPUMemory is the node's total GPU memory in bytes, 0 when unknown.
+	GPUMemory    int64
 	AgentVersion string
 	// Received is when the coordinator stored the report (its own clock).
 	Received   time.Time
@@ -39,15 +42,11 @@ type Node struct {
 	Fetches  []api.Fetch
 }
 
-// Holding is one reported weight that is a catalog model.
-type Holding struct {
-	Model    string
-	Path     string
-	Size     int64
-	Shared   bool
-	Complete bool
-	Problem  string
-}
+// Holding is one reported weight that is a catalog model. It is the
+// presence model's type, so the coordinator's view takes a node's holdings
+// as the store built them: a copy of half a million holdings made every
+// reload of a big cluster twice as slow.
+type Holding = placement.Holding
 
 // nodeMeta is what ingest needs to know of a node without reading its row.
 type nodeMeta struct {
@@ -81,14 +80,15 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	db.stmts = stmts{
 		upsertNode: p(`INSERT INTO nodes (name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-				agent_version, received, report_time, report_id, started, seq, weights_hash, errors)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET fabric = excluded.fabric, looked = excluded.looked,
 				cache_dir = excluded.cache_dir, cache_free_bytes = excluded.cache_free_bytes,
 				cache_total_bytes = excluded.cache_total_bytes, agent_version = excluded.agent_version,
 				received = excluded.received, report_time = excluded.report_time,
 				report_id = excluded.report_id, started = excluded.started, seq = excluded.seq,
-				weights_hash = excluded.weights_hash, errors = excluded.errors`),
+				weights_hash = excluded.weights_hash, errors = excluded.errors,
+				gpu_memory_bytes = excluded.gpu_memory_bytes`),
 		putPresence: p(`INSERT INTO presence (node, weights) VALUES (?, ?)
 			ON CONFLICT (node) DO UPDATE SET weights = excluded.weights`),
 		delFetches: p(`DELETE FROM fetches WHERE node = ?`),
@@ -220,7 +220,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 	}
 	n := &Node{
 		Name: r.Node, Fabric: r.Fabric, Looked: r.Looked, CacheDir: cacheDir,
-		CacheFree: r.Cache.FreeBytes, CacheTotal: r.Cache.TotalBytes, AgentVersion: r.AgentVersion,
+		CacheFree: r.Cache.FreeBytes, CacheTotal: r.Cache.TotalBytes, GPUMemory: r.GPUMemory, AgentVersion: r.AgentVersion,
 		Received: fromNanos(recv), ReportTime: r.Time.UTC(), ReportID: r.ID, Started: r.Started.UTC(), Seq: r.Seq,
 		Errors: r.Errors, Fetches: r.Fetches,
 	}
@@ -290,7 +290,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		errs = string(b)
 	}
 	if _, err := st.upsertNode.ExecContext(ctx, r.Node, r.Fabric, r.Looked, cacheDir, r.Cache.FreeBytes,
-		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs); err != nil {
+		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory); err != nil {
 		return nil, hash, fmt.Errorf("node: %w", err)
 	}
 	if !known || hash != prev.hash {
@@ -333,7 +333,7 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `SELECT name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-		agent_version, received, report_time, report_id, started, seq, errors FROM nodes ORDER BY name`)
+		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -344,7 +344,7 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 		var recv, rt, started int64
 		var errs string
 		if err := rows.Scan(&n.Name, &n.Fabric, &n.Looked, &n.CacheDir, &n.CacheFree, &n.CacheTotal,
-			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs); err != nil {
+			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}

@@ -290,7 +290,13 @@ func (d *fastDecoder) bool(key string) bool {
 func needles(m api.Model) []string {
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindPath:
-		return []string{`"path":` + string(appendString(nil, filepath.Clean(m.Source)))}
+		// The path itself, or a directory above it (see matcher.below).
+		src := filepath.Clean(m.Source)
+		out := []string{`"path":` + string(appendString(nil, src))}
+		for _, dir := range ancestors(src) {
+			out = append(out, `"path":`+string(appendString(nil, dir)))
+		}
+		return out
 	case catalog.KindRemote:
 		// The file in any node's cache dir: the path ends with its name.
 		base := filepath.Base(catalog.CachePathFor("/", m.Source))

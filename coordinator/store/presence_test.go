@@ -188,11 +188,20 @@ func TestRematchIsIngest(t *testing.T) {
 			return err
 		}},
 		{"add remote", func() error { _, _, err := db.PutModel(ctx, api.Model{Name: "remote", Source: remote}, t0); return err }},
+		{"add a file below a reported directory", func() error {
+			_, _, err := db.PutModel(ctx, api.Model{Name: "inside", Source: "/srv/x/shard/w.gguf"}, t0)
+			return err
+		}},
 		{"move the path entry away", func() error {
 			_, _, err := db.PutModel(ctx, api.Model{Name: "bypath", Source: "/srv/x"}, t0)
 			return err
 		}},
 		{"delete remote", func() error { return db.DeleteModel(ctx, "remote") }},
+		{"move the exact entry off, the one below holds again", func() error {
+			_, _, err := db.PutModel(ctx, api.Model{Name: "bypath", Source: "/srv/y"}, t0)
+			return err
+		}},
+		{"delete the one below", func() error { return db.DeleteModel(ctx, "inside") }},
 		{"delete by id", func() error { return db.DeleteModel(ctx, "byid") }},
 	}
 	for _, st := range steps {

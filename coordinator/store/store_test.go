@@ -154,6 +154,10 @@ func TestIngestMatching(t *testing.T) {
 		{Name: "by-cache", Source: remote},
 		{Name: "by-id", Source: "Qwen/Qwen2.5-7B"},
 		{Name: "by-id-rev", Source: "Org/M@abc123"},
+		// Issue 8: a path source below a directory the node reports.
+		{Name: "below", Source: "/models/llama/model.gguf"},
+		{Name: "below-b", Source: "/models/two/b.gguf"},
+		{Name: "below-a", Source: "/models/two/a/a.gguf"},
 	} {
 		if _, _, err := db.PutModel(ctx, m, t0); err != nil {
 			t.Fatal(err)
@@ -173,6 +177,13 @@ func TestIngestMatching(t *testing.T) {
 		{"model id at a revision", api.Weight{Path: "/hub/m/snapshots/abc123", ModelID: "Org/M", Revision: "abc123", Complete: true}, "by-id-rev"},
 		{"model id at another revision", api.Weight{Path: "/hub/m/snapshots/def", ModelID: "Org/M", Revision: "def", Complete: true}, ""},
 		{"incomplete copy still matches, not complete", api.Weight{Path: "/srv/models/llama", Complete: false, Problem: "missing shard"}, "by-path"},
+		{"path source below a reported directory", api.Weight{Path: "/models/llama", Complete: true}, "below"},
+		{"path source below, incomplete", api.Weight{Path: "/models/llama", Problem: "missing shard"}, "below"},
+		{"path source itself", api.Weight{Path: "/models/llama/model.gguf", Complete: true}, "below"},
+		{"a sibling directory is not above it", api.Weight{Path: "/models/llama2", Complete: true}, ""},
+		{"a directory below the source is not it", api.Weight{Path: "/models/llama/model.gguf/x", Complete: true}, ""},
+		{"two sources below one directory: the first in path order", api.Weight{Path: "/models/two", Complete: true}, "below-a"},
+		{"the nearer directory of the other", api.Weight{Path: "/models/two/a", Complete: true}, "below-a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := db.Ingest(ctx, []*api.Report{report("n1", db.meta["n1"].seq+1, tc.w)}, t0)

@@ -1,4 +1,9 @@
-package coordinator
+// Package table renders the coordinator's answers as the tables llmgw's
+// commands print: sinfo's style, one row per model and fabric, node names as
+// hostlists. It formats api types only, so a command renders exactly what
+// the coordinator answered (--json prints that answer itself), and the
+// command line links no server code and no database driver for it.
+package table
 
 import (
 	"fmt"
@@ -8,12 +13,8 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
-
-// The tables below are what `llmgw status` and `llmgw models list` print:
-// sinfo's style, one row per model and fabric, node names as hostlists.
-// They format api types only, so the command line renders exactly what the
-// coordinator answered; --json prints that answer itself.
 
 func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -103,7 +104,7 @@ func holdersText(m api.Model, p api.FabricPresence) string {
 	case !p.Fetchable:
 		return "nowhere (the engine resolves the id)"
 	case p.FetchBytes > 0:
-		return "a job fetches " + Bytes(p.FetchBytes)
+		return "a job fetches " + catalog.FormatBytes(p.FetchBytes)
 	}
 	return "a job fetches it (size unknown)"
 }
@@ -131,12 +132,12 @@ func fetchText(f api.FetchStatus) string {
 	if f.Percent >= 0 {
 		s += fmt.Sprintf(" %.0f%%", f.Percent)
 	} else {
-		s += " " + Bytes(f.Done)
+		s += " " + catalog.FormatBytes(f.Done)
 	}
 	if f.Stalled {
 		return s + " stalled " + seconds(f.SinceProgress)
 	}
-	s += " " + Bytes(int64(f.Rate)) + "/s"
+	s += " " + catalog.FormatBytes(int64(f.Rate)) + "/s"
 	if f.ETA >= 0 {
 		s += " ETA " + seconds(f.ETA)
 	}
@@ -148,10 +149,10 @@ func WriteModelNodes(w io.Writer, st *api.ModelNodes) error {
 	m := st.Model
 	fmt.Fprintf(w, "MODEL %s  source %s", m.Name, m.Source)
 	if m.Size > 0 {
-		fmt.Fprintf(w, "  size %s", Bytes(m.Size))
+		fmt.Fprintf(w, "  size %s", catalog.FormatBytes(m.Size))
 	}
 	if m.GPUMemory > 0 {
-		fmt.Fprintf(w, "  gpu memory %s", Bytes(m.GPUMemory))
+		fmt.Fprintf(w, "  gpu memory %s", catalog.FormatBytes(m.GPUMemory))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
@@ -183,7 +184,7 @@ func WriteModelNodes(w io.Writer, st *api.ModelNodes) error {
 		}
 		free := "-"
 		if n.CacheTotal > 0 {
-			free = Bytes(n.CacheFree)
+			free = catalog.FormatBytes(n.CacheFree)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\n", n.Node, n.Fabric, n.State, n.Holds, path, free, fetch, seconds(n.Age))
 	}
@@ -201,10 +202,10 @@ func WriteModels(w io.Writer, models []api.Model) error {
 		}
 		size, gpu := "-", "-"
 		if m.Size > 0 {
-			size = Bytes(m.Size)
+			size = catalog.FormatBytes(m.Size)
 		}
 		if m.GPUMemory > 0 {
-			gpu = Bytes(m.GPUMemory)
+			gpu = catalog.FormatBytes(m.GPUMemory)
 		}
 		updated := "-"
 		if !m.Updated.IsZero() {
@@ -213,26 +214,6 @@ func WriteModels(w io.Writer, models []api.Model) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Source, size, gpu, sum, updated)
 	}
 	return tw.Flush()
-}
-
-// Bytes formats n in decimal units, as disks and download tools count:
-// "14 GB", "1.5 MB", "512 B".
-func Bytes(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v := float64(n)
-	for _, u := range []string{"kB", "MB", "GB", "TB", "PB"} {
-		v /= unit
-		if v < unit || u == "PB" {
-			if v < 10 {
-				return fmt.Sprintf("%.1f %s", v, u)
-			}
-			return fmt.Sprintf("%.0f %s", v, u)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func seconds(s float64) string {

@@ -1,4 +1,4 @@
-package coordinator
+package table
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"unicode"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // WriteGC prints a gc request's outcome as `llmgw gc` shows it: per node
@@ -54,7 +55,7 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["failed"], "removal") + " failed"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", n.Node, len(n.Asked), removed, count["kept"],
-			count["refused"], Bytes(bytes), dash(printable(note)))
+			count["refused"], catalog.FormatBytes(bytes), dash(printable(note)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -76,7 +77,7 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 			for _, f := range n.Answer.Files {
 				size := "-"
 				if f.Size > 0 {
-					size = Bytes(f.Size)
+					size = catalog.FormatBytes(f.Size)
 				}
 				action := f.Action
 				if action == "listed" {
