@@ -306,7 +306,7 @@ func mentions(expr, feature string) bool {
 // negation and other syntax are not evaluated; parseJobExpr refuses them.
 type featureExpr struct {
 	root *exprNode // nil: no expression, every node matches
-	alts int      // alternatives of the matching OR; 0 without one
+	alts int       // alternatives of the matching OR; 0 without one
 }
 
 type exprNode struct {
