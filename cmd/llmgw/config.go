@@ -86,6 +86,9 @@ func envName(flag string) string {
 var notSettings = map[string]bool{
 	"config": true, "help": true, "json": true, "once": true,
 	"size": true, "sha256": true, "gpu-memory": true,
+	// A job's environment has LLMGW_MODEL (the SPANK plugin and the
+	// TaskProlog set it): llmgw sbatch inside a job must name its model.
+	"model": true,
 }
 
 // applyEnv sets every setting the command line left unset from its LLMGW_*

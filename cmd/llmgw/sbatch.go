@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+const sbatchAbout = `Submits a batch job with sbatch, steered towards the nodes that hold model M.
+
+Every sbatch option is passed through untouched, and so is everything after
+the script. llmgw adds, before the script:
+  --prefer      llmgw.M (with the job's --constraint and --prefer folded in,
+                llmgw.M*k when the job wants more nodes than k holders), and
+                only when the current node features can satisfy it: Slurm
+                rejects a preference nobody can meet;
+  --exclude     nodes whose cache has no room for M and that do not hold it
+                (asked of the coordinator), merged with the job's own;
+  --llmgw-model M when the SPANK plugin is loaded, else llmgw:model=M
+                appended to --comment, so the Prolog knows the model.
+If Slurm still refuses the preference, the job is submitted again without it.
+With no coordinator reachable, only the model is recorded. What was added is
+printed on stderr; sbatch's own output and exit status are passed through.`
+
+// sbatchOwnFlags are llmgw's flags among sbatch's; they may come anywhere
+// before the script and must be spelled out in full.
+var sbatchOwnFlags = []string{"model", "coordinator", "token-file", "slurm-dir"}
+
+// placementTimeout bounds the question to the coordinator: a submission
+// must not wait long for a hint.
+const placementTimeout = 5 * time.Second
+
+func sbatchCmd(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "sbatch", lookup("sbatch").synopsis, sbatchAbout)
+	model := fs.String("model", "", "the model the job uses (required)")
+	coordURL, tokenFile := coordFlags(fs)
+	slurmDir := fs.String("slurm-dir", slurm.DefaultDir, "directory holding sbatch and sinfo (env LLMGW_SLURM_DIR)")
+
+	opts, own, rest, err := slurm.ParseSbatchArgs(args, sbatchOwnFlags...)
+	if err != nil {
+		return usagef("Run 'llmgw sbatch --help'", "%v", err)
+	}
+	before := rest
+	if opts.Script >= 0 {
+		before = rest[:opts.Script]
+	}
+	if slices.Contains(before, "--help") || slices.Contains(before, "-h") || slices.Contains(before, "--usage") {
+		return parse(fs, []string{"--help"})
+	}
+	if err := parse(fs, own); err != nil {
+		return err
+	}
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return err
+	}
+	if *model == "" {
+		return usagef("Try 'llmgw sbatch --model llama job.sh'", "--model is required")
+	}
+	if err := catalog.ValidModelName(*model); err != nil {
+		return usagef("'llmgw models list' shows the catalog", "--model: %v", err)
+	}
+	if opts.SpankModel != "" && opts.SpankModel != *model {
+		return usagef("Give the model once, with --model", "--model=%s and --llmgw-model=%s disagree", *model, opts.SpankModel)
+	}
+	warn := func(format string, args ...any) { fmt.Fprintf(e.stderr, "llmgw sbatch: "+format+"\n", args...) }
+
+	// What sbatch will read: the script's #SBATCH lines, SBATCH_* and the
+	// command line. A script on stdin is read here and handed on.
+	var script, stdin []byte
+	switch {
+	case opts.Script >= 0:
+		if script, err = os.ReadFile(rest[opts.Script]); err != nil {
+			warn("cannot read %s for its #SBATCH lines (%v); going by the command line", rest[opts.Script], err)
+		}
+	case !opts.Wrap:
+		if stdin, err = io.ReadAll(e.stdin); err != nil {
+			return fmt.Errorf("read the batch script from stdin: %w", err)
+		}
+		script = stdin
+	}
+	dopts, _, _, err := slurm.ParseSbatchArgs(slurm.Directives(script))
+	if err != nil {
+		warn("the script's #SBATCH lines: %v; going by the command line", err)
+		dopts = slurm.SbatchOptions{}
+	}
+	eff := slurm.Effective(dopts, opts, e.getenv)
+
+	r := &slurm.Runner{Dir: *slurmDir}
+	in := slurm.ComposeInput{
+		Model:      *model,
+		Constraint: eff.Constraint,
+		Prefer:     eff.Prefer,
+		Nodes:      eff.Nodes,
+		NodeList:   eff.NodeList != "",
+		Comment:    eff.Comment,
+		Complete:   true,
+		Spank:      eff.SpankModel != "" || r.SpankOption(ctx),
+	}
+	if eff.Exclude != "" {
+		if in.Exclude, err = slurm.Expand(eff.Exclude); err != nil {
+			return usagef("", "--exclude=%s: %v", eff.Exclude, err)
+		}
+	}
+	cluster, def, err := r.FeatureNodes(ctx)
+	if err != nil {
+		warn("cannot read the node features (%v); submitting without a preference", err)
+	}
+	if eff.Partition != "" {
+		in.Partitions = strings.Split(eff.Partition, ",")
+	} else if def != "" {
+		in.Partitions = []string{def}
+	}
+
+	// The coordinator says which nodes cannot fetch the model. Without it,
+	// only the model is recorded: features alone are no basis to steer by
+	// when the service that publishes them is down.
+	if err == nil {
+		var names []string
+		for _, nd := range cluster {
+			names = append(names, nd.Name)
+		}
+		pctx, cancel := context.WithTimeout(ctx, placementTimeout)
+		noRoom, perr := noRoomFrom(pctx, *coordURL, *tokenFile, *model, max(eff.Nodes, 1), names)
+		cancel()
+		if perr != nil {
+			warn("warning: no placement from the coordinator (%v); recording the model only", perr)
+		} else {
+			in.Cluster, in.NoRoom = cluster, noRoom
+		}
+	}
+
+	c := slurm.Compose(in)
+	if eff.SpankModel != "" {
+		c.SpankModel = "" // the user gave --llmgw-model already
+	}
+	for _, n := range c.Notes {
+		warn("%s", n)
+	}
+	if added := c.Args(true); len(added) > 0 {
+		warn("adding %s", strings.Join(added, " "))
+	}
+	status, err := r.Submit(ctx, slurm.Submission{Args: rest, Script: opts.Script, Added: c, Stdin: stdin}, e.stdout, e.stderr,
+		func(refusal string) {
+			warn("Slurm refused the preference (%s); submitting again without --prefer", refusal)
+		})
+	if err != nil {
+		return err
+	}
+	if status != 0 {
+		return sbatchExit(status)
+	}
+	return nil
+}
+
+// sbatchExit passes sbatch's exit status through as llmgw's.
+type sbatchExit int
+
+func (s sbatchExit) Error() string { return "sbatch exited with status " + strconv.Itoa(int(s)) }
+func (s sbatchExit) ExitCode() int { return int(s) }
+
+// noRoomFrom asks the coordinator named by the flags which nodes cannot
+// fetch the model; see placementAPI.
+func noRoomFrom(ctx context.Context, coordURL, tokenFile, model string, count int, nodes []string) ([]string, error) {
+	if coordURL == "" {
+		return nil, errors.New("no coordinator given (--coordinator URL or LLMGW_COORDINATOR)")
+	}
+	c, err := coordClient(coordURL, tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	var p placementAPI = coordPlacement{c}
+	return p.NoRoom(ctx, model, count, nodes)
+}
+
+// placementAPI is what llmgw sbatch needs of the coordinator's placement:
+// the nodes, among those given, that lack cache room for the model and do
+// not hold it (a node holding it needs no room), so the job can exclude
+// them.
+type placementAPI interface {
+	NoRoom(ctx context.Context, model string, count int, nodes []string) ([]string, error)
+}
+
+type coordPlacement struct{ c *api.Client }
+
+// NoRoom calls GET /v1/placement?model=M&count=N&nodes=HOSTLIST and keeps
+// the nodes ranked as failing the disk check and not holding the model.
+//
+// TODO(merge): the placement API is being added beside this (another
+// helper); the answer's field names below are this side's assumption, and
+// this one function is what to point at its api client call.
+func (p coordPlacement) NoRoom(ctx context.Context, model string, count int, nodes []string) ([]string, error) {
+	q := url.Values{"model": {model}, "count": {strconv.Itoa(count)}}
+	if len(nodes) > 0 {
+		q.Set("nodes", slurm.Compress(nodes))
+	}
+	var ans struct {
+		Nodes []struct {
+			Node      string `json:"node"`
+			Holds     bool   `json:"holds"`
+			FailsDisk bool   `json:"fails_disk"`
+		} `json:"nodes"`
+	}
+	if err := p.c.Do(ctx, http.MethodGet, "/v1/placement?"+q.Encode(), nil, &ans); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range ans.Nodes {
+		if n.FailsDisk && !n.Holds {
+			out = append(out, n.Node)
+		}
+	}
+	return out, nil
+}
