@@ -137,16 +137,19 @@ n4 debug llmgw.m2,llmgw.m3
 		t.Fatal(err)
 	}
 	abs, _ := filepath.Abs(jobSubmitLua)
-	parts := `{ {name="debug", flag_default=1}, {name="p12", flag_default=0} }`
+	// 22.05 passes the partitions keyed by name (slurm_lua_push_partition_list).
+	parts := `{ debug = {name="debug", flag_default=1}, p12 = {name="p12", flag_default=0} }`
 	cases := []struct {
 		name, job string
 		features  string // the feature file path (default: the one above)
 		want      string // prefer|exc_nodes|comment|admin_comment (a substring for admin_comment)
 	}{
 		{"spank option", `{spank_job_env={[0]="_SLURM_SPANK_OPTION_llmgw_llmgw_model=m1", [1]="LLMGW_MODEL=m1"}, min_nodes=4294967294}`, "",
-			"llmgw.m1|||model m1 (--llmgw-model): prefer=llmgw.m1"},
+			"llmgw.m1|||model m1 (--llmgw-model) in debug: prefer=llmgw.m1"},
 		{"comment tag", `{comment="run llmgw:model=m3", min_nodes=3}`, "",
-			"llmgw.m3*2||run llmgw:model=m3|model m3 (comment): prefer=llmgw.m3*2"},
+			"llmgw.m3*2||run llmgw:model=m3|model m3 (comment) in debug: prefer=llmgw.m3*2"},
+		{"set by llmgw sbatch already", `{comment="llmgw:model=m1", prefer="(ib-a)&llmgw.m1"}`, "",
+			"(ib-a)&llmgw.m1||llmgw:model=m1|preference already set"},
 		{"partition without holder", `{comment="llmgw:model=m2", partition="p12"}`, "",
 			"||llmgw:model=m2|no node in the job's partition holds m2"},
 		{"constraint cannot be checked", `{comment="llmgw:model=m1", features="ib-a"}`, "",

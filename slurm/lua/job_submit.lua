@@ -541,6 +541,11 @@ function llmgw.submit(job_desc, part_list)
 		note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
 		return
 	end
+	if mentions(job_desc.prefer, PREFIX .. model) then
+		-- llmgw sbatch composed it already, from fresher features.
+		note_admin(job_desc, "model " .. model .. ": preference already set")
+		return
+	end
 	local cluster, err = llmgw.read_features(FEATURE_FILE)
 	if not cluster then
 		note_admin(job_desc, "model " .. model .. ", no preference: feature file " .. tostring(err))
@@ -551,6 +556,7 @@ function llmgw.submit(job_desc, part_list)
 	if type(nodes) ~= "number" or nodes >= NO_VAL then
 		nodes = 1
 	end
+	local parts = partitions_of(job_desc, part_list)
 	local r = llmgw.compose({
 		model = model,
 		constraint = job_desc.features,
@@ -559,7 +565,7 @@ function llmgw.submit(job_desc, part_list)
 		exclude = llmgw.expand(job_desc.exc_nodes),
 		nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "",
 		comment = job_desc.comment,
-		partitions = partitions_of(job_desc, part_list),
+		partitions = parts,
 		cluster = cluster,
 		complete = false,
 		spank = from_spank,
@@ -573,7 +579,8 @@ function llmgw.submit(job_desc, part_list)
 	if r.comment then
 		job_desc.comment = r.comment
 	end
-	local what = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)") .. ": " .. table.concat(r.notes, "; ")
+	local where = #parts > 0 and (" in " .. table.concat(parts, ",")) or ""
+	local what = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)") .. where .. ": " .. table.concat(r.notes, "; ")
 	note_admin(job_desc, what)
 	slurm.log_info("llmgw: %s", what)
 end
