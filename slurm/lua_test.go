@@ -58,9 +58,9 @@ func luaInput(in ComposeInput) string {
 	for _, nd := range in.Cluster {
 		nodes = append(nodes, fmt.Sprintf("{name=%s, partitions=%s, features=%s}", luaString(nd.Name), luaList(nd.Partitions), luaList(nd.Features)))
 	}
-	return fmt.Sprintf("{model=%s, constraint=%s, prefer=%s, nodes=%d, exclude=%s, nodelist=%t, comment=%s, partitions=%s, cluster={%s}, complete=%t, no_room=%s, spank=%t}",
+	return fmt.Sprintf("{model=%s, constraint=%s, prefer=%s, nodes=%d, exclude=%s, nodelist=%t, comment=%s, partitions=%s, cluster={%s}, complete=%t, no_room=%s, spank=%t, composed=%t}",
 		luaString(in.Model), luaString(in.Constraint), luaString(in.Prefer), in.Nodes, luaList(in.Exclude), in.NodeList,
-		luaString(in.Comment), luaList(in.Partitions), strings.Join(nodes, ", "), in.Complete, luaList(in.NoRoom), in.Spank)
+		luaString(in.Comment), luaList(in.Partitions), strings.Join(nodes, ", "), in.Complete, luaList(in.NoRoom), in.Spank, in.Composed)
 }
 
 // luaPrelude stands in for what slurmctld gives the script: the slurm table.
@@ -148,6 +148,8 @@ n4 debug llmgw.m2,llmgw.m3
 			"llmgw.m1|||model m1 (--llmgw-model) in debug: prefer=llmgw.m1"},
 		{"comment tag", `{comment="run llmgw:model=m3", min_nodes=3}`, "",
 			"llmgw.m3*2||run llmgw:model=m3|model m3 (comment) in debug: prefer=llmgw.m3*2"},
+		{"composed by llmgw sbatch", `{comment="llmgw:model=m1 llmgw:composed"}`, "",
+			"||llmgw:model=m1 llmgw:composed|composed by llmgw sbatch"},
 		{"set by llmgw sbatch already", `{comment="llmgw:model=m1", prefer="(ib-a)&llmgw.m1"}`, "",
 			"(ib-a)&llmgw.m1||llmgw:model=m1|preference already set"},
 		{"partition without holder", `{comment="llmgw:model=m2", partition="p12"}`, "",

@@ -27,6 +27,13 @@ const MaxExpression = 1024
 // environment (DESIGN.md §3).
 const CommentTag = "llmgw:model="
 
+// ComposedTag in a job's comment says llmgw sbatch composed the job from
+// live features (sinfo) and the coordinator's placement, so job_submit.lua,
+// which has only the published feature file, leaves the job as it is. In
+// particular it must not add back a preference that llmgw sbatch left out
+// or that Slurm has just refused.
+const ComposedTag = "llmgw:composed"
+
 // FeatureNode is one node as composition sees it: the partitions it is in
 // and its active features.
 type FeatureNode struct {
@@ -70,6 +77,9 @@ type ComposeInput struct {
 	// Spank says the SPANK plugin is loaded, so --llmgw-model records the
 	// model; otherwise the comment is tagged.
 	Spank bool `json:"spank,omitempty"`
+
+	// Composed adds ComposedTag to the comment (llmgw sbatch sets it).
+	Composed bool `json:"composed,omitempty"`
 }
 
 // Composition is what to add to a submission. Empty fields add nothing.
@@ -108,18 +118,27 @@ func Compose(in ComposeInput) Composition {
 
 	// The model for the hooks comes first: it matters even when no
 	// preference can be added.
+	var tags []string
 	if in.Spank {
 		out.SpankModel = in.Model
-	} else if !hasCommentTag(in.Comment, in.Model) {
-		c := CommentTag + in.Model
-		if in.Comment != "" {
-			c = in.Comment + " " + c
+	} else if !hasToken(in.Comment, CommentTag+in.Model) {
+		tags = append(tags, CommentTag+in.Model)
+	}
+	if in.Composed && !hasToken(in.Comment, ComposedTag) {
+		tags = append(tags, ComposedTag)
+	}
+	// Over Slurm's cap, the marker goes first: the model matters more.
+	for len(tags) > 0 {
+		c := strings.Join(append([]string{in.Comment}, tags...), " ")
+		if in.Comment == "" {
+			c = strings.Join(tags, " ")
 		}
-		if len(c) > MaxExpression {
-			note("comment not tagged: %d characters with %s would pass Slurm's limit of %d; the hooks will not know the model", len(c), CommentTag+in.Model, MaxExpression)
-		} else {
+		if len(c) <= MaxExpression {
 			out.Comment = c
+			break
 		}
+		note("comment not tagged with %s: %d characters would pass Slurm's limit of %d", tags[len(tags)-1], len(c), MaxExpression)
+		tags = tags[:len(tags)-1]
 	}
 
 	userExcl := map[string]bool{}
@@ -244,14 +263,9 @@ func Compose(in ComposeInput) Composition {
 	return out
 }
 
-// hasCommentTag reports whether comment already names model with CommentTag.
-func hasCommentTag(comment, model string) bool {
-	for _, f := range strings.Fields(comment) {
-		if f == CommentTag+model {
-			return true
-		}
-	}
-	return false
+// hasToken reports whether comment has token as one of its words.
+func hasToken(comment, token string) bool {
+	return slices.Contains(strings.Fields(comment), token)
 }
 
 // ModelFromComment returns the model a job comment names with CommentTag,

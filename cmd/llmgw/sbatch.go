@@ -29,7 +29,9 @@ the script. llmgw adds, before the script:
   --exclude     nodes whose cache has no room for M and that do not hold it
                 (asked of the coordinator), merged with the job's own;
   --llmgw-model M when the SPANK plugin is loaded, else llmgw:model=M
-                appended to --comment, so the Prolog knows the model.
+                appended to --comment, so the Prolog knows the model;
+  --comment     ... llmgw:composed, so job_submit.lua, which knows less,
+                leaves the job as composed here.
 If Slurm still refuses the preference, the job is submitted again without it.
 With no coordinator reachable, only the model is recorded. What was added is
 printed on stderr; sbatch's own output and exit status are passed through.`
@@ -107,6 +109,7 @@ func sbatchCmd(ctx context.Context, e *env, args []string) error {
 		Comment:    eff.Comment,
 		Complete:   true,
 		Spank:      eff.SpankModel != "" || r.SpankOption(ctx),
+		Composed:   true,
 	}
 	if eff.Exclude != "" {
 		if in.Exclude, err = slurm.Expand(eff.Exclude); err != nil {
@@ -127,9 +130,12 @@ func sbatchCmd(ctx context.Context, e *env, args []string) error {
 	// only the model is recorded: features alone are no basis to steer by
 	// when the service that publishes them is down.
 	if err == nil {
+		// Only the nodes the job may run on are worth asking about.
 		var names []string
 		for _, nd := range cluster {
-			names = append(names, nd.Name)
+			if len(in.Partitions) == 0 || slices.ContainsFunc(nd.Partitions, func(p string) bool { return slices.Contains(in.Partitions, p) }) {
+				names = append(names, nd.Name)
+			}
 		}
 		pctx, cancel := context.WithTimeout(ctx, placementTimeout)
 		noRoom, perr := noRoomFrom(pctx, *coordURL, *tokenFile, *model, max(eff.Nodes, 1), names)

@@ -97,7 +97,7 @@ func TestSbatchAddsPreferExcludeAndComment(t *testing.T) {
 		t.Errorf("stdout %q: sbatch's own output must pass through", stdout)
 	}
 	// n2 holds m1 so is never excluded although it fails the disk check.
-	want := "-N 1 --comment=mine --wrap true --prefer=llmgw.m1 --exclude=n3 --comment=mine llmgw:model=m1\n"
+	want := "-N 1 --comment=mine --wrap true --prefer=llmgw.m1 --exclude=n3 --comment=mine llmgw:model=m1 llmgw:composed\n"
 	if got := readArgs(t, argsLog); got != want {
 		t.Errorf("sbatch args:\n got %q\nwant %q", got, want)
 	}
@@ -126,9 +126,10 @@ func TestSbatchScriptDirectivesAndSpank(t *testing.T) {
 	}
 	// The script's constraint is folded in (a preference would otherwise
 	// replace it); -N 2 with 1 holder gives the count form; the plugin is
-	// loaded, so the model goes in --llmgw-model, not the comment. What
+	// loaded, so the model goes in --llmgw-model, not the comment (which
+	// only says llmgw sbatch composed the job). What
 	// follows the script is the script's.
-	want := "--parsable --prefer=(ib-a)&llmgw.m1*1 --llmgw-model=m1 " + script + " arg1 --model x\n"
+	want := "--parsable --prefer=(ib-a)&llmgw.m1*1 --comment=llmgw:composed --llmgw-model=m1 " + script + " arg1 --model x\n"
 	if got := readArgs(t, argsLog); got != want {
 		t.Errorf("sbatch args:\n got %q\nwant %q", got, want)
 	}
@@ -147,7 +148,9 @@ func TestSbatchCoordinatorUnreachable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if got, want := readArgs(t, argsLog), "--wrap true --comment=llmgw:model=m1\n"; got != want {
+	if got, want := readArgs(t, argsLog), "--wrap true --comment=llmgw:model=m1 llmgw:composed\n"; got != want {
+		// The marker keeps job_submit.lua from adding a preference from a
+		// feature file that a coordinator that is down no longer updates.
 		t.Errorf("sbatch args %q, want %q: only the model recorded", got, want)
 	}
 	if !strings.Contains(stderr, "warning: no placement from the coordinator") {

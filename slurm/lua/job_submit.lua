@@ -30,6 +30,8 @@ local PREFIX = "llmgw."
 -- Slurm rejects a --prefer or --comment longer than this (FACTS §2).
 local MAX_EXPRESSION = 1024
 local COMMENT_TAG = "llmgw:model="
+-- llmgw sbatch composed the job from fresher data (slurm.ComposedTag).
+local COMPOSED_TAG = "llmgw:composed"
 local MAX_MODEL_NAME = 64
 -- The SPANK option as slurmctld sees it in spank_job_env, and the variable
 -- the plugin sets there itself.
@@ -63,6 +65,15 @@ local function fields(s)
 		out[#out + 1] = f
 	end
 	return out
+end
+
+local function has_token(s, token)
+	for _, f in ipairs(fields(s)) do
+		if f == token then
+			return true
+		end
+	end
+	return false
 end
 
 function llmgw.model_from_comment(comment)
@@ -255,26 +266,26 @@ function llmgw.compose(input)
 	end
 	local cluster = input.cluster or {}
 
+	local tags = {}
 	if input.spank then
 		out.spank_model = model
-	else
-		local tagged = false
-		for _, f in ipairs(fields(input.comment)) do
-			if f == COMMENT_TAG .. model then
-				tagged = true
-			end
+	elseif not has_token(input.comment, COMMENT_TAG .. model) then
+		tags[#tags + 1] = COMMENT_TAG .. model
+	end
+	if input.composed and not has_token(input.comment, COMPOSED_TAG) then
+		tags[#tags + 1] = COMPOSED_TAG
+	end
+	while #tags > 0 do
+		local c = table.concat(tags, " ")
+		if input.comment and input.comment ~= "" then
+			c = input.comment .. " " .. c
 		end
-		if not tagged then
-			local c = COMMENT_TAG .. model
-			if input.comment and input.comment ~= "" then
-				c = input.comment .. " " .. c
-			end
-			if #c > MAX_EXPRESSION then
-				note("comment not tagged: it would pass Slurm's limit of " .. MAX_EXPRESSION)
-			else
-				out.comment = c
-			end
+		if #c <= MAX_EXPRESSION then
+			out.comment = c
+			break
 		end
+		note("comment not tagged with " .. tags[#tags] .. ": it would pass Slurm's limit of " .. MAX_EXPRESSION)
+		tags[#tags] = nil
 	end
 
 	local user_excl, held = {}, {}
@@ -539,6 +550,10 @@ function llmgw.submit(job_desc, part_list)
 	end
 	if not llmgw.valid_model(model) then
 		note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
+		return
+	end
+	if has_token(job_desc.comment, COMPOSED_TAG) then
+		note_admin(job_desc, "model " .. model .. ": composed by llmgw sbatch")
 		return
 	end
 	if mentions(job_desc.prefer, PREFIX .. model) then
