@@ -226,6 +226,9 @@ func TestSubmitLandsOnTheHolder(t *testing.T) {
 	if j.State != "COMPLETED" || j.NodeList != "n2" {
 		t.Errorf("job %s %s on %s; want COMPLETED on n2, the only holder of m1", id, j.State, j.NodeList)
 	}
+	if !strings.Contains(j.AdminComment, "composed by llmgw sbatch") {
+		t.Errorf("AdminComment %q: job_submit.lua did not see llmgw sbatch's mark", j.AdminComment)
+	}
 	if r.SpankOption(context.Background()) {
 		prologSaw(t, id, "n2", "m1")
 	} else if !strings.Contains(j.Comment, "llmgw:model=m1") {
@@ -307,6 +310,36 @@ func TestSubmitAvoidsNodesWithoutRoom(t *testing.T) {
 	j = waitJob(t, r, llmgwSbatch(t, placementStandIn(t, "n1"), "--model", "m6", "--wrap", "true"))
 	if j.NodeList != "n1" {
 		t.Errorf("job on %s; want n1, which holds m6 and so needs no room", j.NodeList)
+	}
+}
+
+// TestSubmitFallsBackWhenSlurmRefuses gives real Slurm preferences it
+// refuses, with both of its answers (FACTS §1), as features changing between
+// sinfo and sbatch would: the job must run anyway, without the preference.
+func TestSubmitFallsBackWhenSlurmRefuses(t *testing.T) {
+	r := clusterRunner(t)
+	for _, prefer := range []string{
+		"llmgw.never-seen-anywhere", // Invalid preferred feature specification
+		"ib-a&ib-b",                 // Requested node configuration is not available
+	} {
+		var stdout, stderr strings.Builder
+		var refusal string
+		s := Submission{
+			Args:   []string{"--parsable", "--output=/dev/null", "--wrap", "true"},
+			Script: -1,
+			Added:  Composition{Prefer: prefer, Comment: CommentTag + "m1 " + ComposedTag},
+		}
+		status, err := r.Submit(context.Background(), s, &stdout, &stderr, func(m string) { refusal = m })
+		if err != nil || status != 0 {
+			t.Fatalf("--prefer=%s: Submit = %d, %v; stderr %q", prefer, status, err, stderr.String())
+		}
+		if !PreferRejected(refusal) {
+			t.Errorf("--prefer=%s: Slurm's refusal %q is not one PreferRejected knows", prefer, refusal)
+		}
+		j := waitJob(t, r, strings.TrimSpace(stdout.String()))
+		if j.State != "COMPLETED" || j.Comment != "llmgw:model=m1 llmgw:composed" {
+			t.Errorf("--prefer=%s: job %s, Comment %q", prefer, j.State, j.Comment)
+		}
 	}
 }
 
