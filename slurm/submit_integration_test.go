@@ -249,11 +249,20 @@ func TestSubmitPlainSbatchThroughPluginAndLua(t *testing.T) {
 	})
 	t.Run("--llmgw-model", func(t *testing.T) {
 		spankLoaded(t, r)
-		j := waitJob(t, r, plainSbatch(t, r, "--llmgw-model=m1", "--wrap", "true"))
+		// The job runs as root, like the test, so it can write in t.TempDir.
+		out := filepath.Join(t.TempDir(), "job.out")
+		id, err := r.Run(context.Background(), "sbatch", "--parsable", "--output="+out, "--llmgw-model=m1", "--wrap", `echo "LLMGW_MODEL=$LLMGW_MODEL"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := waitJob(t, r, strings.TrimSpace(string(id)))
 		if j.NodeList != "n2" || !strings.Contains(j.AdminComment, "llmgw: model m1 (--llmgw-model) in debug: prefer=llmgw.m1") {
 			t.Errorf("on %s, AdminComment %q; want n2 (holds m1) and job_submit.lua's note", j.NodeList, j.AdminComment)
 		}
 		prologSaw(t, j.ID, "n2", "m1")
+		if b, err := os.ReadFile(out); err != nil || string(b) != "LLMGW_MODEL=m1\n" {
+			t.Errorf("the job's output %q (%v); want LLMGW_MODEL=m1 from the plugin", b, err)
+		}
 	})
 	t.Run("a bad model name is refused by sbatch", func(t *testing.T) {
 		spankLoaded(t, r)

@@ -87,10 +87,11 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	case S_CTX_LOCAL:
 	case S_CTX_ALLOCATOR:
 	case S_CTX_REMOTE:
-		if (spank_option_register(sp, &llmgw_option) != ESPANK_SUCCESS) {
+		/* A failure here must not stop every job on the cluster: the
+		 * option is then unknown, and a job using it is refused by
+		 * sbatch's own option parser with a clear message. */
+		if (spank_option_register(sp, &llmgw_option) != ESPANK_SUCCESS)
 			slurm_error("llmgw: cannot register --llmgw-model");
-			return -1;
-		}
 		return 0;
 	default:
 		return 0;
@@ -110,11 +111,11 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	case S_CTX_ALLOCATOR:
 		/* Prolog and Epilog: SPANK_LLMGW_MODEL. */
 		rc = spank_job_control_setenv(sp, LLMGW_JOB_ENV, llmgw_model, 1);
-		if (rc != ESPANK_SUCCESS) {
+		if (rc != ESPANK_SUCCESS)
+			/* The job still runs; the Prolog then does not know
+			 * the model, as for a job submitted without it. */
 			slurm_error("llmgw: cannot pass the model to the Prolog: %s",
 				    spank_strerror(rc));
-			return -1;
-		}
 		return 0;
 	case S_CTX_REMOTE:
 		/* The tasks. A failure here must not fail the job: the
