@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -209,27 +210,28 @@ func Compose(in ComposeInput) Composition {
 		return eligible, holders
 	}
 
-	excl := map[string]bool{}
-	for x := range userExcl {
-		excl[x] = true
-	}
+	// An exclusion that leaves too few nodes would have Slurm reject the
+	// job; without llmgw's it would have run (and fetched). So would one
+	// that hits a node the job names, or one llmgw cannot check against the
+	// job's expression: then it excludes nothing.
+	excl := maps.Clone(userExcl)
 	if len(ours) > 0 {
-		for _, x := range ours {
-			excl[x] = true
-		}
-		// An exclusion that leaves too few nodes would have Slurm reject
-		// the job; without llmgw's it would have run (and fetched). An
-		// expression llmgw cannot read is checked as if absent.
-		x := expr
 		if exprErr != nil {
-			x = &featureExpr{}
-		}
-		if e, _ := count(x, excl); e < n {
-			if base, _ := count(x, userExcl); base >= n {
-				note("not excluding %s (no room for %s): too few nodes would be left for %d", Compress(ours), in.Model, n)
-			}
+			note("not excluding %s (no room for %s): %v", Compress(ours), in.Model, exprErr)
 			ours = nil
-			excl = userExcl
+		} else {
+			trial := maps.Clone(userExcl)
+			for _, x := range ours {
+				trial[x] = true
+			}
+			if e, _ := count(expr, trial); e >= n {
+				excl = trial
+			} else {
+				if base, _ := count(expr, userExcl); base >= n {
+					note("not excluding %s (no room for %s): too few nodes would be left for %d", Compress(ours), in.Model, n)
+				}
+				ours = nil
+			}
 		}
 	}
 	if len(ours) > 0 {

@@ -351,21 +351,28 @@ function llmgw.compose(input)
 		return eligible, holders
 	end
 
-	local excl = {}
-	for x in pairs(user_excl) do
-		excl[x] = true
-	end
+	-- slurm/prefer.go: no exclusion that could make Slurm reject the job.
+	local excl = user_excl
 	if #ours > 0 then
-		for _, x in ipairs(ours) do
-			excl[x] = true
-		end
-		local x = expr or { alts = 0 }
-		if count(x, excl) < n then
-			if count(x, user_excl) >= n then
-				note("not excluding " .. table.concat(ours, ",") .. ": too few nodes would be left")
-			end
+		if not expr then
+			note("not excluding " .. table.concat(ours, ",") .. ": " .. why)
 			ours = {}
-			excl = user_excl
+		else
+			local trial = {}
+			for x in pairs(user_excl) do
+				trial[x] = true
+			end
+			for _, x in ipairs(ours) do
+				trial[x] = true
+			end
+			if count(expr, trial) >= n then
+				excl = trial
+			else
+				if count(expr, user_excl) >= n then
+					note("not excluding " .. table.concat(ours, ",") .. ": too few nodes would be left")
+				end
+				ours = {}
+			end
 		end
 	end
 	if #ours > 0 then
