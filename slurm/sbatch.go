@@ -329,8 +329,9 @@ const partitionFormat = "%N|%P|%b"
 
 // FeatureNodes lists every node with the partitions it is in and its active
 // features, and names the default partition ("" when there is none).
+// Hidden partitions are included (-a): a job may name one.
 func (r *Runner) FeatureNodes(ctx context.Context) ([]FeatureNode, string, error) {
-	out, err := r.Run(ctx, "sinfo", "-h", "-N", "-o", partitionFormat)
+	out, err := r.Run(ctx, "sinfo", "-a", "-h", "-N", "-o", partitionFormat)
 	if err != nil {
 		return nil, "", err
 	}

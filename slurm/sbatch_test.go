@@ -122,6 +122,19 @@ func TestParseFeatureNodes(t *testing.T) {
 	if !slices.Equal(nodes[0].Partitions, []string{"debug", "p12"}) || !slices.Equal(nodes[1].Features, []string{"ib-a", "llmgw.m1"}) || nodes[2].Features != nil {
 		t.Errorf("nodes = %+v", nodes)
 	}
+	// Captured from the dev cluster (scontrol-set llmgw features; n3 with
+	// none at all prints an empty field).
+	b, err := os.ReadFile("testdata/22.05/sinfo-partitions-features.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, def, err = ParseFeatureNodes(b)
+	if err != nil || def != "debug" || len(nodes) != 4 {
+		t.Fatalf("captured sinfo: %v, default %q, %+v", err, def, nodes)
+	}
+	if !slices.Equal(nodes[3].Features, []string{"ib-b", "llmgw.m1", "llmgw.qwen-2.5"}) || nodes[2].Features != nil {
+		t.Errorf("captured sinfo parsed as %+v", nodes)
+	}
 	if _, _, err := ParseFeatureNodes([]byte("n1|debug\n")); err == nil {
 		t.Error("a line with two fields parsed")
 	}
