@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,4 +187,99 @@ io.write(rc, "\n", job.prefer or "", "|", job.exc_nodes or "", "|", tostring(job
 			}
 		})
 	}
+}
+
+// TestLuaComposeRandomMatchesGo feeds both compositions the same generated
+// inputs, well-formed and not, beyond what the table covers, and wants the
+// same answer from each: any difference is a job steered differently by
+// `llmgw sbatch` and by plain sbatch.
+func TestLuaComposeRandomMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 2026))
+	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
+	var expr func(depth int) string
+	expr = func(depth int) string {
+		switch r := rng.IntN(10); {
+		case r < 4 || depth > 2:
+			return pick("ib-a", "ib-b", "llmgw.m1", "llmgw.m2", "gpu", "x*2", "")
+		case r < 6:
+			return expr(depth+1) + pick("&", "|") + expr(depth+1)
+		case r < 8:
+			return "(" + expr(depth+1) + ")"
+		default:
+			return "[" + expr(depth+1) + pick("|", "&", "]") + expr(depth+1) + "]"
+		}
+	}
+	nodesNamed := []string{"n1", "n2", "n3", "n4", "n5", "n6"}
+	subset := func(from []string) []string {
+		var out []string
+		for _, s := range from {
+			if rng.IntN(3) == 0 {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	var inputs []ComposeInput
+	for range 400 {
+		in := ComposeInput{
+			Model:      pick("m1", "m2", "m3"),
+			Nodes:      rng.IntN(5),
+			Partitions: subset([]string{"debug", "p2"}),
+			Exclude:    subset(nodesNamed),
+			NoRoom:     subset(nodesNamed),
+			NodeList:   rng.IntN(20) == 0,
+			Spank:      rng.IntN(2) == 0,
+			Composed:   rng.IntN(2) == 0,
+			Complete:   rng.IntN(3) != 0,
+			Comment:    pick("", "run", "llmgw:model=m1", "a llmgw:composed"),
+		}
+		if rng.IntN(2) == 0 {
+			in.Constraint = expr(0)
+		}
+		if rng.IntN(4) == 0 {
+			in.Prefer = expr(0)
+		}
+		for _, n := range nodesNamed[:1+rng.IntN(len(nodesNamed))] {
+			in.Cluster = append(in.Cluster, FeatureNode{
+				Name:       n,
+				Partitions: subset([]string{"debug", "debug", "p2"}),
+				Features:   subset([]string{"ib-a", "ib-b", "gpu", "llmgw.m1", "llmgw.m2", "llmgw.m3", "llmgw.m1"}),
+			})
+		}
+		inputs = append(inputs, in)
+	}
+	abs, _ := filepath.Abs(jobSubmitLua)
+	var b strings.Builder
+	b.WriteString(luaPrelude)
+	fmt.Fprintf(&b, "dofile(%s)\nlocal cases = {\n", luaString(abs))
+	for _, in := range inputs {
+		fmt.Fprintf(&b, "  %s,\n", luaInput(in))
+	}
+	b.WriteString(`}
+for _, in_ in ipairs(cases) do
+	local r = llmgw.compose(in_)
+	io.write(r.prefer or "", "\t", table.concat(r.exclude or {}, ","), "\t", r.comment or "", "\t", r.spank_model or "", "\t", r.holders or 0, "\n")
+end
+`)
+	lines := strings.Split(strings.TrimSuffix(runLua(t, b.String()), "\n"), "\n")
+	if len(lines) != len(inputs) {
+		t.Fatalf("lua printed %d results for %d inputs", len(lines), len(inputs))
+	}
+	prefers := 0
+	for i, in := range inputs {
+		c := Compose(in)
+		want := strings.Join([]string{c.Prefer, strings.Join(c.Exclude, ","), c.Comment, c.SpankModel, strconv.Itoa(c.Holders)}, "\t")
+		if lines[i] != want {
+			t.Errorf("input %+v:\n lua %q\n go  %q", in, lines[i], want)
+		}
+		if c.Prefer != "" {
+			prefers++
+		}
+	}
+	// The generator must reach the interesting paths, or the test says
+	// little.
+	if prefers < len(inputs)/10 {
+		t.Errorf("only %d of %d generated inputs got a preference; the generator misses the main path", prefers, len(inputs))
+	}
+	t.Logf("%d inputs, %d with a preference", len(inputs), prefers)
 }
