@@ -264,6 +264,21 @@ func TestSubmitPlainSbatchThroughPluginAndLua(t *testing.T) {
 			t.Errorf("the job's output %q (%v); want LLMGW_MODEL=m1 from the plugin", b, err)
 		}
 	})
+	t.Run("srun and salloc take --llmgw-model too", func(t *testing.T) {
+		spankLoaded(t, r)
+		r := *r
+		r.Timeout = time.Minute
+		out, err := r.Run(context.Background(), "srun", "-N1", "--llmgw-model=m1", "bash", "-c", `echo "$SLURMD_NODENAME $LLMGW_MODEL"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(out)); got != "n2 m1" {
+			t.Errorf("srun --llmgw-model=m1 ran %q; want \"n2 m1\": on the holder, with LLMGW_MODEL", got)
+		}
+		if _, err := r.Run(context.Background(), "salloc", "-N1", "--llmgw-model=m1", "true"); err != nil {
+			t.Errorf("salloc --llmgw-model=m1: %v", err)
+		}
+	})
 	t.Run("a bad model name is refused by sbatch", func(t *testing.T) {
 		spankLoaded(t, r)
 		_, err := r.Run(context.Background(), "sbatch", "--llmgw-model=a|b", "--wrap", "true")
