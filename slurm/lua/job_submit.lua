@@ -17,6 +17,13 @@ Which nodes hold what comes from the feature file the llmgw coordinator
 publishes (one line per node: name, partitions, llmgw features), not from
 slurmctld: job_submit runs inside slurmctld, which must not be asked.
 
+The file must say what Slurm has now. `scontrol reconfigure` or a slurmctld
+restart wipes scontrol-set features (FACTS §2); until the coordinator's next
+reconcile puts them back (one interval), a file still listing them yields a
+preference Slurm refuses, and this script cannot retry. llmgw sbatch has no
+such window: it reads sinfo and retries without the preference; its jobs
+carry llmgw:composed in the comment and are left alone here.
+
 Install: copy (or link) this file as job_submit.lua beside slurm.conf and set
 JobSubmitPlugins=lua. Keep PREFIX and the composition in step with
 slurm/prefer.go: slurm/lua_test.go runs both on the same table.
