@@ -55,6 +55,7 @@ func init() {
 		{name: "place", synopsis: "--model M [-N COUNT] [--partition P] [--json]", summary: "rank nodes for a job that wants a model, with the reasons", run: placeCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
+		{name: "sbatch", synopsis: "--model M [sbatch options] SCRIPT [ARGS]", summary: "submit a job with sbatch, preferring nodes that hold model M", run: sbatchCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}
@@ -122,9 +123,17 @@ func run(ctx context.Context, args []string, e *env) int {
 		return 2
 	default:
 		fmt.Fprintf(e.stderr, "llmgw %s: %v\n", cmd.name, err)
+		var ec exitCoder
+		if errors.As(err, &ec) {
+			return ec.ExitCode()
+		}
 		return 1
 	}
 }
+
+// exitCoder lets an error choose the exit status: llmgw sbatch passes
+// sbatch's own through, so a script that tests it sees what sbatch said.
+type exitCoder interface{ ExitCode() int }
 
 // suggest returns the command whose name is closest to a mistyped one, when
 // one is close enough to be worth saying.

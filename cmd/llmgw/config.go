@@ -86,7 +86,9 @@ func envName(flag string) string {
 var notSettings = map[string]bool{
 	"config": true, "help": true, "json": true, "once": true,
 	"size": true, "sha256": true, "gpu-memory": true, "dry-run": true,
-	// What llmgw place asks about: a job's TaskProlog exports LLMGW_MODEL.
+	// A job's environment has LLMGW_MODEL (the SPANK plugin and the
+	// TaskProlog set it): llmgw place and llmgw sbatch inside a job must
+	// name their model.
 	"model": true, "nodes": true, "partition": true,
 }
 

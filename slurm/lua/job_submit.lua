@@ -1,0 +1,631 @@
+--[[
+llmgw job_submit.lua: a soft preference for the nodes that hold a job's model.
+
+For users who submit with plain sbatch:
+    sbatch --llmgw-model=M ...          (the llmgw SPANK plugin is loaded)
+    sbatch --comment='llmgw:model=M' ...
+it does what `llmgw sbatch --model M` does (slurm/prefer.go, Compose): it adds
+--prefer=llmgw.M (the user's --constraint and --prefer folded in, llmgw.M*k
+when the job wants more nodes than hold it) only when the nodes can satisfy
+it, because Slurm 22.05 rejects a job whose preference no node set can meet,
+and lets a satisfiable preference replace --constraint (slurm/FACTS.md §1, §6).
+
+It never rejects a job on llmgw's account: every error ends in slurm.SUCCESS
+and a log line. What it did is noted in the job's AdminComment.
+
+Which nodes hold what comes from the feature file the llmgw coordinator
+publishes (one line per node: name, partitions, llmgw features), not from
+slurmctld: job_submit runs inside slurmctld, which must not be asked.
+
+The file must say what Slurm has now. `scontrol reconfigure` or a slurmctld
+restart wipes scontrol-set features (FACTS §2); until the coordinator's next
+reconcile puts them back (one interval), a file still listing them yields a
+preference Slurm refuses, and this script cannot retry. llmgw sbatch has no
+such window: it reads sinfo and retries without the preference; its jobs
+carry llmgw:composed in the comment and are left alone here.
+
+Install: copy (or link) this file as job_submit.lua beside slurm.conf and set
+JobSubmitPlugins=lua. Keep PREFIX and the composition in step with
+slurm/prefer.go: slurm/lua_test.go runs both on the same table.
+]]
+
+-- The feature file the coordinator writes. LLMGW_FEATURE_FILE in slurmctld's
+-- environment overrides it (the dev cluster uses that).
+local FEATURE_FILE = os.getenv("LLMGW_FEATURE_FILE") or "/var/lib/llmgw/features"
+-- The prefix of every node feature llmgw owns (slurm.FeaturePrefix).
+local PREFIX = "llmgw."
+-- Slurm rejects a --prefer or --comment longer than this (FACTS §2).
+local MAX_EXPRESSION = 1024
+local COMMENT_TAG = "llmgw:model="
+-- llmgw sbatch composed the job from fresher data (slurm.ComposedTag).
+local COMPOSED_TAG = "llmgw:composed"
+local MAX_MODEL_NAME = 64
+-- The SPANK option as slurmctld sees it in spank_job_env, and the variable
+-- the plugin sets there itself.
+local SPANK_ENV_NAMES = { "_SLURM_SPANK_OPTION_llmgw_llmgw_model", "LLMGW_MODEL" }
+local NO_VAL = 4294967294
+
+llmgw = {}
+
+local function contains(list, v)
+	for _, x in ipairs(list or {}) do
+		if x == v then
+			return true
+		end
+	end
+	return false
+end
+
+-- valid_model mirrors catalog.ValidModelName.
+function llmgw.valid_model(name)
+	return type(name) == "string" and #name > 0 and #name <= MAX_MODEL_NAME
+		and not name:find("[^A-Za-z0-9._-]")
+end
+
+local function trim(s)
+	return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+local function fields(s)
+	local out = {}
+	for f in (s or ""):gmatch("%S+") do
+		out[#out + 1] = f
+	end
+	return out
+end
+
+local function has_token(s, token)
+	for _, f in ipairs(fields(s)) do
+		if f == token then
+			return true
+		end
+	end
+	return false
+end
+
+function llmgw.model_from_comment(comment)
+	for _, f in ipairs(fields(comment)) do
+		if f:sub(1, #COMMENT_TAG) == COMMENT_TAG and #f > #COMMENT_TAG then
+			return f:sub(#COMMENT_TAG + 1)
+		end
+	end
+	return nil
+end
+
+-- Feature expressions: the user's constraint and preference, ANDed. A tree
+-- of features, & and | with parentheses, and at most one matching OR [a|b]
+-- in all; counts, negation and other syntax are refused (slurm/prefer.go,
+-- parseJobExpr).
+local function parse_expr(s)
+	local p = { s = s, i = 1, alts = 0, features = {} }
+	local parse
+	local function peek()
+		return p.s:sub(p.i, p.i)
+	end
+	local function term(depth)
+		if p.i > #p.s then
+			error("missing a feature at the end", 0)
+		end
+		local c = peek()
+		if c == "(" or c == "[" then
+			if c == "[" and depth > 0 then
+				error("a matching OR ([...]) inside parentheses or brackets", 0)
+			end
+			p.i = p.i + 1
+			local node = parse(depth + 1, c == "[")
+			local want = c == "[" and "]" or ")"
+			if peek() ~= want then
+				error("missing " .. want, 0)
+			end
+			p.i = p.i + 1
+			return node
+		end
+		local start = p.i
+		while p.i <= #p.s and not peek():find("[&|()%[%]]") do
+			p.i = p.i + 1
+		end
+		local name = p.s:sub(start, p.i - 1)
+		if name == "" then
+			error("missing a feature before " .. peek(), 0)
+		end
+		if name:find("[*!,]") then
+			error(name .. " uses a count, negation or list, which llmgw does not evaluate", 0)
+		end
+		p.features[#p.features + 1] = name
+		return { op = "f", name = name }
+	end
+	parse = function(depth, in_bracket)
+		local terms, op = {}, nil
+		while true do
+			terms[#terms + 1] = term(depth)
+			if p.i > #p.s then
+				break
+			end
+			local c = peek()
+			if c == ")" or c == "]" then
+				break
+			end
+			if c ~= "&" and c ~= "|" then
+				error("unexpected " .. c, 0)
+			end
+			if op and op ~= c then
+				error("& and | mixed without parentheses", 0)
+			end
+			op = c
+			p.i = p.i + 1
+		end
+		if in_bracket then
+			if op == "&" then
+				error("a matching OR ([...]) joins alternatives with |", 0)
+			end
+			p.alts = #terms
+			return { op = "[", children = terms }
+		end
+		for _, t in ipairs(terms) do
+			if t.op == "[" and op == "|" then
+				error("a matching OR ([...]) inside an OR", 0)
+			end
+		end
+		if #terms == 1 then
+			return terms[1]
+		end
+		return { op = op, children = terms }
+	end
+	local node = parse(0, false)
+	if p.i <= #p.s then
+		error("unexpected " .. peek(), 0)
+	end
+	return node, p.alts, p.features
+end
+
+local function eval(x, feats, alt)
+	if x.op == "f" then
+		return feats[x.name] == true
+	elseif x.op == "&" then
+		for _, c in ipairs(x.children) do
+			if not eval(c, feats, alt) then
+				return false
+			end
+		end
+		return true
+	elseif x.op == "|" then
+		for _, c in ipairs(x.children) do
+			if eval(c, feats, alt) then
+				return true
+			end
+		end
+		return false
+	elseif x.op == "[" then
+		return eval(x.children[alt], feats, alt)
+	end
+	return false
+end
+
+-- parse_job_expr returns {root=, alts=} or nil and why.
+local function parse_job_expr(constraint, prefer, complete)
+	local e, ands = { alts = 0 }, {}
+	for _, s in ipairs({ { "--constraint", constraint }, { "--prefer", prefer } }) do
+		local flag, v = s[1], s[2]
+		if v and trim(v) ~= "" then
+			local ok, node, alts, feats = pcall(parse_expr, v)
+			if not ok then
+				return nil, "cannot read " .. flag .. "=" .. v .. " (" .. tostring(node) .. ")"
+			end
+			e.alts = e.alts + alts
+			if not complete then
+				for _, f in ipairs(feats) do
+					if f:sub(1, #PREFIX) ~= PREFIX then
+						return nil, flag .. "=" .. v .. " names " .. f .. ", and the feature file lists only llmgw's features"
+					end
+				end
+			end
+			ands[#ands + 1] = node
+		end
+	end
+	local _, brackets = ((constraint or "") .. (prefer or "")):gsub("%[", "")
+	if brackets > 1 then
+		return nil, "more than one matching OR ([...]) in --constraint and --prefer"
+	end
+	if #ands == 1 then
+		e.root = ands[1]
+	elseif #ands > 1 then
+		e.root = { op = "&", children = ands }
+	end
+	return e
+end
+
+local function mentions(expr, feature)
+	for t in (expr or ""):gmatch("[^&|()%[%]*!]+") do
+		if trim(t) == feature then
+			return true
+		end
+	end
+	return false
+end
+
+-- join_and: slurm/prefer.go joinAnd.
+local function join_and(parts, count)
+	local out = {}
+	for i = 1, count do
+		local p = trim(parts[i] or "")
+		if p ~= "" then
+			if i < count and not p:find("[", 1, true) then
+				p = "(" .. p .. ")"
+			end
+			out[#out + 1] = p
+		end
+	end
+	return table.concat(out, "&")
+end
+
+-- compose is slurm.Compose: the same input fields (snake case as in
+-- testdata/compose/cases.json) and the same result.
+function llmgw.compose(input)
+	local out = { notes = {} }
+	local function note(s)
+		out.notes[#out.notes + 1] = s
+	end
+	local model = input.model
+	local feature = PREFIX .. model
+	local n = input.nodes or 0
+	if n < 1 then
+		n = 1
+	end
+	local cluster = input.cluster or {}
+
+	local tags = {}
+	if input.spank then
+		out.spank_model = model
+	elseif not has_token(input.comment, COMMENT_TAG .. model) then
+		tags[#tags + 1] = COMMENT_TAG .. model
+	end
+	if input.composed and not has_token(input.comment, COMPOSED_TAG) then
+		tags[#tags + 1] = COMPOSED_TAG
+	end
+	while #tags > 0 do
+		local c = table.concat(tags, " ")
+		if input.comment and input.comment ~= "" then
+			c = input.comment .. " " .. c
+		end
+		if #c <= MAX_EXPRESSION then
+			out.comment = c
+			break
+		end
+		note("comment not tagged with " .. tags[#tags] .. ": it would pass Slurm's limit of " .. MAX_EXPRESSION)
+		tags[#tags] = nil
+	end
+
+	local user_excl, held = {}, {}
+	for _, x in ipairs(input.exclude or {}) do
+		user_excl[x] = true
+	end
+	for _, nd in ipairs(cluster) do
+		nd.set = {}
+		for _, f in ipairs(nd.features or {}) do
+			nd.set[f] = true
+		end
+		if nd.set[feature] then
+			held[nd.name] = true
+		end
+	end
+	local ours = {}
+	for _, x in ipairs(input.no_room or {}) do
+		if not held[x] and not user_excl[x] and not contains(ours, x) then
+			ours[#ours + 1] = x
+		end
+	end
+
+	local expr, why
+	if input.nodelist then
+		why = "the job names its nodes (--nodelist)"
+	elseif mentions(input.prefer, feature) then
+		why = "the job's --prefer already asks for " .. feature
+	else
+		expr, why = parse_job_expr(input.constraint, input.prefer, input.complete)
+	end
+
+	local function count(x, excl)
+		local parts = input.partitions or {}
+		if #parts == 0 then
+			parts = { false }
+		end
+		local eligible, holders = -1, -1
+		for _, p in ipairs(parts) do
+			local best_e, best_h = 0, 0
+			for alt = 1, math.max(x.alts, 1) do
+				local e, h = 0, 0
+				for _, nd in ipairs(cluster) do
+					local in_part = (p == false) or contains(nd.partitions, p)
+					if in_part and not excl[nd.name] and (x.root == nil or eval(x.root, nd.set, alt)) then
+						e = e + 1
+						if held[nd.name] then
+							h = h + 1
+						end
+					end
+				end
+				best_e = math.max(best_e, e)
+				if e >= n then
+					best_h = math.max(best_h, h)
+				end
+			end
+			if eligible < 0 or best_e < eligible then
+				eligible = best_e
+			end
+			if holders < 0 or best_h < holders then
+				holders = best_h
+			end
+		end
+		return eligible, holders
+	end
+
+	-- slurm/prefer.go: no exclusion that could make Slurm reject the job.
+	local excl = user_excl
+	if #ours > 0 then
+		if not expr then
+			note("not excluding " .. table.concat(ours, ",") .. ": " .. why)
+			ours = {}
+		else
+			local trial = {}
+			for x in pairs(user_excl) do
+				trial[x] = true
+			end
+			for _, x in ipairs(ours) do
+				trial[x] = true
+			end
+			if count(expr, trial) >= n then
+				excl = trial
+			else
+				if count(expr, user_excl) >= n then
+					note("not excluding " .. table.concat(ours, ",") .. ": too few nodes would be left")
+				end
+				ours = {}
+			end
+		end
+	end
+	if #ours > 0 then
+		local all, seen = {}, {}
+		for _, x in ipairs(input.exclude or {}) do
+			if not seen[x] then
+				all[#all + 1], seen[x] = x, true
+			end
+		end
+		for _, x in ipairs(ours) do
+			if not seen[x] then
+				all[#all + 1], seen[x] = x, true
+			end
+		end
+		table.sort(all)
+		out.exclude = all
+		note("excluding " .. table.concat(ours, ",") .. ": no room for " .. model)
+	end
+
+	if not expr then
+		note("no preference for " .. feature .. ": " .. why)
+		return out
+	end
+	local _, k = count(expr, excl)
+	if k == 0 then
+		note("no preference: no node in the job's partition holds " .. model)
+		return out
+	end
+	local term = feature
+	if n > k then
+		term = term .. "*" .. k
+	end
+	local prefer = join_and({ input.constraint, input.prefer, term }, 3)
+	if #prefer > MAX_EXPRESSION then
+		note("no preference: it would be " .. #prefer .. " characters, over Slurm's limit of " .. MAX_EXPRESSION)
+		return out
+	end
+	out.prefer = prefer
+	out.holders = k
+	note("prefer=" .. prefer)
+	return out
+end
+
+-- expand turns a Slurm hostlist ("n[1-3,7],login") into names.
+function llmgw.expand(list)
+	local out = {}
+	if not list or list == "" then
+		return out
+	end
+	local i, depth, start = 1, 0, 1
+	local parts = {}
+	for j = 1, #list do
+		local c = list:sub(j, j)
+		if c == "[" then
+			depth = depth + 1
+		elseif c == "]" then
+			depth = depth - 1
+		elseif c == "," and depth == 0 then
+			parts[#parts + 1] = list:sub(start, j - 1)
+			start = j + 1
+		end
+	end
+	parts[#parts + 1] = list:sub(start)
+	for _, part in ipairs(parts) do
+		local pre, body, post = part:match("^([^%[]*)%[([^%]]*)%](.*)$")
+		if not pre then
+			if part ~= "" then
+				out[#out + 1] = part
+			end
+		else
+			for r in body:gmatch("[^,]+") do
+				local lo, hi = r:match("^(%d+)-(%d+)$")
+				if not lo then
+					lo, hi = r, r
+				end
+				for v = tonumber(lo), tonumber(hi) do
+					i = i + 1
+					if i > 100000 then
+						error("hostlist " .. list .. " is too long", 0)
+					end
+					out[#out + 1] = pre .. string.format("%0" .. #lo .. "d", v) .. post
+				end
+			end
+		end
+	end
+	return out
+end
+
+-- read_features reads the coordinator's feature file:
+--   # llmgw features (generated by the coordinator; do not edit)
+--   <node> <partitions comma-separated or -> <llmgw features comma-separated or ->
+function llmgw.read_features(path)
+	local f, err = io.open(path, "r")
+	if not f then
+		return nil, err
+	end
+	local nodes, lineno = {}, 0
+	for line in f:lines() do
+		lineno = lineno + 1
+		if not line:match("^%s*#") and not line:match("^%s*$") then
+			local name, parts, feats = line:match("^(%S+)%s+(%S+)%s+(%S+)%s*$")
+			if not name then
+				f:close()
+				return nil, path .. " line " .. lineno .. ": want <node> <partitions> <features>"
+			end
+			local nd = { name = name, partitions = {}, features = {} }
+			if parts ~= "-" then
+				for p in parts:gmatch("[^,]+") do
+					nd.partitions[#nd.partitions + 1] = p
+				end
+			end
+			if feats ~= "-" then
+				for x in feats:gmatch("[^,]+") do
+					nd.features[#nd.features + 1] = x
+				end
+			end
+			nodes[#nodes + 1] = nd
+		end
+	end
+	f:close()
+	return nodes
+end
+
+-- model_from_job: the SPANK option first (it is what the hooks will see),
+-- then the comment tag. Returns model, from_spank.
+function llmgw.model_from_job(job_desc)
+	local env = job_desc.spank_job_env
+	if type(env) == "table" then
+		-- Keys run from 0 (slurm/FACTS.md §6).
+		local i = 0
+		while env[i] ~= nil or env[i + 1] ~= nil do
+			local kv = env[i]
+			if type(kv) == "string" then
+				for _, name in ipairs(SPANK_ENV_NAMES) do
+					if kv:sub(1, #name + 1) == name .. "=" then
+						return kv:sub(#name + 2), true
+					end
+				end
+			end
+			i = i + 1
+		end
+	end
+	local m = llmgw.model_from_comment(job_desc.comment)
+	if m then
+		return m, false
+	end
+	return nil
+end
+
+local function partitions_of(job_desc, part_list)
+	local parts = {}
+	if job_desc.partition and job_desc.partition ~= "" then
+		for p in job_desc.partition:gmatch("[^,]+") do
+			parts[#parts + 1] = p
+		end
+		return parts
+	end
+	for _, rec in pairs(part_list or {}) do
+		if rec.flag_default and rec.flag_default ~= 0 then
+			parts[#parts + 1] = rec.name
+		end
+	end
+	return parts
+end
+
+local function note_admin(job_desc, text)
+	local c = "llmgw: " .. text
+	if job_desc.admin_comment and job_desc.admin_comment ~= "" then
+		c = job_desc.admin_comment .. "; " .. c
+	end
+	if #c > MAX_EXPRESSION then
+		c = c:sub(1, MAX_EXPRESSION)
+	end
+	job_desc.admin_comment = c
+end
+
+-- submit does the work; slurm_job_submit guards it.
+function llmgw.submit(job_desc, part_list)
+	local model, from_spank = llmgw.model_from_job(job_desc)
+	if not model then
+		return
+	end
+	if not llmgw.valid_model(model) then
+		note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
+		return
+	end
+	if has_token(job_desc.comment, COMPOSED_TAG) then
+		note_admin(job_desc, "model " .. model .. ": composed by llmgw sbatch")
+		return
+	end
+	if mentions(job_desc.prefer, PREFIX .. model) then
+		-- llmgw sbatch composed it already, from fresher features.
+		note_admin(job_desc, "model " .. model .. ": preference already set")
+		return
+	end
+	local cluster, err = llmgw.read_features(FEATURE_FILE)
+	if not cluster then
+		note_admin(job_desc, "model " .. model .. ", no preference: feature file " .. tostring(err))
+		slurm.log_info("llmgw: job for %s: no preference: feature file: %s", model, tostring(err))
+		return
+	end
+	local nodes = job_desc.min_nodes
+	if type(nodes) ~= "number" or nodes >= NO_VAL then
+		nodes = 1
+	end
+	local parts = partitions_of(job_desc, part_list)
+	local r = llmgw.compose({
+		model = model,
+		constraint = job_desc.features,
+		prefer = job_desc.prefer,
+		nodes = nodes,
+		exclude = llmgw.expand(job_desc.exc_nodes),
+		nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "",
+		comment = job_desc.comment,
+		partitions = parts,
+		cluster = cluster,
+		complete = false,
+		spank = from_spank,
+	})
+	if r.prefer then
+		job_desc.prefer = r.prefer
+	end
+	if r.exclude then
+		job_desc.exc_nodes = table.concat(r.exclude, ",")
+	end
+	if r.comment then
+		job_desc.comment = r.comment
+	end
+	local where = #parts > 0 and (" in " .. table.concat(parts, ",")) or ""
+	local what = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)") .. where .. ": " .. table.concat(r.notes, "; ")
+	note_admin(job_desc, what)
+	slurm.log_info("llmgw: %s", what)
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+	local ok, err = pcall(llmgw.submit, job_desc, part_list)
+	if not ok then
+		-- Never reject a job on llmgw's account.
+		slurm.log_error("llmgw: job_submit failed, job left as submitted: %s", tostring(err))
+		pcall(note_admin, job_desc, "error, nothing added: " .. tostring(err))
+	end
+	return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	return slurm.SUCCESS
+end
+
+return slurm.SUCCESS
