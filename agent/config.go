@@ -102,6 +102,12 @@ type Config struct {
 	// Connections is how many ranges one fetch downloads at once (default
 	// DefaultConnections).
 	Connections int `toml:"connections"`
+	// LockDir is the node-local directory of the one-fetch-per-node locks
+	// (default fetch.DefaultLockDir). The hooks' fallback fetch must use the
+	// same one to wait for the agent's fetch; several simulated nodes on one
+	// machine (llmgw demo) each need their own, and one that goes away with
+	// them.
+	LockDir string `toml:"lock_dir"`
 
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
@@ -170,7 +176,7 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile} {
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "lock dir": c.LockDir} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

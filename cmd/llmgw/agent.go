@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 const agentAbout = `Runs the node agent: scans the weight directories and the fetch cache,
@@ -73,13 +74,14 @@ func agentConfigFlags(fs *pflag.FlagSet, cfg *agent.Config) {
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", orDefault(cfg.ReportInterval, agent.DefaultReportInterval), "how often to report when nothing changed (±10%)")
 	fs.DurationVar(&cfg.DirTimeout, "dir-timeout", cfg.DirTimeout, "how long one directory may take to scan before it is reported as not answering (0: the default, 10s)")
 	fs.IntVar(&cfg.Connections, "connections", orDefault(cfg.Connections, agent.DefaultConnections), "connections per fetch")
+	fs.StringVar(&cfg.LockDir, "lock-dir", cfg.LockDir, "node-local directory for the one-fetch-per-node locks (default "+fetch.DefaultLockDir+")")
 }
 
 // absAgentPaths makes the paths given by flag or environment absolute. A
 // relative path there means the directory it was typed in; in the file it
 // means nothing, and Validate says so.
 func absAgentPaths(fs *pflag.FlagSet, cfg *agent.Config) {
-	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket} {
+	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket, "lock-dir": &cfg.LockDir} {
 		if fs.Changed(name) && *p != "" {
 			if abs, err := filepath.Abs(*p); err == nil {
 				*p = abs
