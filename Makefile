@@ -11,13 +11,17 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/llmgw
 
-.PHONY: all build test lint unit integration clean help
+.PHONY: all build demo test lint unit integration clean help
 
 all: build
 
 ## build: the llmgw binary in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
+
+## demo: the whole flow on this machine (coordinator, agents, a fetch, status); cleans up after itself
+demo: build
+	$(BIN) demo
 
 ## test: lint, unit tests with -race, then the integration tests on a real private Slurm cluster
 test: lint unit integration

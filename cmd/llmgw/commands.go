@@ -53,6 +53,7 @@ func init() {
 		{name: "gc", synopsis: "[--collect] [--node NAME] [--json]", summary: "reclaim fetched weights no catalog entry wants, node by node (lists unless --collect)", run: gcCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
+		{name: "demo", synopsis: "[--no-fuse] [--no-cluster] [--tmp DIR]", summary: "run the whole flow on this machine: coordinator, agents, fetch, status (cleans up after itself)", run: demoCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

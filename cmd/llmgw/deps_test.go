@@ -29,6 +29,7 @@ var importRules = map[string]struct {
 	"prolog":            {[]string{"api", "weights/catalog", "weights/fetch", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights/catalog"}, "the store persists api types; it decides nothing"},
+	"demo":              {[]string{"api", "weights/catalog"}, "the demo's pure parts (generated weights, the local origin, the words for each step) read api types; running processes is cmd/llmgw's"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
