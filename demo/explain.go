@@ -134,6 +134,14 @@ type PlacementFabric struct {
 // ExplainPlacement says what a ranking means for a job.
 func ExplainPlacement(p *Placement) []string {
 	var out []string
+	if p.Count > 1 {
+		for _, f := range p.Fabric {
+			if f.Enough {
+				out = append(out, fmt.Sprintf("Fabric %s can take all %d nodes: %s.", f.Fabric, p.Count, strings.TrimSuffix(f.Reason, ".")))
+				break
+			}
+		}
+	}
 	if len(p.Nodes) > 0 {
 		best := p.Nodes[0]
 		out = append(out, fmt.Sprintf("%s ranks first (%s): %s.", best.Node, best.Tier, strings.TrimSuffix(best.Reason, ".")))

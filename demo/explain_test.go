@@ -74,8 +74,10 @@ func TestExplainPlacement(t *testing.T) {
 		{Node: "n4", Rank: 4, Tier: "stale", Reason: "no report for 7s"},
 	}}
 	p.Model.Name = "m"
+	p.Count = 2
+	p.Fabric = []PlacementFabric{{Fabric: "ib-b", Reason: "too few"}, {Fabric: "ib-a", Enough: true, Reason: "2 nodes can serve m"}}
 	got := strings.Join(ExplainPlacement(p), "\n")
-	for _, w := range []string{"n1 ranks first (holds-local): holds a local copy.", "n4 ranks last (stale): no report for 7s.", "should use n1"} {
+	for _, w := range []string{"Fabric ib-a can take all 2 nodes: 2 nodes can serve m.", "n1 ranks first (holds-local): holds a local copy.", "n4 ranks last (stale): no report for 7s.", "a job wanting 2 nodes should use n1"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("missing %q in:\n%s", w, got)
 		}

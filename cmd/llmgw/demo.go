@@ -147,6 +147,9 @@ type demoProc struct {
 	log  string
 	done chan struct{}
 	err  error
+	// stopping is set when the demo stops the process on purpose; any
+	// other exit is a failure the demo reports at once.
+	stopping bool
 }
 
 // say prints a line with the temporary directory written as $DEMO, so that
@@ -736,8 +739,11 @@ func (d *demoRun) stepSbatch(ctx context.Context) error {
 		d.say("   (skipped: %s)", d.skipWhy)
 		return nil
 	}
-	holder := demo.Nodes[0].Name
-	feature := "llmgw." + demo.Remote.Model
+	// The model held on n3 alone: on an idle cluster Slurm takes the first
+	// idle node, n1, so a job that runs on n3 went there because of the
+	// preference, not by chance.
+	model, holder := demo.Local.Model, demo.LocalHolder
+	feature := "llmgw." + model
 	if err := d.waitFor(ctx, "Slurm to show feature "+feature+" on "+holder, func() (bool, error) {
 		nodes, err := c.runner.Nodes(ctx)
 		if err != nil {
@@ -752,6 +758,7 @@ func (d *demoRun) stepSbatch(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	d.say("   The coordinator has put feature %s on %s in Slurm (sinfo -N -o '%%N %%f' shows it).", feature, holder)
 	script := filepath.Join(d.dir, "job.sh")
 	text := fmt.Sprintf(`#!/bin/sh
 #SBATCH --job-name=llmgw-demo
@@ -762,7 +769,7 @@ echo "ran on $SLURMD_NODENAME; LLMGW_MODEL_PATH=${LLMGW_MODEL_PATH:-(not set: th
 		return err
 	}
 	env := append(d.clientEnv(), "SLURM_CONF="+c.conf)
-	out, err := d.show(ctx, env, "sbatch", "--model", demo.Remote.Model, script)
+	out, notes, err := d.showBoth(ctx, env, "sbatch", "--model", model, script)
 	if err != nil {
 		return err
 	}
@@ -786,14 +793,17 @@ echo "ran on $SLURMD_NODENAME; LLMGW_MODEL_PATH=${LLMGW_MODEL_PATH:-(not set: th
 	if b, err := os.ReadFile(filepath.Join(d.dir, "job-"+c.jobID+".out")); err == nil {
 		d.indent(string(b))
 	}
-	if where == holder {
-		d.explain([]string{
-			fmt.Sprintf("It ran on %s, the node that holds %s (fetched in step 5): the coordinator put feature %s on it, and llmgw sbatch added --prefer %s, which Slurm honours when it can.", holder, demo.Remote.Model, feature, feature),
-		})
-	} else {
-		d.explain([]string{
-			fmt.Sprintf("It ran on %s, not on %s which holds %s: a preference is not a filter, and Slurm placed it elsewhere (was %s busy?).", where, holder, demo.Remote.Model, holder),
-		})
+	preferred := strings.Contains(notes, "--prefer") && strings.Contains(notes, feature)
+	switch {
+	case where == holder && preferred:
+		d.explain([]string{fmt.Sprintf("It ran on %s, the node that holds %s: llmgw sbatch added --prefer %s because Slurm's features showed a node that can meet it, "+
+			"and Slurm, which would otherwise have taken the first idle node, honoured it.", holder, model, feature)})
+	case where == holder:
+		d.explain([]string{fmt.Sprintf("It ran on %s, the node that holds %s, but llmgw sbatch added no preference (its notes above say why): Slurm put it there on its own.", holder, model)})
+	case preferred:
+		d.explain([]string{fmt.Sprintf("It ran on %s, not on %s which holds %s: a preference is not a filter, and Slurm placed it elsewhere (was %s busy?).", where, holder, model, holder)})
+	default:
+		d.explain([]string{fmt.Sprintf("It ran on %s, not on %s which holds %s: llmgw sbatch added no preference (its notes above say why).", where, holder, model)})
 	}
 	return nil
 }
@@ -892,6 +902,7 @@ func (d *demoRun) stop(p *demoProc) {
 		return
 	default:
 	}
+	p.stopping = true
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -943,6 +954,15 @@ func (d *demoRun) waitFor(ctx context.Context, what string, cond func() (bool, e
 		if ok {
 			return nil
 		}
+		for _, p := range d.procs {
+			select {
+			case <-p.done:
+				if !p.stopping {
+					return fmt.Errorf("waiting for %s: %s exited (%v); its log is below", what, p.name, p.err)
+				}
+			default:
+			}
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("waiting for %s: not within %s", what, demoWait)
 		}
@@ -979,6 +999,12 @@ func (d *demoRun) exec(ctx context.Context, env []string, args ...string) (strin
 // show runs `llmgw args...` as the user would, printing the command line and
 // what it printed, and returns its stdout.
 func (d *demoRun) show(ctx context.Context, env []string, args ...string) (string, error) {
+	stdout, _, err := d.showBoth(ctx, env, args...)
+	return stdout, err
+}
+
+// showBoth is show that returns stderr too.
+func (d *demoRun) showBoth(ctx context.Context, env []string, args ...string) (string, string, error) {
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = a
@@ -991,9 +1017,9 @@ func (d *demoRun) show(ctx context.Context, env []string, args ...string) (strin
 	d.indent(stdout)
 	d.indent(stderr)
 	if err != nil {
-		return stdout, fmt.Errorf("llmgw %s: %w", strings.Join(args, " "), err)
+		return stdout, stderr, fmt.Errorf("llmgw %s: %w", strings.Join(args, " "), err)
 	}
-	return stdout, nil
+	return stdout, stderr, nil
 }
 
 // jsonOf runs `llmgw args...` (with --json among them) and decodes its
@@ -1028,7 +1054,13 @@ func (d *demoRun) showLogs() {
 		if err != nil || len(b) == 0 {
 			continue
 		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		// The coordinator logs every request; what went wrong is in the rest.
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			if !strings.Contains(l, `"msg":"request"`) {
+				lines = append(lines, l)
+			}
+		}
 		d.say("--- the end of %s's log (%s)", p.name, p.log)
 		for _, l := range lines[max(0, len(lines)-5):] {
 			d.say("    %s", l)
