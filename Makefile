@@ -23,7 +23,7 @@ SPANK_CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fstack-protector-stro
 SPANK_LDFLAGS  := -shared -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--version-script=$(SPANK_LDS)
 HAVE_SPANK_H   := $(wildcard $(SLURM_INC)/slurm/spank.h)
 
-.PHONY: all build spank test lint unit integration clean help
+.PHONY: all build spank demo test lint unit integration clean help
 
 all: build
 
@@ -39,6 +39,10 @@ $(SPANK): $(SPANK_SRC) $(SPANK_LDS)
 	@mkdir -p $(dir $@)
 	$(CC) $(SPANK_CPPFLAGS) $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o $@.tmp $(SPANK_SRC)
 	mv $@.tmp $@
+
+## demo: the whole flow on this machine (coordinator, agents, a fetch, status); cleans up after itself
+demo: build
+	$(BIN) demo
 
 ## test: lint, unit tests with -race, then the integration tests on a real private Slurm cluster
 test: lint unit integration

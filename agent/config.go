@@ -105,6 +105,12 @@ type Config struct {
 	// Connections is how many ranges one fetch downloads at once (default
 	// DefaultConnections).
 	Connections int `toml:"connections"`
+	// LockDir is the node-local directory of the one-fetch-per-node locks
+	// (default fetch.DefaultLockDir). The hooks' fallback fetch must use the
+	// same one to wait for the agent's fetch; several simulated nodes on one
+	// machine (llmgw demo) each need their own, and one that goes away with
+	// them.
+	LockDir string `toml:"lock_dir"`
 
 	// GPUMemory is the node's total GPU memory in bytes, all GPUs together,
 	// reported for placement's memory check. 0 (the default) asks NvidiaSMI;
@@ -189,7 +195,7 @@ func (c Config) Validate() error {
 	if c.GPUMemory < 0 {
 		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "nvidia-smi": c.NvidiaSMI} {
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "nvidia-smi": c.NvidiaSMI, "lock dir": c.LockDir} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

@@ -26,6 +26,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative weight dir", cfg: Config{WeightDirs: []string{"models"}}, want: `weight dir "models" is relative`},
 		{name: "empty weight dir", cfg: Config{WeightDirs: []string{""}}, want: "weight dir is empty"},
 		{name: "relative cache", cfg: Config{CacheDir: "cache"}, want: `cache dir "cache" is relative`},
+		{name: "relative lock dir", cfg: Config{LockDir: "locks"}, want: `lock dir "locks" is relative`},
 		{name: "long socket", cfg: Config{Socket: "/" + strings.Repeat("s", 120)}, want: "shorter than 107 bytes"},
 		{name: "socket dir too long for the private bind", cfg: Config{Socket: "/" + strings.Repeat("d", 95) + "/a.sock"}, want: "its directory 18 shorter"},
 		{name: "metrics address", cfg: Config{MetricsListen: "9482"}, want: "metrics listen"},

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 const agentAbout = `Runs the node agent: scans the weight directories and the fetch cache,
@@ -76,6 +77,7 @@ func agentConfigFlags(fs *pflag.FlagSet, cfg *agent.Config) {
 	fs.IntVar(&cfg.Connections, "connections", orDefault(cfg.Connections, agent.DefaultConnections), "connections per fetch")
 	fs.Var(&bytesFlag{name: "--gpu-memory", v: &cfg.GPUMemory}, "gpu-memory", "the node's total GPU memory, e.g. 640G (default: ask nvidia-smi)")
 	fs.StringVar(&cfg.NvidiaSMI, "nvidia-smi", orDefault(cfg.NvidiaSMI, agent.DefaultNvidiaSMI), "nvidia-smi to ask for the GPU memory (absent: unknown)")
+	fs.StringVar(&cfg.LockDir, "lock-dir", cfg.LockDir, "node-local directory for the one-fetch-per-node locks (default "+fetch.DefaultLockDir+")")
 }
 
 // bytesFlag is a byte count flag that takes units (see parseBytes).
@@ -106,7 +108,7 @@ func (f *bytesFlag) Type() string { return "BYTES" }
 // relative path there means the directory it was typed in; in the file it
 // means nothing, and Validate says so.
 func absAgentPaths(fs *pflag.FlagSet, cfg *agent.Config) {
-	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket, "nvidia-smi": &cfg.NvidiaSMI} {
+	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket, "nvidia-smi": &cfg.NvidiaSMI, "lock-dir": &cfg.LockDir} {
 		if fs.Changed(name) && *p != "" {
 			if abs, err := filepath.Abs(*p); err == nil {
 				*p = abs

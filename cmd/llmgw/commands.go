@@ -56,6 +56,7 @@ func init() {
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
 		{name: "sbatch", synopsis: "--model M [sbatch options] SCRIPT [ARGS]", summary: "submit a job with sbatch, preferring nodes that hold model M", run: sbatchCmd},
+		{name: "demo", synopsis: "[--no-fuse] [--no-cluster] [--tmp DIR]", summary: "run the whole flow on this machine: coordinator, agents, fetch, status (cleans up after itself)", run: demoCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

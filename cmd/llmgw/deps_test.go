@@ -30,6 +30,7 @@ var importRules = map[string]struct {
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"api/table":         {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
+	"cmd/llmgw/demo":    {[]string{"api", "weights/catalog"}, "the demo's pure parts (generated weights, the local origin, the words for each step) read api types; running processes is cmd/llmgw's"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
