@@ -52,6 +52,7 @@ func init() {
 		{name: "status", synopsis: "[MODEL] [--json]", summary: "per fabric: which models are held (shared/local), fetching, stale nodes", run: statusCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
+		{name: "doctor", synopsis: "[--config FILE] [--json] [agent flags]", summary: "check this host's Slurm and llmgw setup and say how to fix each problem", run: doctorCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

@@ -27,6 +27,7 @@ var importRules = map[string]struct {
 	"prolog":            {[]string{"api", "weights", "slurm"}, "the hooks run in every job start: they talk to the local agent and fetch only as a fallback"},
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
+	"doctor":            {[]string{"api", "slurm", "weights"}, "the doctor reads every side (Slurm, agent socket, coordinator, cache) through their clients and links no server code"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.

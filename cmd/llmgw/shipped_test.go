@@ -11,6 +11,8 @@ import (
 
 	"github.com/llmgw/llmgw/agent"
 	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/doctor"
+	"github.com/llmgw/llmgw/slurm"
 )
 
 // The configuration files the package installs in /etc/llmgw are read by the
@@ -158,6 +160,80 @@ func TestShippedUnits(t *testing.T) {
 			if !bytes.Contains(b, []byte("\n"+line+"\n")) {
 				t.Errorf("%s lacks %s", unit, line)
 			}
+		}
+	}
+}
+
+// TestSnippetPassesDoctor checks the slurm.conf lines the package documents
+// with the doctor's own rules: the PrologEpilogTimeout there must stay above
+// the fetch deadline, and the hooks must be the installed ones.
+func TestSnippetPassesDoctor(t *testing.T) {
+	b, err := os.ReadFile("../../packaging/slurm.conf.snippet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, includes := slurm.ParseConf(b)
+	if len(includes) != 0 {
+		t.Errorf("the snippet includes %v", includes)
+	}
+	want := map[string]string{
+		"prologflags":      "Alloc",
+		"prolog":           doctor.DefaultHookDir + "/prolog",
+		"epilog":           doctor.DefaultHookDir + "/epilog",
+		"taskprolog":       doctor.DefaultHookDir + "/task-prolog",
+		"plugstackconfig":  "/etc/slurm/plugstack.conf",
+		"jobsubmitplugins": "lua",
+	}
+	for k, v := range want {
+		if conf[k] != v {
+			t.Errorf("snippet: %s=%q, want %q", k, conf[k], v)
+		}
+	}
+	if len(conf) != len(want)+1 {
+		t.Errorf("snippet sets %d settings, want exactly %d (those above and PrologEpilogTimeout): %v", len(conf), len(want)+1, conf)
+	}
+	fs := doctor.CheckSettings(conf, "/etc/slurm/slurm.conf", nil, doctor.Options{FetchDeadline: fetchDeadline(agent.Config{})})
+	for _, f := range fs {
+		switch f.Check {
+		case "PrologFlags", "PrologEpilogTimeout", "job_submit":
+			if f.Severity != doctor.OK {
+				t.Errorf("the snippet fails the doctor's %s check: %s", f.Check, f.Message)
+			}
+		}
+	}
+}
+
+// TestPackagedPaths: the paths the doctor, the wrappers and the plugstack
+// line expect are the ones nfpm.yaml installs.
+func TestPackagedPaths(t *testing.T) {
+	nfpm, err := os.ReadFile("../../packaging/nfpm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{
+		doctor.DefaultHookDir + "/prolog", doctor.DefaultHookDir + "/epilog", doctor.DefaultHookDir + "/task-prolog",
+		doctor.DefaultHookDir + "/llmgw-hook", doctor.DefaultSpankPlugin, "/etc/slurm/plugstack.conf.d/llmgw.conf",
+		agent.DefaultConfigFile, defaultCoordinatorConfig, "/usr/share/llmgw/job_submit.lua",
+	} {
+		if !bytes.Contains(nfpm, []byte("dst: "+dst+"\n")) {
+			t.Errorf("nfpm.yaml installs nothing at %s", dst)
+		}
+	}
+	line, err := os.ReadFile("../../packaging/slurm/llmgw.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, _, err := slurm.ParsePlugstack(line)
+	if err != nil || len(ps) != 1 || ps[0].Path != doctor.DefaultSpankPlugin || ps[0].Required {
+		t.Errorf("plugstack.conf.d/llmgw.conf = %+v, %v; want one optional line for %s", ps, err, doctor.DefaultSpankPlugin)
+	}
+	for _, hook := range []string{"prolog", "epilog", "task-prolog"} {
+		b, err := os.ReadFile("../../packaging/libexec/" + hook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("hook="+doctor.DefaultHookDir+"/llmgw-hook\n")) {
+			t.Errorf("packaging/libexec/%s does not run %s/llmgw-hook", hook, doctor.DefaultHookDir)
 		}
 	}
 }
