@@ -33,9 +33,10 @@ lint:
 unit:
 	$(GO) test -race -count=1 ./...
 
-## integration: real Slurm (scripts/dev-cluster), real mounts, real processes; needs root
+## integration: real Slurm (scripts/dev-cluster), real mounts, real processes, the installed package; needs root
 integration: build
 	scripts/test-integration
+	scripts/test-package
 
 ## package: the .deb and .rpm in dist/, from packaging/nfpm.yaml (see the PKG_* inputs)
 #

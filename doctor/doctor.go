@@ -222,11 +222,12 @@ func (v slurmView) values(key string, norm func(string) string) []sourced {
 func same(s string) string { return s }
 
 // differs is the finding for a setting whose file and live values disagree.
+// It is a check of its own: the setting's check judges each value.
 func differs(key string, vs []sourced) []Finding {
 	if len(vs) < 2 {
 		return nil
 	}
-	return []Finding{{Check: key, Severity: Warn,
+	return []Finding{{Check: "running config", Severity: Warn,
 		Message: fmt.Sprintf("%s is %q in slurm.conf but %q in the running slurmctld", key, vs[0].val, vs[1].val),
 		Fix:     "restart slurmctld and slurmd (or scontrol reconfigure) so that both run slurm.conf"}}
 }

@@ -134,7 +134,8 @@ func TestCheckSettings(t *testing.T) {
 		{"lua among others", with(h.good(), "jobsubmitplugins", "require_timelimit,lua"), nil, "job_submit", OK, ""},
 		// The controller runs another configuration than the file says.
 		{"live lacks Alloc", h.good(), with(h.good(), "prologflags", "<unset>"), "PrologFlags", Error, "the running slurmctld"},
-		{"live differs", h.good(), with(h.good(), "prolog", "/nonexistent/prolog"), "Prolog", Error, "in slurm.conf but"},
+		{"live differs", h.good(), with(h.good(), "prolog", "/nonexistent/prolog"), "Prolog", Error, "/nonexistent/prolog (the running slurmctld)"},
+		{"live differs, said so", h.good(), with(h.good(), "prolog", "/nonexistent/prolog"), "running config", Warn, "Prolog is"},
 		{"live alone", nil, with(h.good(), "jobsubmitplugins", "<unset>"), "job_submit", Warn, "the running slurmctld"},
 		{"file and live agree", h.good(), with(h.good(), "prologflags", "alloc"), "PrologFlags", OK, "and the running slurmctld"},
 	}

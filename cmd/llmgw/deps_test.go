@@ -30,6 +30,9 @@ var importRules = map[string]struct {
 	"doctor":            {[]string{"api", "slurm", "weights"}, "the doctor reads every side (Slurm, agent socket, coordinator, cache) through their clients and links no server code"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 
+	// packaging/ holds only the package's integration test (dpkg-deb).
+	"packaging": {nil, "the package description's test imports no llmgw code"},
+
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
 }
