@@ -49,7 +49,7 @@ PKG_SPANK      ?= slurm/spank/llmgw_spank.so
 PKG_JOB_SUBMIT ?= slurm/lua/job_submit.lua
 # A tag v1.2.3 gives 1.2.3; otherwise 0.0.0+git.<commit>. '-' becomes '.',
 # since RPM versions cannot hold one.
-PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo "$${v\#v}" | tr - . || \
+PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo "$$v" | sed 's/^v//; s/-/./g' || \
 	echo "0.0.0+git.$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo .dirty)")
 PKG_ARCH    ?= $(shell $(GO) env GOARCH)
 DIST        := dist
