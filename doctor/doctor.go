@@ -296,7 +296,7 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 		var bad []string
 		found := false
 		for _, p := range paths {
-			if err := executable(p); err != nil {
+			if err := executable(p, key == "TaskProlog"); err != nil {
 				bad = append(bad, err.Error())
 				continue
 			}
@@ -325,7 +325,10 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 	return fs
 }
 
-func executable(p string) error {
+// executable says why slurmd could not run the hook at p. byUsers: the
+// TaskProlog runs as the job's user, so others must be able to read and run
+// it (a script is read by its interpreter as that user).
+func executable(p string, byUsers bool) error {
 	st, err := os.Stat(p)
 	switch {
 	case err != nil:
@@ -334,6 +337,8 @@ func executable(p string) error {
 		return fmt.Errorf("%s is a directory", p)
 	case st.Mode()&0o111 == 0:
 		return fmt.Errorf("%s is not executable", p)
+	case byUsers && st.Mode()&0o005 != 0o005:
+		return fmt.Errorf("%s (mode %04o) cannot be read and run by the job's user", p, st.Mode().Perm())
 	}
 	return nil
 }

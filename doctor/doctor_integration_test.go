@@ -245,3 +245,39 @@ func waitIdle(t *testing.T) {
 	}
 	t.Error("the nodes are not idle 30 s after slurmctld was restarted on the good slurm.conf")
 }
+
+// TestCacheOnSharedFS mounts a FUSE filesystem (bindfs), which statfs
+// reports as shared, and puts the cache there: the doctor must refuse it,
+// since the fetch lock is node-local. Needs root and bindfs (make
+// integration installs it); no cluster.
+func TestCacheOnSharedFS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting FUSE needs root: run 'sudo make integration'")
+	}
+	if _, err := exec.LookPath("bindfs"); err != nil {
+		t.Skip("bindfs not installed: apt-get install bindfs fuse3 (scripts/test-integration does)")
+	}
+	src, mnt := t.TempDir(), t.TempDir()
+	cmd := exec.Command("bindfs", "-f", src, mnt)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("bindfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := exec.Command("fusermount", "-u", mnt).Run(); err != nil {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+		cmd.Wait()
+	})
+	var sev Severity
+	var msg string
+	for i := 0; i < 100; i++ {
+		sev, msg = worst(checkCache(context.Background(), Options{CacheDir: mnt, Timeout: 5 * time.Second}), "cache dir")
+		if sev == Error {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // until bindfs has mounted
+	}
+	if sev != Error || !strings.Contains(msg, "shared filesystem (fuse)") || !strings.Contains(msg, "node-local") {
+		t.Errorf("cache on FUSE: %s %q; want an error saying it is shared and the lock node-local", sev, msg)
+	}
+}

@@ -98,6 +98,7 @@ func TestCheckSettings(t *testing.T) {
 	write(t, filepath.Join(h.dir, "site-prolog"), "#!/bin/sh\n/usr/bin/site-thing\n", 0o755)
 	write(t, filepath.Join(h.dir, "site-chained"), "#!/bin/bash\n/usr/bin/site-thing\n"+h.hooks+"/prolog\n", 0o755)
 	write(t, filepath.Join(h.dir, "noexec"), "#!/bin/sh\n# llmgw\n", 0o644)
+	write(t, filepath.Join(h.dir, "root-only"), "#!/bin/sh\n# llmgw\n", 0o700)
 	os.MkdirAll(filepath.Join(h.dir, "prolog.d"), 0o755)
 	os.Symlink(h.hooks+"/prolog", filepath.Join(h.dir, "prolog.d/50-llmgw"))
 	write(t, filepath.Join(h.dir, "etc/empty-plugstack.conf"), "# nothing\n", 0o644)
@@ -122,6 +123,7 @@ func TestCheckSettings(t *testing.T) {
 		{"Prolog missing here", with(h.good(), "prolog", "/nonexistent/prolog"), nil, "Prolog", Error, "drains the node"},
 		{"Epilog not executable", with(h.good(), "epilog", h.dir+"/noexec"), nil, "Epilog", Error, "not executable"},
 		{"TaskProlog missing", with(h.good(), "taskprolog", "<unset>"), nil, "TaskProlog", Error, "not set"},
+		{"TaskProlog for root only", with(h.good(), "taskprolog", h.dir+"/root-only"), nil, "TaskProlog", Error, "cannot be read and run by the job's user"},
 		{"timeout below the deadline", with(h.good(), "prologepilogtimeout", "600"), nil, "PrologEpilogTimeout", Error, "below the fetch deadline"},
 		{"timeout just below the margin", with(h.good(), "prologepilogtimeout", "1829"), nil, "PrologEpilogTimeout", Error, "below"},
 		{"timeout unset is unlimited", with(h.good(), "prologepilogtimeout", "<unset>"), nil, "PrologEpilogTimeout", OK, ""},
