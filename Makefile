@@ -23,7 +23,7 @@ SPANK_CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fstack-protector-stro
 SPANK_LDFLAGS  := -shared -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--version-script=$(SPANK_LDS)
 HAVE_SPANK_H   := $(wildcard $(SLURM_INC)/slurm/spank.h)
 
-.PHONY: all build spank demo test lint unit integration clean help
+.PHONY: all build spank demo test lint unit integration package clean help
 
 all: build
 
@@ -57,13 +57,55 @@ lint:
 unit:
 	$(GO) test -race -count=1 ./...
 
-## integration: real Slurm (scripts/dev-cluster), real mounts, real processes; needs root
+## integration: real Slurm (scripts/dev-cluster), real mounts, real processes, the installed package; needs root
 integration: build
 	scripts/test-integration
+	scripts/test-package
+
+## package: the .deb and .rpm in dist/, from packaging/nfpm.yaml (see the PKG_* inputs)
+#
+# What goes into the package besides bin/llmgw. Each is built elsewhere in
+# this Makefile; point a variable at another file to package that instead.
+# A missing input stops the build with its name: a package without its hooks
+# or plugin would install cleanly and fail on the first job.
+PKG_HOOK       ?= bin/llmgw-hook
+PKG_SPANK      ?= slurm/spank/llmgw_spank.so
+PKG_JOB_SUBMIT ?= slurm/lua/job_submit.lua
+# A tag v1.2.3 gives 1.2.3; otherwise 0.0.0+git.<commit>. '-' becomes '.',
+# since RPM versions cannot hold one.
+PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo "$$v" | sed 's/^v//; s/-/./g' || \
+	echo "0.0.0+git.$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo .dirty)")
+PKG_ARCH    ?= $(shell $(GO) env GOARCH)
+DIST        := dist
+
+# nfpm is built from the module proxy at a fixed version, outside go.mod: as a
+# tool directive it would add some seventy modules to the project's
+# requirements, which no llmgw code uses. `go install pkg@version` resolves
+# exactly nfpm's own tested go.mod and checks it against sum.golang.org.
+NFPM_VERSION := v2.48.0
+NFPM         := bin/nfpm-$(NFPM_VERSION)
+
+$(NFPM):
+	GOBIN=$(CURDIR)/bin.nfpm.tmp $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+	mkdir -p bin && mv bin.nfpm.tmp/nfpm $@ && rmdir bin.nfpm.tmp
+
+package: build $(NFPM)
+	@missing=0; \
+	check() { [ -f "$$1" ] || { echo "make package: $$2 is missing: $$1; $$3" >&2; missing=1; }; }; \
+	check '$(PKG_HOOK)' 'the hook binary (PKG_HOOK)' 'build it from cmd/llmgw-hook, or set PKG_HOOK=FILE'; \
+	check '$(PKG_SPANK)' 'the SPANK plugin (PKG_SPANK)' 'build it from slurm/spank (needs libslurm-dev), or set PKG_SPANK=FILE'; \
+	check '$(PKG_JOB_SUBMIT)' 'job_submit.lua (PKG_JOB_SUBMIT)' 'it lives in slurm/lua, or set PKG_JOB_SUBMIT=FILE'; \
+	if [ $$missing -ne 0 ]; then echo "make package: nothing packaged" >&2; exit 1; fi
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	for p in deb rpm; do \
+		LLMGW_PKG_VERSION='$(PKG_VERSION)' LLMGW_PKG_ARCH='$(PKG_ARCH)' LLMGW_PKG_BIN='$(BIN)' \
+		LLMGW_PKG_HOOK='$(PKG_HOOK)' LLMGW_PKG_SPANK='$(PKG_SPANK)' LLMGW_PKG_JOB_SUBMIT='$(PKG_JOB_SUBMIT)' \
+		$(NFPM) package --config packaging/nfpm.yaml --packager $$p --target $(DIST)/ || exit 1; \
+	done
 
 ## clean: remove build output
 clean:
-	rm -rf bin
+	rm -rf bin $(DIST)
 
 ## help: this list
 help:

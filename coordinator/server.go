@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type Server struct {
 
 	// features is the Slurm feature reconciler; nil when it is off.
 	features *features
+	// notifySocket is $NOTIFY_SOCKET: under systemd (Type=notify) Serve
+	// says READY=1 once it accepts connections, so units ordered after the
+	// coordinator start when it can answer.
+	notifySocket string
 }
 
 // New returns a server over db, loading its view from it, and starts the
@@ -75,6 +80,8 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 		queue:      make(chan *queued, 4*cfg.MaxBatch),
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+
+		notifySocket: os.Getenv("NOTIFY_SOCKET"),
 	}
 	// An agent whose clock went back is heard again once its node is stale.
 	db.ReplaceAfter = s.staleAfter
@@ -171,11 +178,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	// The listener is open and the state loaded (New), so a connection made
+	// now is answered: that is ready.
+	if sent, err := sdNotify(s.notifySocket, "READY=1"); err != nil {
+		s.log.WithError(err).Warn("could not tell systemd the coordinator is ready")
+	} else if sent {
+		s.log.Debug("told systemd the coordinator is ready")
+	}
 	select {
 	case err := <-errc:
 		s.Close()
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
+	}
+	if _, err := sdNotify(s.notifySocket, "STOPPING=1"); err != nil {
+		s.log.WithError(err).Debug("sd_notify STOPPING")
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -57,6 +57,7 @@ func init() {
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
 		{name: "sbatch", synopsis: "--model M [sbatch options] SCRIPT [ARGS]", summary: "submit a job with sbatch, preferring nodes that hold model M", run: sbatchCmd},
 		{name: "demo", synopsis: "[--no-fuse] [--no-cluster] [--tmp DIR]", summary: "run the whole flow on this machine: coordinator, agents, fetch, status (cleans up after itself)", run: demoCmd},
+		{name: "doctor", synopsis: "[--config FILE] [--json] [agent flags]", summary: "check this host's Slurm and llmgw setup and say how to fix each problem", run: doctorCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

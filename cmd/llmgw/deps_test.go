@@ -31,7 +31,11 @@ var importRules = map[string]struct {
 	"coordinator/store": {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"api/table":         {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
 	"cmd/llmgw/demo":    {[]string{"api", "weights/catalog"}, "the demo's pure parts (generated weights, the local origin, the words for each step) read api types; running processes is cmd/llmgw's"},
+	"cmd/llmgw/doctor":  {[]string{"api", "slurm", "weights/catalog", "weights/scan"}, "the doctor reads every side (Slurm, agent socket, coordinator, cache) through their clients and links no server code"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
+
+	// packaging/ holds only the package's integration test (dpkg-deb).
+	"packaging": {nil, "the package description's test imports no llmgw code"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},

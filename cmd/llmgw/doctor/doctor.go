@@ -1,0 +1,642 @@
+// Package doctor checks that a host is set up for llmgw and says, for each
+// problem, how to fix it: the Slurm settings the hooks depend on (from the
+// running slurmctld and from the slurm.conf this host's slurmd reads), the
+// SPANK plugin and job_submit/lua, the agent's socket, the coordinator and
+// its token, and the fetch cache.
+//
+// It gathers facts from every side of llmgw but changes nothing, and it links
+// no server code: the checks read files, ask scontrol through slurm.Runner,
+// and speak to the agent and the coordinator through their api clients.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/scan"
+)
+
+// Severity says what a finding means for jobs.
+type Severity int
+
+const (
+	// OK: checked and right.
+	OK Severity = iota
+	// Warn: llmgw works less well (no placement, no reports), but jobs run.
+	Warn
+	// Error: jobs on this host would fail, or the node would be drained.
+	Error
+)
+
+func (s Severity) String() string {
+	switch s {
+	case Warn:
+		return "warn"
+	case Error:
+		return "error"
+	}
+	return "ok"
+}
+
+// MarshalText makes --json say "error", not 2.
+func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// A Finding is one thing the doctor checked.
+type Finding struct {
+	Check    string   `json:"check"`
+	Severity Severity `json:"severity"`
+	// Message says what was found; Fix what to do about it (empty when OK).
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// Installed paths, as the package puts them (packaging/nfpm.yaml).
+const (
+	DefaultHookDir     = "/usr/libexec/llmgw"
+	DefaultSpankPlugin = "/usr/lib/llmgw/llmgw_spank.so"
+	// DefaultPluginDir is Debian's Slurm PluginDir, where a plugstack line
+	// with a relative path is looked for when slurm.conf names none.
+	DefaultPluginDir = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+)
+
+// PrologMargin is how much longer than the fetch deadline the Prolog may be
+// given: after the deadline the hook still records the failure and answers,
+// and slurmd polls the Prolog's exit on its own clock. Less, and a fetch
+// that runs to its deadline gets the Prolog killed, which drains the node.
+const PrologMargin = 30 * time.Second
+
+// unlimitedTimeout is what slurm.conf(5) and scontrol show for "wait
+// forever", the default of PrologEpilogTimeout.
+const unlimitedTimeout = 65534
+
+// Options are the facts about this host that the doctor does not find by
+// itself: where things are, as the agent's configuration says.
+type Options struct {
+	// Runner runs scontrol (with SLURM_CONF in its environment when set).
+	Runner *slurm.Runner
+	// SlurmConf is the slurm.conf this host's slurmd reads (SLURM_CONF, else
+	// slurm.DefaultConf).
+	SlurmConf string
+
+	// HookDir holds llmgw's Prolog, Epilog and TaskProlog (default
+	// DefaultHookDir); SpankPlugin is the plugin's installed path (default
+	// DefaultSpankPlugin): it is recognised in plugstack.conf by file name.
+	HookDir     string
+	SpankPlugin string
+
+	// AgentConfigErr is why the agent's configuration could not be loaded;
+	// the agent would not start with it.
+	AgentConfigErr error
+	// From the agent's configuration.
+	Socket      string
+	CacheDir    string
+	Coordinator string
+	TokenFile   string
+	// FetchDeadline is how long the Prolog waits for weights.
+	FetchDeadline time.Duration
+
+	// Timeout bounds each network check (default 5 s).
+	Timeout time.Duration
+}
+
+// Run checks this host and returns what it found, in a fixed order: Slurm
+// settings, then the agent, the coordinator, the cache.
+func Run(ctx context.Context, o Options) []Finding {
+	o = o.withDefaults()
+	var fs []Finding
+	s := gatherSlurm(ctx, o)
+	fs = append(fs, s.findings...)
+	fs = append(fs, checkSlurm(s, o.withDefaults())...)
+	fs = append(fs, checkAgentConfig(o)...)
+	fs = append(fs, checkAgent(ctx, o)...)
+	fs = append(fs, checkCoordinator(ctx, o)...)
+	fs = append(fs, checkCache(ctx, o)...)
+	return fs
+}
+
+func (o Options) withDefaults() Options {
+	if o.HookDir == "" {
+		o.HookDir = DefaultHookDir
+	}
+	if o.SpankPlugin == "" {
+		o.SpankPlugin = DefaultSpankPlugin
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Runner == nil {
+		o.Runner = &slurm.Runner{}
+	}
+	return o
+}
+
+// CheckSettings checks Slurm's settings as read from the slurm.conf at
+// confPath (file) and from the running controller (live); either may be nil
+// when it could not be read. Run calls it; it is exported so that the
+// settings llmgw documents can be checked by the same rules.
+func CheckSettings(file slurm.Config, confPath string, live slurm.Config, o Options) []Finding {
+	return checkSlurm(slurmView{confPath: confPath, file: file, live: live}, o.withDefaults())
+}
+
+// Broken reports whether any finding would break jobs.
+func Broken(fs []Finding) bool {
+	return slices.ContainsFunc(fs, func(f Finding) bool { return f.Severity == Error })
+}
+
+// --- Slurm ------------------------------------------------------------------
+
+// slurmView is Slurm's configuration as seen from this host: the file its
+// slurmd reads and the running controller's, either of which may be missing.
+type slurmView struct {
+	confPath string
+	file     slurm.Config // nil when unreadable
+	live     slurm.Config // nil when scontrol failed
+	findings []Finding
+}
+
+func gatherSlurm(ctx context.Context, o Options) slurmView {
+	v := slurmView{confPath: o.SlurmConf}
+	if v.confPath == "" {
+		v.confPath = slurm.DefaultConf
+	}
+	var err error
+	if v.file, err = slurm.ReadConf(v.confPath); err != nil {
+		v.file = nil
+		v.findings = append(v.findings, Finding{Check: "slurm.conf", Severity: Error,
+			Message: fmt.Sprintf("cannot read %s: %v", v.confPath, err),
+			Fix:     "run llmgw doctor on a Slurm node, or point SLURM_CONF at the cluster's slurm.conf"})
+	} else {
+		v.findings = append(v.findings, Finding{Check: "slurm.conf", Message: "read " + v.confPath})
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if v.live, err = o.Runner.ShowConfig(ctx); err != nil {
+		v.live = nil
+		v.findings = append(v.findings, Finding{Check: "slurmctld", Severity: Warn,
+			Message: fmt.Sprintf("cannot read the running configuration: %v; checking slurm.conf alone", err),
+			Fix:     "check that slurmctld is up (scontrol ping) and that this host can reach it"})
+	} else {
+		v.findings = append(v.findings, Finding{Check: "slurmctld", Message: "read the running configuration (scontrol show config)"})
+	}
+	return v
+}
+
+// sourced is a setting's value and where it was read.
+type sourced struct {
+	val, from string
+}
+
+// values returns key's value from each side that could be read, as one entry
+// when both agree. norm makes equal settings compare equal (case, defaults).
+// The file is what this host's slurmd runs and the next controller restart
+// will run; the live value is what the controller runs now. Both matter.
+func (v slurmView) values(key string, norm func(string) string) []sourced {
+	var out []sourced
+	var fv, lv string
+	if v.file != nil {
+		fv, _ = v.file.Get(key)
+		fv = norm(fv)
+		out = append(out, sourced{fv, v.confPath})
+	}
+	if v.live != nil {
+		lv, _ = v.live.Get(key)
+		lv = norm(lv)
+		if v.file != nil && lv == fv {
+			out[0].from = v.confPath + " and the running slurmctld"
+		} else {
+			out = append(out, sourced{lv, "the running slurmctld"})
+		}
+	}
+	return out
+}
+
+func same(s string) string { return s }
+
+// differs is the finding for a setting whose file and live values disagree.
+// It is a check of its own: the setting's check judges each value.
+func differs(key string, vs []sourced) []Finding {
+	if len(vs) < 2 {
+		return nil
+	}
+	return []Finding{{Check: "running config", Severity: Warn,
+		Message: fmt.Sprintf("%s is %q in slurm.conf but %q in the running slurmctld", key, vs[0].val, vs[1].val),
+		Fix:     "restart slurmctld and slurmd (or scontrol reconfigure) so that both run slurm.conf"}}
+}
+
+func checkSlurm(v slurmView, o Options) []Finding {
+	if v.file == nil && v.live == nil {
+		return nil
+	}
+	var fs []Finding
+	fs = append(fs, checkPrologFlags(v)...)
+	for _, h := range []struct{ key, name string }{{"Prolog", "prolog"}, {"Epilog", "epilog"}, {"TaskProlog", "task-prolog"}} {
+		fs = append(fs, checkHook(v, o, h.key, h.name)...)
+	}
+	fs = append(fs, checkTimeout(v, o)...)
+	fs = append(fs, checkSpank(v, o)...)
+	fs = append(fs, checkJobSubmit(v)...)
+	return fs
+}
+
+func lowerList(s string) string {
+	parts := strings.Split(strings.ToLower(s), ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	slices.Sort(parts)
+	return strings.Trim(strings.Join(parts, ","), ",")
+}
+
+func checkPrologFlags(v slurmView) []Finding {
+	vs := v.values("PrologFlags", lowerList)
+	fs := differs("PrologFlags", vs)
+	for _, s := range vs {
+		flags := strings.Split(s.val, ",")
+		// Contain implies Alloc (slurm.conf(5)).
+		if slices.Contains(flags, "alloc") || slices.Contains(flags, "contain") {
+			fs = append(fs, Finding{Check: "PrologFlags", Message: fmt.Sprintf("PrologFlags=%s in %s", s.val, s.from)})
+			continue
+		}
+		fs = append(fs, Finding{Check: "PrologFlags", Severity: Error,
+			Message: fmt.Sprintf("PrologFlags has no Alloc in %s (%q): while llmgw's Prolog waits for weights, srun fails after about 2×MessageTimeout", s.from, s.val),
+			Fix:     "add Alloc to PrologFlags in slurm.conf (PrologFlags=Alloc, keeping any others), then restart slurmctld and slurmd"})
+	}
+	return fs
+}
+
+// checkHook checks that Prolog, Epilog or TaskProlog runs llmgw's hook, and
+// that what it names exists here and can be run: slurmd drains the node
+// when a Prolog or Epilog it cannot run fails.
+func checkHook(v slurmView, o Options, key, name string) []Finding {
+	ours := filepath.Join(o.HookDir, name)
+	vs := v.values(key, same)
+	fs := differs(key, vs)
+	fix := fmt.Sprintf("set %s=%s in slurm.conf, then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)", key, ours)
+	for _, s := range vs {
+		if s.val == "" {
+			fs = append(fs, Finding{Check: key, Severity: Error,
+				Message: fmt.Sprintf("%s is not set in %s: llmgw's %s never runs, so jobs get no weights", key, s.from, name), Fix: fix})
+			continue
+		}
+		paths := []string{s.val}
+		if key != "TaskProlog" { // Prolog and Epilog may be globs (slurm.conf(5))
+			if m, err := filepath.Glob(s.val); err == nil && len(m) > 0 {
+				paths = m
+			}
+		}
+		var bad []string
+		found := false
+		for _, p := range paths {
+			if err := executable(p, key == "TaskProlog"); err != nil {
+				bad = append(bad, err.Error())
+				continue
+			}
+			if runsOurs(p, ours) {
+				found = true
+			}
+		}
+		if len(bad) > 0 {
+			sev, what := Error, "slurmd drains the node when it cannot run it"
+			if key == "TaskProlog" {
+				what = "every job on this node fails"
+			}
+			fs = append(fs, Finding{Check: key, Severity: sev,
+				Message: fmt.Sprintf("%s=%s (%s) cannot run on this host: %s; %s", key, s.val, s.from, strings.Join(bad, "; "), what),
+				Fix:     "install the llmgw package on this host, or " + fix})
+			continue
+		}
+		if !found {
+			fs = append(fs, Finding{Check: key, Severity: Error,
+				Message: fmt.Sprintf("%s=%s (%s) does not run llmgw's %s, so jobs get no weights", key, s.val, s.from, name),
+				Fix:     fix + "; or call " + ours + " from your own " + key})
+			continue
+		}
+		fs = append(fs, Finding{Check: key, Message: fmt.Sprintf("%s=%s runs llmgw's %s (%s)", key, s.val, name, s.from)})
+	}
+	return fs
+}
+
+// executable says why slurmd could not run the hook at p. byUsers: the
+// TaskProlog runs as the job's user, so others must be able to read and run
+// it (a script is read by its interpreter as that user).
+func executable(p string, byUsers bool) error {
+	st, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return err
+	case st.IsDir():
+		return fmt.Errorf("%s is a directory", p)
+	case st.Mode()&0o111 == 0:
+		return fmt.Errorf("%s is not executable", p)
+	case byUsers && st.Mode()&0o005 != 0o005:
+		return fmt.Errorf("%s (mode %04o) cannot be read and run by the job's user", p, st.Mode().Perm())
+	}
+	return nil
+}
+
+// runsOurs reports whether the hook at p is llmgw's: the installed wrapper
+// itself (or a link to it), or a script of the site's that names llmgw's
+// hook or mentions llmgw, which is how a site chains llmgw's hook from its
+// own (and how the dev cluster's hooks in scripts/slurm call bin/llmgw).
+func runsOurs(p, ours string) bool {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		if ro, err := filepath.EvalSymlinks(ours); err == nil && r == ro {
+			return true
+		}
+		p = r
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 64<<10)
+	n, _ := f.Read(head)
+	head = head[:n]
+	text := string(head)
+	return strings.HasPrefix(text, "#!") && (strings.Contains(text, ours) || strings.Contains(text, "llmgw"))
+}
+
+func timeoutNorm(s string) string {
+	if s == "" {
+		return strconv.Itoa(unlimitedTimeout)
+	}
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0] // scontrol may add a unit
+	}
+	return s
+}
+
+func checkTimeout(v slurmView, o Options) []Finding {
+	vs := v.values("PrologEpilogTimeout", timeoutNorm)
+	fs := differs("PrologEpilogTimeout", vs)
+	need := o.FetchDeadline + PrologMargin
+	for _, s := range vs {
+		secs, err := strconv.Atoi(s.val)
+		switch {
+		case err != nil:
+			fs = append(fs, Finding{Check: "PrologEpilogTimeout", Severity: Error,
+				Message: fmt.Sprintf("PrologEpilogTimeout=%q in %s is not a number of seconds", s.val, s.from),
+				Fix:     fmt.Sprintf("set PrologEpilogTimeout=%d in slurm.conf", int(need.Seconds()))})
+		case secs == 0 || secs >= unlimitedTimeout:
+			fs = append(fs, Finding{Check: "PrologEpilogTimeout", Message: fmt.Sprintf("PrologEpilogTimeout unlimited (%s)", s.from)})
+		case time.Duration(secs)*time.Second < need:
+			fs = append(fs, Finding{Check: "PrologEpilogTimeout", Severity: Error,
+				Message: fmt.Sprintf("PrologEpilogTimeout=%d in %s is below the fetch deadline (%s) plus %s: a Prolog waiting for weights is killed, and the node drained",
+					secs, s.from, o.FetchDeadline, PrologMargin),
+				Fix: fmt.Sprintf("set PrologEpilogTimeout=%d or more in slurm.conf, or lower fetch_deadline in agent.toml", int((need + time.Second - 1).Seconds()))})
+		default:
+			fs = append(fs, Finding{Check: "PrologEpilogTimeout",
+				Message: fmt.Sprintf("PrologEpilogTimeout=%d in %s covers the fetch deadline (%s)", secs, s.from, o.FetchDeadline)})
+		}
+	}
+	return fs
+}
+
+// checkSpank checks that this host's plugstack loads llmgw's SPANK plugin:
+// without it sbatch, salloc and srun refuse --llmgw-model here.
+func checkSpank(v slurmView, o Options) []Finding {
+	def := filepath.Join(filepath.Dir(v.confPath), "plugstack.conf")
+	vs := v.values("PlugStackConfig", func(s string) string {
+		if s == "" {
+			return def
+		}
+		return s
+	})
+	fs := differs("PlugStackConfig", vs)
+	pluginDir := DefaultPluginDir
+	for _, c := range []slurm.Config{v.file, v.live} {
+		if d, ok := c.Get("PluginDir"); ok {
+			pluginDir = strings.Split(d, ":")[0]
+			break
+		}
+	}
+	want := filepath.Base(o.SpankPlugin)
+	fix := fmt.Sprintf("put \"optional %s\" in /etc/slurm/plugstack.conf.d/llmgw.conf (the package does) and make sure the PlugStackConfig file includes /etc/slurm/plugstack.conf.d/*.conf", o.SpankPlugin)
+	for _, s := range vs {
+		plugins, err := slurm.ReadPlugstack(s.val)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			fs = append(fs, Finding{Check: "SPANK plugin", Severity: Error,
+				Message: fmt.Sprintf("PlugStackConfig %s (%s): %v; Slurm commands on this host fail on it", s.val, s.from, err),
+				Fix:     "correct the line it names (spank(8))"})
+			continue
+		}
+		var p *slurm.SpankPlugin
+		for i := range plugins {
+			if filepath.Base(plugins[i].Path) == want {
+				p = &plugins[i]
+			}
+		}
+		if p == nil {
+			fs = append(fs, Finding{Check: "SPANK plugin", Severity: Error,
+				Message: fmt.Sprintf("%s (PlugStackConfig, %s) does not load %s: sbatch --llmgw-model is refused on this host", s.val, s.from, want),
+				Fix:     fix})
+			continue
+		}
+		path := p.Path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(pluginDir, path)
+		}
+		if _, err := os.Stat(path); err != nil {
+			what := "it is skipped, and sbatch --llmgw-model is refused"
+			if p.Required {
+				what = "it is required, so every job step on this host fails"
+			}
+			fs = append(fs, Finding{Check: "SPANK plugin", Severity: Error,
+				Message: fmt.Sprintf("%s names %s, which is missing: %s", p.File, path, what),
+				Fix:     "install the llmgw package on this host, or correct the path in " + p.File})
+			continue
+		}
+		fs = append(fs, Finding{Check: "SPANK plugin", Message: fmt.Sprintf("%s loads %s", p.File, path)})
+	}
+	return fs
+}
+
+// checkJobSubmit checks that the controller runs llmgw's job_submit.lua,
+// which steers jobs to the nodes holding their model. Without it jobs still
+// run, only not where their weights are.
+func checkJobSubmit(v slurmView) []Finding {
+	vs := v.values("JobSubmitPlugins", lowerList)
+	fs := differs("JobSubmitPlugins", vs)
+	lua := filepath.Join(filepath.Dir(v.confPath), "job_submit.lua")
+	enabled := false
+	for _, s := range vs {
+		plugins := strings.Split(s.val, ",")
+		if !slices.Contains(plugins, "lua") && !slices.Contains(plugins, "job_submit/lua") {
+			fs = append(fs, Finding{Check: "job_submit", Severity: Warn,
+				Message: fmt.Sprintf("job_submit/lua is not enabled in %s (JobSubmitPlugins=%q): jobs are not steered to nodes holding their model", s.from, s.val),
+				Fix:     "add lua to JobSubmitPlugins in slurm.conf, link /usr/share/llmgw/job_submit.lua to " + lua + " on the slurmctld host, then restart slurmctld"})
+			continue
+		}
+		enabled = true
+		fs = append(fs, Finding{Check: "job_submit", Message: "job_submit/lua is enabled in " + s.from})
+	}
+	if !enabled {
+		return fs
+	}
+	b, err := os.ReadFile(lua)
+	switch {
+	case err != nil:
+		fs = append(fs, Finding{Check: "job_submit.lua", Severity: Warn,
+			Message: fmt.Sprintf("%s: %v; slurmctld reads job_submit.lua from there (only the slurmctld host needs it)", lua, errors.Unwrap(err)),
+			Fix:     "on the slurmctld host: ln -s /usr/share/llmgw/job_submit.lua " + lua})
+	case !strings.Contains(string(b), "llmgw"):
+		fs = append(fs, Finding{Check: "job_submit.lua", Severity: Warn,
+			Message: lua + " is not llmgw's and does not mention it",
+			Fix:     "call llmgw's /usr/share/llmgw/job_submit.lua from it, or link it there"})
+	default:
+		fs = append(fs, Finding{Check: "job_submit.lua", Message: lua + " is llmgw's"})
+	}
+	return fs
+}
+
+// --- agent, coordinator, cache -----------------------------------------------
+
+func checkAgentConfig(o Options) []Finding {
+	if o.AgentConfigErr != nil {
+		return []Finding{{Check: "agent config", Severity: Error,
+			Message: fmt.Sprintf("%v: the agent does not start, and the hooks cannot read it", o.AgentConfigErr),
+			Fix:     "correct the file named above (the packaged /etc/llmgw/agent.toml documents every key)"}}
+	}
+	return []Finding{{Check: "agent config", Message: "agent configuration loads"}}
+}
+
+func checkAgent(ctx context.Context, o Options) []Finding {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	sock := o.Socket
+	if sock == "" {
+		sock = api.DefaultSocket
+	}
+	st, err := (&api.LocalClient{Socket: sock}).Status(ctx)
+	switch {
+	case errors.Is(err, api.ErrNoAgent) && errors.Is(err, os.ErrPermission):
+		return []Finding{{Check: "agent", Severity: Warn,
+			Message: fmt.Sprintf("%v: the socket is root's only", err), Fix: "run llmgw doctor as root"}}
+	case errors.Is(err, api.ErrNoAgent):
+		return []Finding{{Check: "agent", Severity: Warn,
+			Message: fmt.Sprintf("%v: the hooks fetch by themselves, and this node reports nothing to the coordinator", err),
+			Fix:     "systemctl enable --now llmgw-agent; its log: journalctl -u llmgw-agent"}}
+	case err != nil:
+		return []Finding{{Check: "agent", Severity: Warn,
+			Message: fmt.Sprintf("the agent answers, but not as expected: %v", err),
+			Fix:     "restart it (systemctl restart llmgw-agent), and check that it is the same version as this llmgw"}}
+	}
+	fs := []Finding{{Check: "agent", Message: fmt.Sprintf("agent %s answers on %s (node %s, fabric %s)", st.AgentVersion, sock, st.Node, st.Fabric)}}
+	if r := st.LastReport; st.Coordinator != "" && !r.OK && r.Error != "" {
+		fs = append(fs, Finding{Check: "agent reports", Severity: Warn,
+			Message: fmt.Sprintf("the agent's last report to %s failed: %s", st.Coordinator, r.Error),
+			Fix:     "see the coordinator finding below; the agent retries by itself"})
+	}
+	if st.Catalog.Error != "" || st.Catalog.Fetched.IsZero() {
+		fs = append(fs, Finding{Check: "catalog copy", Severity: Warn,
+			Message: fmt.Sprintf("the agent has no fresh catalog copy at %s (%s): the hooks cannot resolve models added since", st.Catalog.Path, orNone(st.Catalog.Error)),
+			Fix:     "make the coordinator reachable from this node"})
+	}
+	return fs
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "never fetched"
+	}
+	return s
+}
+
+func checkCoordinator(ctx context.Context, o Options) []Finding {
+	if o.Coordinator == "" {
+		return []Finding{{Check: "coordinator", Severity: Warn,
+			Message: "agent.toml names no coordinator: this node reports to nobody, and placement does not know what it holds",
+			Fix:     "set coordinator = \"http://HOST:8420\" in /etc/llmgw/agent.toml, then systemctl reload llmgw-agent"}}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	c := &api.Client{BaseURL: o.Coordinator, UserAgent: "llmgw-doctor"}
+	if err := c.Do(ctx, "GET", "/healthz", nil, nil); err != nil {
+		return []Finding{{Check: "coordinator", Severity: Warn,
+			Message: fmt.Sprintf("%v: this node's weights are not reported, and its catalog copy goes stale", err),
+			Fix:     "start the coordinator (systemctl enable --now llmgw-coordinator on its host), set its listen address to one this node reaches, or correct coordinator in agent.toml"}}
+	}
+	fs := []Finding{{Check: "coordinator", Message: o.Coordinator + " answers"}}
+	if o.TokenFile == "" {
+		return append(fs, Finding{Check: "agent token", Severity: Warn,
+			Message: "agent.toml names no token_file: the coordinator refuses this node's reports",
+			Fix:     "set token_file = \"/etc/llmgw/agent.token\" and copy the coordinator's agent token there"})
+	}
+	tok, err := api.ReadToken(o.TokenFile)
+	if err != nil {
+		return append(fs, Finding{Check: "agent token", Severity: Warn,
+			Message: fmt.Sprintf("%v: the coordinator refuses this node's reports", err),
+			Fix:     "copy /etc/llmgw/agent.token from the coordinator's host to " + o.TokenFile + " (mode 0600)"})
+	}
+	// An empty report is refused as invalid only after the token has been
+	// accepted, so this asks about the token and records nothing.
+	c.Token = tok
+	err = c.Do(ctx, "POST", "/"+api.Version+"/reports", nil, nil)
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == api.CodeInvalid:
+		return append(fs, Finding{Check: "agent token", Message: "the coordinator accepts the token in " + o.TokenFile})
+	case errors.As(err, &ae) && (ae.Code == api.CodeUnauthorized || ae.Code == api.CodeForbidden):
+		return append(fs, Finding{Check: "agent token", Severity: Warn,
+			Message: fmt.Sprintf("the coordinator refuses the token in %s: %s", o.TokenFile, ae.Message),
+			Fix:     "copy /etc/llmgw/agent.token from the coordinator's host to " + o.TokenFile + " (mode 0600); the agent rereads it at each report"})
+	case err == nil:
+		return append(fs, Finding{Check: "agent token", Severity: Warn,
+			Message: "the coordinator accepted an empty report; it is not the llmgw coordinator this llmgw expects",
+			Fix:     "check the coordinator URL and versions"})
+	}
+	return append(fs, Finding{Check: "agent token", Severity: Warn, Message: fmt.Sprintf("could not check the token: %v", err)})
+}
+
+// checkCache checks that fetches can be written where the agent puts them,
+// and that the place is node-local.
+func checkCache(ctx context.Context, o Options) []Finding {
+	dir := o.CacheDir
+	if dir == "" {
+		return nil
+	}
+	var fs []Finding
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		fs = append(fs, Finding{Check: "cache dir", Severity: Warn,
+			Message: dir + " does not exist yet; the agent creates it when it starts",
+			Fix:     "start the agent (systemctl enable --now llmgw-agent)"})
+		return fs
+	case err != nil:
+		return append(fs, Finding{Check: "cache dir", Severity: Error, Message: err.Error(), Fix: "make " + dir + " a directory root can write"})
+	case !st.IsDir():
+		return append(fs, Finding{Check: "cache dir", Severity: Error, Message: dir + " is not a directory", Fix: "set cache_dir in agent.toml to a directory"})
+	}
+	// Writable is tried, not inferred from the mode bits: a read-only
+	// mount, a full disk's inodes or an ACL all say no only on a write.
+	f, err := os.CreateTemp(dir, ".llmgw-doctor-*")
+	if err != nil {
+		return append(fs, Finding{Check: "cache dir", Severity: Error,
+			Message: fmt.Sprintf("cannot write in %s: %v; every fetch fails, and with it every job whose model is not here", dir, err),
+			Fix:     "run llmgw doctor as root (the agent's user); if it still fails, make " + dir + " writable or set cache_dir elsewhere"})
+	}
+	f.Close()
+	os.Remove(f.Name())
+	inv := scan.Scan(ctx, []string{dir}, scan.Options{DirTimeout: o.Timeout, MaxSkipped: -1})
+	if len(inv.Dirs) == 1 && inv.Dirs[0].Shared {
+		return append(fs, Finding{Check: "cache dir", Severity: Error,
+			Message: fmt.Sprintf("%s is on a shared filesystem (%s): the lock that makes one fetch per source is node-local, so two nodes can write the same file at once", dir, inv.Dirs[0].FSType),
+			Fix:     "set cache_dir in agent.toml to a node-local disk; put shared weights in weight_dirs instead"})
+	}
+	fstype := ""
+	if len(inv.Dirs) == 1 {
+		fstype = " (" + inv.Dirs[0].FSType + ")"
+	}
+	return append(fs, Finding{Check: "cache dir", Message: dir + " is writable and node-local" + fstype})
+}

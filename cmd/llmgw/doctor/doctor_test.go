@@ -1,0 +1,284 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/slurm"
+)
+
+// host lays out what a correctly set up node has on disk, in a temporary
+// directory: the installed hooks, the SPANK plugin and its plugstack line,
+// job_submit.lua beside slurm.conf.
+type host struct {
+	dir, conf, hooks, plugin string
+}
+
+func newHost(t *testing.T) host {
+	t.Helper()
+	d := t.TempDir()
+	h := host{dir: d, conf: filepath.Join(d, "etc/slurm.conf"), hooks: filepath.Join(d, "libexec"), plugin: filepath.Join(d, "lib/llmgw_spank.so")}
+	for _, name := range []string{"prolog", "epilog", "task-prolog"} {
+		write(t, filepath.Join(h.hooks, name), "#!/bin/sh\nexec "+h.hooks+"/llmgw-hook "+name+"\n", 0o755)
+	}
+	write(t, h.plugin, "ELF", 0o644)
+	write(t, filepath.Join(d, "etc/plugstack.conf.d/llmgw.conf"), "optional "+h.plugin+"\n", 0o644)
+	write(t, filepath.Join(d, "etc/plugstack.conf"), "include "+d+"/etc/plugstack.conf.d/*.conf\n", 0o644)
+	write(t, filepath.Join(d, "etc/job_submit.lua"), "-- llmgw's job_submit.lua\n", 0o644)
+	return h
+}
+
+func write(t *testing.T, p, s string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// good is the slurm.conf the snippet asks for, on this host's paths.
+func (h host) good() slurm.Config {
+	return slurm.Config{
+		"prologflags":         "Alloc",
+		"prolog":              h.hooks + "/prolog",
+		"epilog":              h.hooks + "/epilog",
+		"taskprolog":          h.hooks + "/task-prolog",
+		"prologepilogtimeout": "1860",
+		"plugstackconfig":     h.dir + "/etc/plugstack.conf",
+		"jobsubmitplugins":    "lua",
+	}
+}
+
+func (h host) opts() Options {
+	return Options{HookDir: h.hooks, SpankPlugin: "/usr/lib/llmgw/llmgw_spank.so", FetchDeadline: 30 * time.Minute}
+}
+
+func with(c slurm.Config, kv ...string) slurm.Config {
+	out := slurm.Config{}
+	for k, v := range c {
+		out[k] = v
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == "<unset>" {
+			delete(out, kv[i])
+		} else {
+			out[kv[i]] = kv[i+1]
+		}
+	}
+	return out
+}
+
+// worst returns the most severe finding of check, and all its messages.
+func worst(fs []Finding, check string) (Severity, string) {
+	sev, msgs := Severity(-1), []string{}
+	for _, f := range fs {
+		if f.Check == check {
+			sev = max(sev, f.Severity)
+			msgs = append(msgs, f.Message)
+		}
+	}
+	return sev, strings.Join(msgs, " | ")
+}
+
+func TestCheckSettings(t *testing.T) {
+	h := newHost(t)
+	write(t, filepath.Join(h.dir, "site-prolog"), "#!/bin/sh\n/usr/bin/site-thing\n", 0o755)
+	write(t, filepath.Join(h.dir, "site-chained"), "#!/bin/bash\n/usr/bin/site-thing\n"+h.hooks+"/prolog\n", 0o755)
+	write(t, filepath.Join(h.dir, "noexec"), "#!/bin/sh\n# llmgw\n", 0o644)
+	write(t, filepath.Join(h.dir, "root-only"), "#!/bin/sh\n# llmgw\n", 0o700)
+	os.MkdirAll(filepath.Join(h.dir, "prolog.d"), 0o755)
+	os.Symlink(h.hooks+"/prolog", filepath.Join(h.dir, "prolog.d/50-llmgw"))
+	write(t, filepath.Join(h.dir, "etc/empty-plugstack.conf"), "# nothing\n", 0o644)
+	write(t, filepath.Join(h.dir, "etc/missing-plugin.conf"), "required /nonexistent/llmgw_spank.so\n", 0o644)
+
+	cases := []struct {
+		name  string
+		file  slurm.Config
+		live  slurm.Config
+		check string
+		want  Severity
+		say   string // in the messages of check
+	}{
+		{"all right", h.good(), nil, "", OK, ""},
+		{"no Alloc", with(h.good(), "prologflags", "<unset>"), nil, "PrologFlags", Error, "no Alloc"},
+		{"other flags only", with(h.good(), "prologflags", "X11,NoHold"), nil, "PrologFlags", Error, "no Alloc"},
+		{"Contain implies Alloc", with(h.good(), "prologflags", "Contain"), nil, "PrologFlags", OK, ""},
+		{"Prolog unset", with(h.good(), "prolog", "<unset>"), nil, "Prolog", Error, "not set"},
+		{"Prolog of the site", with(h.good(), "prolog", h.dir+"/site-prolog"), nil, "Prolog", Error, "does not run llmgw's prolog"},
+		{"Prolog chaining llmgw's", with(h.good(), "prolog", h.dir+"/site-chained"), nil, "Prolog", OK, ""},
+		{"Prolog glob with llmgw's", with(h.good(), "prolog", h.dir+"/prolog.d/*"), nil, "Prolog", OK, ""},
+		{"Prolog missing here", with(h.good(), "prolog", "/nonexistent/prolog"), nil, "Prolog", Error, "drains the node"},
+		{"Epilog not executable", with(h.good(), "epilog", h.dir+"/noexec"), nil, "Epilog", Error, "not executable"},
+		{"TaskProlog missing", with(h.good(), "taskprolog", "<unset>"), nil, "TaskProlog", Error, "not set"},
+		{"TaskProlog for root only", with(h.good(), "taskprolog", h.dir+"/root-only"), nil, "TaskProlog", Error, "cannot be read and run by the job's user"},
+		{"timeout below the deadline", with(h.good(), "prologepilogtimeout", "600"), nil, "PrologEpilogTimeout", Error, "below the fetch deadline"},
+		{"timeout just below the margin", with(h.good(), "prologepilogtimeout", "1829"), nil, "PrologEpilogTimeout", Error, "below"},
+		{"timeout unset is unlimited", with(h.good(), "prologepilogtimeout", "<unset>"), nil, "PrologEpilogTimeout", OK, ""},
+		{"timeout unlimited", with(h.good(), "prologepilogtimeout", "65534"), nil, "PrologEpilogTimeout", OK, ""},
+		{"plugstack without llmgw", with(h.good(), "plugstackconfig", h.dir+"/etc/empty-plugstack.conf"), nil, "SPANK plugin", Error, "does not load llmgw_spank.so"},
+		{"plugstack missing", with(h.good(), "plugstackconfig", h.dir+"/etc/none.conf"), nil, "SPANK plugin", Error, "does not load"},
+		{"plugin file missing", with(h.good(), "plugstackconfig", h.dir+"/etc/missing-plugin.conf"), nil, "SPANK plugin", Error, "every job step on this host fails"},
+		{"default plugstack beside slurm.conf", with(h.good(), "plugstackconfig", "<unset>"), nil, "SPANK plugin", OK, ""},
+		{"no job_submit/lua", with(h.good(), "jobsubmitplugins", "<unset>"), nil, "job_submit", Warn, "not enabled"},
+		{"lua among others", with(h.good(), "jobsubmitplugins", "require_timelimit,lua"), nil, "job_submit", OK, ""},
+		// The controller runs another configuration than the file says.
+		{"live lacks Alloc", h.good(), with(h.good(), "prologflags", "<unset>"), "PrologFlags", Error, "the running slurmctld"},
+		{"live differs", h.good(), with(h.good(), "prolog", "/nonexistent/prolog"), "Prolog", Error, "/nonexistent/prolog (the running slurmctld)"},
+		{"live differs, said so", h.good(), with(h.good(), "prolog", "/nonexistent/prolog"), "running config", Warn, "Prolog is"},
+		{"live alone", nil, with(h.good(), "jobsubmitplugins", "<unset>"), "job_submit", Warn, "the running slurmctld"},
+		{"file and live agree", h.good(), with(h.good(), "prologflags", "alloc"), "PrologFlags", OK, "and the running slurmctld"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := CheckSettings(tc.file, h.conf, tc.live, h.opts())
+			if tc.check == "" {
+				for _, f := range fs {
+					if f.Severity != OK {
+						t.Errorf("%s: %s %s", f.Check, f.Severity, f.Message)
+					}
+				}
+				return
+			}
+			sev, msgs := worst(fs, tc.check)
+			if sev != tc.want || !strings.Contains(msgs, tc.say) {
+				t.Errorf("%s: %s %q; want %s with %q", tc.check, sev, msgs, tc.want, tc.say)
+			}
+			for _, f := range fs {
+				if f.Severity != OK && f.Fix == "" {
+					t.Errorf("%s: %s without a fix", f.Check, f.Message)
+				}
+			}
+		})
+	}
+}
+
+// TestJobSubmitLua: with lua enabled, the script must be beside slurm.conf
+// and be llmgw's.
+func TestJobSubmitLua(t *testing.T) {
+	h := newHost(t)
+	lua := filepath.Join(h.dir, "etc/job_submit.lua")
+	os.Remove(lua)
+	fs := CheckSettings(h.good(), h.conf, nil, h.opts())
+	if sev, msg := worst(fs, "job_submit.lua"); sev != Warn || !strings.Contains(msg, lua) {
+		t.Errorf("no job_submit.lua: %s %q", sev, msg)
+	}
+	write(t, lua, "function slurm_job_submit() end\n", 0o644)
+	fs = CheckSettings(h.good(), h.conf, nil, h.opts())
+	if sev, msg := worst(fs, "job_submit.lua"); sev != Warn || !strings.Contains(msg, "not llmgw's") {
+		t.Errorf("a site's own job_submit.lua: %s %q", sev, msg)
+	}
+	fs = CheckSettings(with(h.good(), "jobsubmitplugins", "<unset>"), h.conf, nil, h.opts())
+	if sev, _ := worst(fs, "job_submit.lua"); sev != -1 {
+		t.Errorf("job_submit.lua checked although lua is not enabled")
+	}
+}
+
+// TestRunReadsFiles runs the whole doctor on a slurm.conf file, with scontrol
+// absent (a Runner whose directory holds none).
+func TestRunReadsFiles(t *testing.T) {
+	h := newHost(t)
+	var b strings.Builder
+	for k, v := range with(h.good(), "prologflags", "Contain,X11") {
+		fmt.Fprintf(&b, "%s=%s\n", k, v)
+	}
+	write(t, h.conf, b.String(), 0o644)
+	o := h.opts()
+	o.SlurmConf = h.conf
+	o.Runner = &slurm.Runner{Dir: t.TempDir()}
+	o.Socket = filepath.Join(t.TempDir(), "agent.sock")
+	o.CacheDir = t.TempDir()
+	fs := Run(context.Background(), o)
+	for check, want := range map[string]Severity{
+		"slurm.conf": OK, "slurmctld": Warn, "PrologFlags": OK, "Prolog": OK, "SPANK plugin": OK,
+		"agent config": OK, "agent": Warn, "coordinator": Warn, "cache dir": OK,
+	} {
+		if sev, msg := worst(fs, check); sev != want {
+			t.Errorf("%s: %s %q, want %s", check, sev, msg, want)
+		}
+	}
+	if Broken(fs) {
+		t.Errorf("Broken with only warnings: %+v", fs)
+	}
+}
+
+func TestCache(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if sev, msg := worst(checkCache(ctx, Options{CacheDir: dir, Timeout: time.Second}), "cache dir"); sev != OK {
+		t.Errorf("a writable local dir: %s %q", sev, msg)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the write test left %v behind", ents)
+	}
+	file := filepath.Join(dir, "f")
+	write(t, file, "", 0o644)
+	if sev, _ := worst(checkCache(ctx, Options{CacheDir: file, Timeout: time.Second}), "cache dir"); sev != Error {
+		t.Errorf("a file as cache dir: %s, want error", sev)
+	}
+	if sev, _ := worst(checkCache(ctx, Options{CacheDir: filepath.Join(dir, "later"), Timeout: time.Second}), "cache dir"); sev != Warn {
+		t.Errorf("a cache dir not made yet: %s, want warn", sev)
+	}
+}
+
+// TestCoordinator checks reachability and the token against a real
+// coordinator on 127.0.0.1.
+func TestCoordinator(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv, err := coordinator.New(ctx, coordinator.Config{}, coordinator.Tokens{Agent: "right", Admin: "admin"}, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+
+	tokens := t.TempDir()
+	write(t, filepath.Join(tokens, "right"), "right\n", 0o600)
+	write(t, filepath.Join(tokens, "wrong"), "wrong\n", 0o600)
+	cases := []struct {
+		name, url, token string
+		check            string
+		want             Severity
+		say              string
+	}{
+		{"accepted", ts.URL, "right", "agent token", OK, "accepts"},
+		{"rejected", ts.URL, "wrong", "agent token", Warn, "refuses the token"},
+		{"no token file", ts.URL, "missing", "agent token", Warn, "no such file"},
+		{"unreachable", "http://127.0.0.1:1", "right", "coordinator", Warn, "127.0.0.1:1"},
+		{"not configured", "", "right", "coordinator", Warn, "names no coordinator"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := checkCoordinator(ctx, Options{Coordinator: tc.url, TokenFile: filepath.Join(tokens, tc.token), Timeout: 2 * time.Second})
+			if sev, msg := worst(fs, tc.check); sev != tc.want || !strings.Contains(msg, tc.say) {
+				t.Errorf("%s: %s %q; want %s with %q", tc.check, sev, msg, tc.want, tc.say)
+			}
+		})
+	}
+	// Asking about the token recorded nothing.
+	nodes, err := db.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 0 {
+		t.Errorf("the token check left %d node(s) in the store", len(nodes))
+	}
+}

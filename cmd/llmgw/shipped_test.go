@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/cmd/llmgw/doctor"
+	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/slurm"
+)
+
+// The configuration files the package installs in /etc/llmgw are read by the
+// same loaders as the daemons use, so a key renamed in a Config struct, or a
+// documented default that no longer parses, fails here rather than on an
+// admin's node after an upgrade.
+
+const shippedDir = "../../packaging/etc/llmgw"
+
+// commentedKey matches a documented setting left at its default:
+// "#cache_dir = ...". Prose comments have a space after the '#'.
+var commentedKey = regexp.MustCompile(`(?m)^#([a-z_]+) = `)
+
+// tomlKeys lists the TOML keys of a Config struct, the ones a file may set.
+func tomlKeys(t *testing.T, v any) []string {
+	t.Helper()
+	var keys []string
+	typ := reflect.TypeOf(v)
+	for i := 0; i < typ.NumField(); i++ {
+		tag := typ.Field(i).Tag.Get("toml")
+		if tag == "" {
+			t.Fatalf("%s.%s has no toml tag; give it one (or \"-\")", typ, typ.Field(i).Name)
+		}
+		if tag != "-" {
+			keys = append(keys, tag)
+		}
+	}
+	return keys
+}
+
+// uncommented writes a copy of the file at path with every documented
+// default set, to check that the documentation parses too.
+func uncommented(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, commentedKey.ReplaceAll(b, []byte("$1 = ")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkDocumented fails for every key of the struct the file does not
+// mention as a setting, commented or not.
+func checkDocumented(t *testing.T, path string, keys []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !regexp.MustCompile(`(?m)^#?` + k + ` = `).Match(b) {
+			t.Errorf("%s does not document %q; add it with a comment saying what it does and its default", path, k)
+		}
+	}
+}
+
+func TestShippedAgentConfig(t *testing.T) {
+	path := filepath.Join(shippedDir, "agent.toml")
+	checkDocumented(t, path, tomlKeys(t, agent.Config{}))
+	for _, p := range []string{path, uncommented(t, path)} {
+		e := &env{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}
+		cfg, _, err := loadAgentConfig(e, []string{"--config", p})
+		if err != nil {
+			t.Fatalf("the agent's loader refuses %s: %v", p, err)
+		}
+		// The token the package creates on install is the one the file names.
+		if cfg.TokenFile != "/etc/llmgw/agent.token" {
+			t.Errorf("%s: token_file = %q; postinstall creates /etc/llmgw/agent.token", p, cfg.TokenFile)
+		}
+	}
+	// The documented defaults are the real ones.
+	cfg, _, err := loadAgentConfig(&env{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }},
+		[]string{"--config", uncommented(t, path)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][2]any{
+		"fabric":          {cfg.Fabric, agent.DefaultFabric},
+		"cache_dir":       {cfg.CacheDir, agent.DefaultCacheDir},
+		"state_dir":       {cfg.StateDir, agent.DefaultStateDir},
+		"socket":          {cfg.Socket, agent.DefaultSocket},
+		"scan_interval":   {cfg.ScanInterval, agent.DefaultScanInterval},
+		"report_interval": {cfg.ReportInterval, agent.DefaultReportInterval},
+		"connections":     {cfg.Connections, agent.DefaultConnections},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])
+		}
+	}
+}
+
+func TestShippedCoordinatorConfig(t *testing.T) {
+	path := filepath.Join(shippedDir, "coordinator.toml")
+	checkDocumented(t, path, tomlKeys(t, coordinator.Config{}))
+	for _, p := range []string{path, uncommented(t, path)} {
+		// --help goes through the whole loader (file, environment, flags)
+		// and stops before anything is opened.
+		code, out, stderr := llmgwRun(t, nil, "coordinator", "--config", p, "--help")
+		if code != 0 {
+			t.Fatalf("the coordinator's loader refuses %s: exit %d: %s", p, code, stderr)
+		}
+		if !strings.Contains(out, "/etc/llmgw/agent.token") || !strings.Contains(out, "/etc/llmgw/admin.token") {
+			t.Errorf("%s: the token files postinstall creates are not the ones in force; --help shows:\n%s", p, out)
+		}
+	}
+	var cfg coordinator.Config
+	if err := decodeTOML("coordinator", uncommented(t, path), true, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][2]any{
+		"listen":          {cfg.Listen, coordinator.DefaultListen},
+		"db":              {cfg.DB, coordinator.DefaultDB},
+		"report_interval": {cfg.ReportInterval, coordinator.DefaultReportInterval},
+		"stall_after":     {cfg.StallAfter, coordinator.DefaultStallAfter},
+		"max_batch":       {cfg.MaxBatch, coordinator.DefaultMaxBatch},
+		"max_batch_wait":  {cfg.MaxBatchWait, coordinator.DefaultMaxBatchWait},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("coordinator.toml documents %s = %v, but the default is %v", name, got[0], got[1])
+		}
+	}
+}
+
+// TestShippedUnits checks that each unit starts its daemon on the file the
+// package installs, and that the command line needs no shell: the
+// integration test runs ExecStart split on spaces, as systemd does.
+func TestShippedUnits(t *testing.T) {
+	for unit, want := range map[string]string{
+		"llmgw-agent.service":       "/usr/bin/llmgw agent --config " + agent.DefaultConfigFile,
+		"llmgw-coordinator.service": "/usr/bin/llmgw coordinator --config " + defaultCoordinatorConfig,
+	} {
+		b, err := os.ReadFile(filepath.Join("../../packaging/systemd", unit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^ExecStart=(.*)$`).FindAllSubmatch(b, -1)
+		if len(m) != 1 || string(m[0][1]) != want {
+			t.Errorf("%s: ExecStart lines %q; want exactly one, %q", unit, m, want)
+		}
+		for _, line := range []string{"Type=notify", "Restart=on-failure", "StateDirectory=llmgw"} {
+			if !bytes.Contains(b, []byte("\n"+line+"\n")) {
+				t.Errorf("%s lacks %s", unit, line)
+			}
+		}
+	}
+}
+
+// TestSnippetPassesDoctor checks the slurm.conf lines the package documents
+// with the doctor's own rules: the PrologEpilogTimeout there must stay above
+// the fetch deadline, and the hooks must be the installed ones.
+func TestSnippetPassesDoctor(t *testing.T) {
+	b, err := os.ReadFile("../../packaging/slurm.conf.snippet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, includes := slurm.ParseConf(b)
+	if len(includes) != 0 {
+		t.Errorf("the snippet includes %v", includes)
+	}
+	want := map[string]string{
+		"prologflags":      "Alloc",
+		"prolog":           doctor.DefaultHookDir + "/prolog",
+		"epilog":           doctor.DefaultHookDir + "/epilog",
+		"taskprolog":       doctor.DefaultHookDir + "/task-prolog",
+		"plugstackconfig":  "/etc/slurm/plugstack.conf",
+		"jobsubmitplugins": "lua",
+	}
+	for k, v := range want {
+		if conf[k] != v {
+			t.Errorf("snippet: %s=%q, want %q", k, conf[k], v)
+		}
+	}
+	if len(conf) != len(want)+1 {
+		t.Errorf("snippet sets %d settings, want exactly %d (those above and PrologEpilogTimeout): %v", len(conf), len(want)+1, conf)
+	}
+	fs := doctor.CheckSettings(conf, "/etc/slurm/slurm.conf", nil, doctor.Options{FetchDeadline: fetchDeadline(agent.Config{})})
+	for _, f := range fs {
+		switch f.Check {
+		case "PrologFlags", "PrologEpilogTimeout", "job_submit":
+			if f.Severity != doctor.OK {
+				t.Errorf("the snippet fails the doctor's %s check: %s", f.Check, f.Message)
+			}
+		}
+	}
+}
+
+// TestPackagedPaths: the paths the doctor, the wrappers and the plugstack
+// line expect are the ones nfpm.yaml installs.
+func TestPackagedPaths(t *testing.T) {
+	nfpm, err := os.ReadFile("../../packaging/nfpm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{
+		doctor.DefaultHookDir + "/prolog", doctor.DefaultHookDir + "/epilog", doctor.DefaultHookDir + "/task-prolog",
+		doctor.DefaultHookDir + "/llmgw-hook", doctor.DefaultSpankPlugin, "/etc/slurm/plugstack.conf.d/llmgw.conf",
+		agent.DefaultConfigFile, defaultCoordinatorConfig, "/usr/share/llmgw/job_submit.lua",
+	} {
+		if !bytes.Contains(nfpm, []byte("dst: "+dst+"\n")) {
+			t.Errorf("nfpm.yaml installs nothing at %s", dst)
+		}
+	}
+	line, err := os.ReadFile("../../packaging/slurm/llmgw.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, _, err := slurm.ParsePlugstack(line)
+	if err != nil || len(ps) != 1 || ps[0].Path != doctor.DefaultSpankPlugin || ps[0].Required {
+		t.Errorf("plugstack.conf.d/llmgw.conf = %+v, %v; want one optional line for %s", ps, err, doctor.DefaultSpankPlugin)
+	}
+	for _, hook := range []string{"prolog", "epilog", "task-prolog"} {
+		b, err := os.ReadFile("../../packaging/libexec/" + hook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("hook="+doctor.DefaultHookDir+"/llmgw-hook\n")) {
+			t.Errorf("packaging/libexec/%s does not run %s/llmgw-hook", hook, doctor.DefaultHookDir)
+		}
+	}
+}

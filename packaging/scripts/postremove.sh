@@ -1,0 +1,18 @@
+#!/bin/sh
+# After removal. deb purge also removes the tokens postinstall created (they
+# are not package files, so dpkg does not know them) and the directories the
+# daemons filled: the database, the catalog copy, fetched weights and the
+# hooks' job records. rpm has no purge, so an erase keeps them, as it keeps
+# edited configs.
+set -e
+case "$1" in
+purge)
+	rm -f /etc/llmgw/agent.token /etc/llmgw/admin.token
+	rmdir /etc/llmgw 2>/dev/null || true
+	rm -rf /var/lib/llmgw /var/cache/llmgw /run/llmgw
+	;;
+esac
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+	systemctl daemon-reload >/dev/null 2>&1 || true
+fi
+exit 0

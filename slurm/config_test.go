@@ -1,0 +1,122 @@
+package slurm
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestParseShowConfig(t *testing.T) {
+	out, err := os.ReadFile("testdata/22.05/scontrol-show-config.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseShowConfig(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"PrologFlags":           "Alloc",
+		"prolog":                "/work/wt/ship/scripts/slurm/prolog",
+		"Epilog":                "/work/wt/ship/scripts/slurm/epilog",
+		"TaskProlog":            "/work/wt/ship/scripts/slurm/task-prolog",
+		"PrologEpilogTimeout":   "65534",
+		"PlugStackConfig":       "/var/tmp/llmgw-dev-cluster/plugstack.conf",
+		"SchedulerParameters":   "batch_sched_delay=0",
+		"AuthInfo":              "socket=/var/tmp/llmgw-dev-cluster/munge/munge.socket.2",
+		"UnkillableStepTimeout": "60 sec",
+	} {
+		if got, _ := c.Get(key); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	// "(null)" is unset.
+	if v, ok := c.Get("JobSubmitPlugins"); ok || v != "" {
+		t.Errorf("JobSubmitPlugins = %q, %v; scontrol said (null)", v, ok)
+	}
+	if _, ok := c["slurmctld(primary) at vm is up"]; ok {
+		t.Error("the status line was taken for a setting")
+	}
+	if len(c) < 150 {
+		t.Errorf("only %d settings parsed; scontrol printed about 190", len(c))
+	}
+	if _, err := ParseShowConfig([]byte("scontrol: error: Unable to contact slurm controller\n")); err == nil {
+		t.Error("an error message parsed as a configuration")
+	}
+}
+
+func TestReadConf(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("conf.d/hooks.conf", "Prolog=/usr/libexec/llmgw/prolog # the hook\nprologflags=Alloc,Contain\n")
+	conf := write("slurm.conf", `# a comment
+ClusterName=c
+PrologFlags=Contain
+include conf.d/*.conf
+JobSubmitPlugins="lua,require_timelimit"
+SchedulerParameters=batch_sched_delay=0,\
+  bf_interval=30
+NodeName=n[1-2] CPUs=2 Prolog=/not/a/setting
+PartitionName=debug Nodes=n[1-2] Default=YES
+`)
+	c, err := ReadConf(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		"clustername":         "c",
+		"prologflags":         "Alloc,Contain", // the include comes later and wins
+		"prolog":              "/usr/libexec/llmgw/prolog",
+		"jobsubmitplugins":    "lua,require_timelimit",
+		"schedulerparameters": "batch_sched_delay=0,bf_interval=30",
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("ReadConf = %v\nwant %v", c, want)
+	}
+	if _, err := ReadConf(filepath.Join(dir, "missing.conf")); !os.IsNotExist(err) {
+		t.Errorf("ReadConf of a missing file: %v, want not-exist", err)
+	}
+	write("bad.conf", "include /nonexistent/file.conf\n")
+	if _, err := ReadConf(filepath.Join(dir, "bad.conf")); err == nil {
+		t.Error("a missing include (not a glob) was no error")
+	}
+}
+
+func TestReadPlugstack(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "plugstack.conf.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "plugstack.conf"), []byte("required /usr/lib/x.so a=1 b\ninclude "+dir+"/plugstack.conf.d/*.conf\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "plugstack.conf.d", "llmgw.conf"), []byte("# llmgw\noptional /usr/lib/llmgw/llmgw_spank.so\n"), 0o644)
+	ps, err := ReadPlugstack(filepath.Join(dir, "plugstack.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SpankPlugin{
+		{Required: true, Path: "/usr/lib/x.so", Args: []string{"a=1", "b"}, File: filepath.Join(dir, "plugstack.conf")},
+		{Path: "/usr/lib/llmgw/llmgw_spank.so", Args: []string{}, File: filepath.Join(dir, "plugstack.conf.d", "llmgw.conf")},
+	}
+	if !reflect.DeepEqual(ps, want) {
+		t.Errorf("ReadPlugstack = %+v\nwant %+v", ps, want)
+	}
+	// Debian's own file, with an empty plugstack.conf.d: no plugins, no error.
+	os.Remove(filepath.Join(dir, "plugstack.conf.d", "llmgw.conf"))
+	os.WriteFile(filepath.Join(dir, "plugstack.conf"), []byte("include "+dir+"/plugstack.conf.d/*.conf\n"), 0o644)
+	if ps, err := ReadPlugstack(filepath.Join(dir, "plugstack.conf")); err != nil || len(ps) != 0 {
+		t.Errorf("empty plugstack.conf.d: %v, %v; want none, nil", ps, err)
+	}
+	if _, _, err := ParsePlugstack([]byte("optinal /x.so\n")); err == nil {
+		t.Error("a misspelt plugstack line was accepted")
+	}
+}
