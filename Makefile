@@ -11,14 +11,19 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/llmgw
+HOOK    := bin/llmgw-hook
 
 .PHONY: all build test lint unit integration clean help
 
 all: build
 
-## build: the llmgw binary in bin/
+# The hook binary starts on every job: static (pflag imports net, which with
+# cgo links libc, and every start would wait for the dynamic loader) and
+# stripped. scripts/bench/hook.sh measures it.
+## build: the llmgw and llmgw-hook binaries in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(HOOK) ./cmd/llmgw-hook
 
 ## test: lint, unit tests with -race, then the integration tests on a real private Slurm cluster
 test: lint unit integration

@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -81,7 +80,7 @@ const (
 // New checks cfg, fills in its defaults and returns an agent ready to Run.
 // It does not touch the network or the socket.
 func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
-	cfg, err := cfg.resolve()
+	cfg, err := resolve(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +104,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		cfg:          cfg,
 		flights:      map[string]*flight{},
 	}
-	a.catalog.Path = filepath.Join(cfg.StateDir, catalogFile)
+	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
 	if cfg.Coordinator != "" && cfg.TokenFile == "" {
 		log.Warn("no token file configured: reports are sent without a token, which a coordinator with --agent-token-file refuses")
@@ -127,7 +126,7 @@ func (a *Agent) Config() Config {
 // half of another. The socket, state directory and metrics address are
 // bound at start; a change to them is logged and waits for a restart.
 func (a *Agent) Reload(cfg Config) error {
-	cfg, err := cfg.resolve()
+	cfg, err := resolve(cfg)
 	if err != nil {
 		return err
 	}
@@ -170,6 +169,7 @@ func (a *Agent) fetcherLocked() *weights.Fetcher {
 	if a.fetcher == nil {
 		f := &weights.Fetcher{
 			CacheDir:    a.cfg.CacheDir,
+			LockDir:     a.cfg.LockDir(),
 			Connections: a.cfg.Connections,
 			OnProgress:  a.onProgress,
 			Log:         a.log.WithField("part", "fetch"),

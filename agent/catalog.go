@@ -11,9 +11,6 @@ import (
 	"github.com/llmgw/llmgw/api"
 )
 
-// catalogFile is the name of the catalog copy in the state directory.
-const catalogFile = "catalog.json"
-
 // refreshCatalog reads the catalog from the coordinator and keeps a copy in
 // the state directory, so that the hooks can resolve a model name to its
 // source while the coordinator is down. A failure keeps the last copy: an
@@ -28,7 +25,7 @@ func refreshCatalog(ctx context.Context, c *api.Client, cfg Config) (api.Catalog
 		models = []api.Model{}
 	}
 	cp := api.CatalogCopy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(), Models: models}
-	path := filepath.Join(cfg.StateDir, catalogFile)
+	path := cfg.CatalogCopyPath()
 	if err := writeJSONAtomic(path, cp); err != nil {
 		return api.CatalogCopy{}, fmt.Errorf("catalog copy: %w", err)
 	}

@@ -44,10 +44,10 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	c := Config{}.withDefaults()
+	c := Config{}.WithDefaults()
 	if c.Fabric != DefaultFabric || c.CacheDir != DefaultCacheDir || c.StateDir != DefaultStateDir || c.Socket != DefaultSocket ||
 		c.ReportInterval != DefaultReportInterval || c.ScanInterval != DefaultScanInterval || c.Connections != DefaultConnections {
-		t.Errorf("withDefaults() = %+v", c)
+		t.Errorf("WithDefaults() = %+v", c)
 	}
 	if got := scanDirs(Config{WeightDirs: []string{"/m", "/c"}, CacheDir: "/c"}); len(got) != 2 {
 		t.Errorf("scanDirs with the cache among the weight dirs = %q, want it once", got)

@@ -52,6 +52,9 @@ func init() {
 		{name: "status", synopsis: "[MODEL] [--json]", summary: "per fabric: which models are held (shared/local), fetching, stale nodes", run: statusCmd},
 		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE [--cache-dir DIR] [--sha256 HEX] [--connections N]", summary: "make a model file present on this node and print its path", run: fetchCmd},
+		{name: "prolog", synopsis: "[--config FILE] [agent flags]", summary: "Slurm Prolog: make the job's model present on this node (always exits 0)", run: prologCmd},
+		{name: "task-prolog", synopsis: "[--config FILE] [agent flags]", summary: "Slurm TaskProlog: export LLMGW_MODEL_PATH, or fail the job with the reason", run: taskPrologCmd},
+		{name: "epilog", synopsis: "[--config FILE] [agent flags]", summary: "Slurm Epilog: clear the job's record, run node gc now and then (always exits 0)", run: epilogCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

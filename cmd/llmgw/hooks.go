@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+
+	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/prolog"
+	"github.com/llmgw/llmgw/prolog/full"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights"
+)
+
+const hooksAbout = `A Slurm hook, normally started by llmgw-hook (which slurmd runs as the
+Prolog, TaskProlog and Epilog) when its fast path cannot settle the job. The
+job comes from the environment slurmd gives the hook (SLURM_JOB_ID,
+SLURMD_NODENAME, SPANK_LLMGW_MODEL or an llmgw:model=M tag in
+SLURM_JOB_COMMENT). Settings are the agent's: --config (default
+/etc/llmgw/agent.toml) and the agent's flags.
+
+prolog resolves the model (coordinator, else the node's catalog copy), makes
+its weights present (through the agent, else in this process) within
+--fetch-deadline, and records the outcome for the TaskProlog; on failure it
+also sets the job's AdminComment. task-prolog prints the job's
+LLMGW_MODEL/LLMGW_MODEL_PATH exports, or fails the job with the reason.
+epilog clears the job's record and runs node gc at most once per
+--gc-interval. prolog and epilog exit 0 whatever happens: a failing Prolog
+or Epilog would drain the node.`
+
+// hookConfig reads the agent's configuration for a hook. A hook takes no
+// arguments of its own.
+func hookConfig(e *env, name string, args []string) (config.Agent, error) {
+	fs := newFlags(e, name, "[--config FILE] [agent flags]", hooksAbout)
+	cfg, err := loadNodeConfig(fs, name, args, e.getenv)
+	if err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, usagef("", "%s takes no arguments, got %q", name, fs.Args())
+	}
+	return cfg.WithDefaults(), nil
+}
+
+// neverDrain logs a hook's own error and returns nil, so the Prolog and the
+// Epilog exit 0 (see package prolog); --help is still --help.
+func neverDrain(e *env, name string, err error) error {
+	if err == nil || err == pflag.ErrHelp {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "llmgw %s: job %s: %v\n", name, e.getenv("SLURM_JOB_ID"), err)
+	return nil
+}
+
+func prologCmd(ctx context.Context, e *env, args []string) error {
+	cfg, err := hookConfig(e, "prolog", args)
+	if err != nil {
+		return neverDrain(e, "prolog", err)
+	}
+	job, jobErr := prolog.JobFromEnv(e.getenv)
+	p := &full.Prolog{
+		Config: cfg,
+		Agent:  &api.LocalClient{Socket: cfg.Socket},
+		Fetcher: &weights.Fetcher{
+			CacheDir:    cfg.CacheDir,
+			LockDir:     cfg.LockDir(),
+			Connections: cfg.Connections,
+			Log:         hookLogger(e),
+		},
+		Slurm: &slurm.Runner{},
+		Log:   e.stderr,
+	}
+	if cfg.Coordinator != "" {
+		p.Coordinator = &api.Client{BaseURL: cfg.Coordinator, UserAgent: "llmgw-prolog/" + version}
+		if cfg.TokenFile != "" {
+			// The agent's token reads the catalog; without it, a coordinator
+			// that requires one for reads is down as far as this job is
+			// concerned, and the catalog copy answers.
+			if tok, err := api.ReadToken(cfg.TokenFile); err == nil {
+				p.Coordinator.Token = tok
+			} else {
+				fmt.Fprintf(e.stderr, "llmgw prolog: job %s: %v\n", job.ID, err)
+			}
+		}
+	}
+	p.Run(ctx, job, jobErr)
+	return nil
+}
+
+func taskPrologCmd(_ context.Context, e *env, args []string) error {
+	cfg, err := hookConfig(e, "task-prolog", args)
+	if err != nil {
+		return err
+	}
+	return prolog.TaskProlog(cfg.RunDir, e.getenv("SLURM_JOB_ID"), e.getenv, e.stdout)
+}
+
+// nodeGC is node gc for the Epilog.
+//
+// MERGE: wire weights/gc here (helper "gc"): a function that runs gc in
+// collect mode on this node for cfg (cfg.CacheDir, cfg.CatalogCopyPath(),
+// cfg.RunDir's job records via catalog.ReadJobRecords) and returns when ctx
+// ends. Until then the Epilog clears job records and runs no gc.
+var nodeGC full.Collector
+
+func epilogCmd(ctx context.Context, e *env, args []string) error {
+	cfg, err := hookConfig(e, "epilog", args)
+	if err != nil {
+		return neverDrain(e, "epilog", err)
+	}
+	(&full.Epilog{Config: cfg, GC: nodeGC, Log: e.stderr}).Run(ctx, e.getenv("SLURM_JOB_ID"))
+	return nil
+}
+
+// hookLogger is the fetcher's log in a hook: text lines on stderr, which
+// slurmd copies into its log.
+func hookLogger(e *env) logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(e.stderr)
+	l.SetFormatter(&logrus.TextFormatter{DisableColors: true, DisableTimestamp: true})
+	return l.WithField("job", e.getenv("SLURM_JOB_ID"))
+}
+

@@ -1,0 +1,69 @@
+package full
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/prolog"
+)
+
+// Collector runs node gc in collect mode: delete the cache files that no
+// catalog entry wants, by the rules of package weights/gc (only cache names
+// inside the cache dir, never a .part, never what a running job's record
+// names, never a symlink; nothing when the catalog cannot be read). It must
+// return when ctx ends.
+type Collector func(ctx context.Context, cfg config.Agent) error
+
+// Epilog is the Epilog for one node. Config has its defaults applied.
+type Epilog struct {
+	Config config.Agent
+	// GC is node gc. Nil runs none.
+	GC  Collector
+	Log io.Writer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Run clears the job's record and runs node gc, at most once per
+// Config.GCInterval on the node and for at most Config.GCTimeout, so that
+// the job's end, and the node's return to idle, is not held up.
+func (e *Epilog) Run(ctx context.Context, jobID string) {
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	if jobID != "" {
+		if err := prolog.ClearRecord(e.Config.RunDir, jobID); err != nil {
+			fmt.Fprintf(e.Log, "llmgw epilog: job %s: %v\n", jobID, err)
+		}
+	}
+	if e.GC == nil {
+		return
+	}
+	release, ok, err := prolog.ClaimGC(e.Config.RunDir, e.Config.GCInterval, now())
+	if err != nil {
+		fmt.Fprintf(e.Log, "llmgw epilog: job %s: gc not run: %v\n", jobID, err)
+		return
+	}
+	if !ok {
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, e.Config.GCTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.GC(ctx, e.Config) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// A gc that ignores its context is not waited for: the Epilog
+		// returns and the process exit ends it.
+		err = fmt.Errorf("stopped after %s (gc_timeout): %w", e.Config.GCTimeout, ctx.Err())
+	}
+	if err != nil {
+		fmt.Fprintf(e.Log, "llmgw epilog: job %s: gc: %v\n", jobID, err)
+	}
+}
