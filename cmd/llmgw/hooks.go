@@ -123,4 +123,3 @@ func hookLogger(e *env) logrus.FieldLogger {
 	l.SetFormatter(&logrus.TextFormatter{DisableColors: true, DisableTimestamp: true})
 	return l.WithField("job", e.getenv("SLURM_JOB_ID"))
 }
-
