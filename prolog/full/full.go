@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmgw/llmgw/agent/config"
@@ -52,6 +53,11 @@ type Prolog struct {
 	Log io.Writer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+
+	// mu serializes the log: the fetcher reports progress from its own
+	// goroutine, which may outlive the wait that gave up on it.
+	mu           sync.Mutex
+	lastProgress time.Time
 }
 
 func (p *Prolog) now() time.Time {
@@ -62,6 +68,8 @@ func (p *Prolog) now() time.Time {
 }
 
 func (p *Prolog) logf(job, format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	fmt.Fprintf(p.Log, "llmgw prolog: job %s: %s\n", job, fmt.Sprintf(format, args...))
 }
 
@@ -154,10 +162,15 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 // no agent answers (not running, or stopping), in-process under the
 // node-local lock, which still makes one fetch per source on the node.
 func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
-	last := time.Time{}
 	progress := func(f api.Fetch) {
-		if now := p.now(); now.Sub(last) >= progressEvery {
-			last = now
+		now := p.now()
+		p.mu.Lock()
+		due := now.Sub(p.lastProgress) >= progressEvery
+		if due {
+			p.lastProgress = now
+		}
+		p.mu.Unlock()
+		if due {
 			p.logf(job.ID, "fetching %s: %s of %s", f.Source, catalog.FormatBytes(f.Done), total(f.Total))
 		}
 	}
