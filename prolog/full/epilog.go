@@ -20,7 +20,7 @@ type Collector func(ctx context.Context, cfg config.Agent) error
 // Epilog is the Epilog for one node. Config has its defaults applied.
 type Epilog struct {
 	Config config.Agent
-	// GC is node gc. Nil runs none.
+	// GC is node gc. Nil runs none (the interval is still claimed).
 	GC  Collector
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -40,9 +40,9 @@ func (e *Epilog) Run(ctx context.Context, jobID string) {
 			fmt.Fprintf(e.Log, "llmgw epilog: job %s: %v\n", jobID, err)
 		}
 	}
-	if e.GC == nil {
-		return
-	}
+	// The interval is claimed even when no gc is built in, so that the
+	// hook's fast path (which hands the Epilog here only when gc is due)
+	// does so once per interval, not on every job.
 	release, ok, err := prolog.ClaimGC(e.Config.RunDir, e.Config.GCInterval, now())
 	if err != nil {
 		fmt.Fprintf(e.Log, "llmgw epilog: job %s: gc not run: %v\n", jobID, err)
@@ -52,6 +52,9 @@ func (e *Epilog) Run(ctx context.Context, jobID string) {
 		return
 	}
 	defer release()
+	if e.GC == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, e.Config.GCTimeout)
 	defer cancel()
 	done := make(chan error, 1)
