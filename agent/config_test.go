@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/api"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -85,5 +87,13 @@ func TestDefaultNodeName(t *testing.T) {
 				t.Errorf("DefaultNodeName = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// The hooks find the agent's socket through package config, which cannot
+// link api (net/http); the two constants must stay one.
+func TestDefaultSocketIsAPIs(t *testing.T) {
+	if DefaultSocket != api.DefaultSocket {
+		t.Errorf("config.DefaultSocket %q != api.DefaultSocket %q", DefaultSocket, api.DefaultSocket)
 	}
 }
