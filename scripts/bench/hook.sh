@@ -74,15 +74,16 @@ if [[ $EUID -eq 0 ]] && command -v chrt >/dev/null; then
 	rt=(chrt -f 10)
 fi
 for ((r = 0; r < rounds; r++)); do
-	cmds=(-n 'bash test -e' "$tmp/bash-hook" -n 'go hello' "$tmp/go-hello" -n 'llmgw-hook prolog (fast path)' "$hook prolog --config $tmp/agent.toml")
-	((r % 2)) && cmds=("${cmds[@]:6:3}" "${cmds[@]:3:3}" "${cmds[@]:0:3}")
+	cmds=(-n 'bash test -e' "$tmp/bash-hook" -n 'go hello' "$tmp/go-hello" -n 'llmgw-hook prolog (fast path)' "$hook prolog --config $tmp/agent.toml"
+		-n 'full llmgw version' "$PWD/bin/llmgw version")
+	((r % 2)) && cmds=("${cmds[@]:9:3}" "${cmds[@]:6:3}" "${cmds[@]:3:3}" "${cmds[@]:0:3}")
 	"${rt[@]}" hyperfine -N --style none --warmup 50 --runs "$runs" --export-json "$tmp/h$r.json" "${cmds[@]}" >/dev/null
 done
 echo "scripts/bench/hook.sh: $rounds rounds of $runs runs each, hyperfine -N${rt:+ under ${rt[*]}}; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$tmp" "$rounds" <<'PY'
 import json, statistics as st, sys
 tmp, rounds = sys.argv[1], int(sys.argv[2])
-times = {"bash": [], "hello": [], "hook": []}
+times = {"bash": [], "hello": [], "hook": [], "full": []}
 ratios, hellos = [], []
 for r in range(rounds):
     res = json.load(open(f"{tmp}/h{r}.json"))["results"]
@@ -99,6 +100,7 @@ def line(name, ts):
 print(line("bash hook (test -e)", times["bash"]))
 print(line("go hello (the floor)", times["hello"]))
 print(line("llmgw-hook fast path", times["hook"]))
+print(line("llmgw version (full)", times["full"]))
 print(f"go hello / bash, median of rounds: {st.median(hellos):.2f}x")
 print(f"ratio of medians per round: {' '.join(f'{x:.2f}' for x in ratios)}; median {st.median(ratios):.2f}x (target <= 1.5x)")
 PY
