@@ -14,7 +14,7 @@ import (
 // TaskProlog then exits non-zero.
 //
 // How a job learns that its weights cannot be had, found on the dev
-// cluster (Slurm 22.05, slurm/FACTS.md §4, and prolog/hooks_integration_test.go
+// cluster (Slurm 22.05, slurm/FACTS.md §4, and prolog/full/hooks_integration_test.go
 // TestOriginNotFound): the TaskProlog's stdout is read by slurmstepd; each
 // "print TEXT" line goes to the job's output (the batch output file, or
 // srun's terminal), and a TaskProlog that exits non-zero fails the job at

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -331,15 +332,34 @@ func TestOriginNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"JobState=FAILED", "AdminComment=" + want} {
+	for _, w := range []string{"JobState=FAILED", "Reason=NonZeroExitCode", "AdminComment=" + want} {
 		if !strings.Contains(string(show), w) {
 			t.Errorf("scontrol show job %s lacks %q:\n%s", j.id, w, show)
 		}
 	}
 	t.Logf("job %s output:\n%s", j.id, j.output)
-	state, err := c.slurm.Run(context.Background(), "sinfo", "-h", "-n", "n3", "-o", "%T")
+
+	// An interactive step gets the same: the reason on the user's terminal,
+	// a failed srun, and the command never run.
+	sout, err := c.slurm.Run(context.Background(), "srun", "-w", "n3", "-J", "llmgw-hooks", "--comment=llmgw:model=gone", "echo", "the step ran")
+	var ce *slurm.CommandError
+	if !errors.As(err, &ce) || strings.Contains(string(sout), "the step ran") || !strings.Contains(string(sout)+ce.Stderr, want) {
+		t.Errorf("srun for a model the origin does not have: %v; stdout %q; want a failure with %q", err, sout, want)
+	} else {
+		t.Logf("srun: %v; stdout %q", err, sout)
+	}
+	// The node returns to idle once the jobs' Epilogs are done ("completing"
+	// meanwhile); a drained node would say "drained" or "draining".
+	var state []byte
+	for i := 0; i < 100; i++ {
+		state, err = c.slurm.Run(context.Background(), "sinfo", "-h", "-n", "n3", "-o", "%T")
+		if err != nil || strings.TrimSpace(string(state)) != "completing" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil || strings.TrimSpace(string(state)) != "idle" {
-		t.Errorf("n3 after the failed job: %q, %v; want idle", state, err)
+		t.Errorf("n3 after the failed jobs: %q, %v; want idle", state, err)
 	}
 }
 
