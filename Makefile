@@ -17,13 +17,14 @@ HOOK    := bin/llmgw-hook
 
 all: build
 
-# The hook binary starts on every job: static (pflag imports net, which with
-# cgo links libc, and every start would wait for the dynamic loader) and
-# stripped. scripts/bench/hook.sh measures it.
+# The hook binary starts on every job: static (should anything it links use
+# cgo, every start would wait for the dynamic loader) and stripped; the same
+# version as llmgw, whose resolved configuration copies it reads.
+# scripts/bench/hook.sh measures it.
 ## build: the llmgw and llmgw-hook binaries in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(HOOK) ./cmd/llmgw-hook
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(HOOK) ./cmd/llmgw-hook
 
 ## test: lint, unit tests with -race, then the integration tests on a real private Slurm cluster
 test: lint unit integration

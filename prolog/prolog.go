@@ -31,7 +31,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -165,7 +165,7 @@ func checkPath(p string, size int64) error {
 // nothing else is done (no network, no call to slurmctld). Any error means
 // the fast path could not settle the job, and says why; the caller hands
 // the job to the slow path, which resolves, fetches, and records failures.
-func Fast(cfg config.Agent, job Job, now time.Time) error {
+func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	cp, err := catalog.ReadCopy(cfg.CatalogCopyPath())
 	if err != nil {
 		return err

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -87,9 +87,9 @@ func TestPresent(t *testing.T) {
 	}
 }
 
-func nodeConfig(t *testing.T) config.Agent {
+func nodeConfig(t *testing.T) nodeconf.Agent {
 	dir := t.TempDir()
-	return config.Agent{CacheDir: filepath.Join(dir, "cache"), StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run")}.WithDefaults()
+	return nodeconf.Agent{CacheDir: filepath.Join(dir, "cache"), StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run")}.WithDefaults()
 }
 
 func TestFastAndTaskProlog(t *testing.T) {

@@ -66,6 +66,17 @@ func TaskProlog(runDir, jobID string, getenv func(string) string, stdout io.Writ
 	return err
 }
 
+// ConfigFailed is the TaskProlog when the node's configuration cannot be
+// read: it cannot find the job's record, so a job whose environment names a
+// model (LLMGW_MODEL, from the SPANK plugin) fails with that reason, and any
+// other job runs: a broken agent.toml must not fail every job on the node.
+func ConfigFailed(jobID string, err error, getenv func(string) string, stdout io.Writer) error {
+	if m := getenv(EnvModel); m != "" {
+		return fail(stdout, fmt.Sprintf("job %s asks for model %s, but llmgw's configuration on %s cannot be read: %v", jobID, m, nodeName(getenv), err))
+	}
+	return nil
+}
+
 // Reason is how a failure reads wherever llmgw shows it to the job's owner:
 // the job's output, its AdminComment.
 func Reason(msg string) string { return "llmgw: " + oneLine(msg) }

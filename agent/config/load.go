@@ -12,11 +12,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Configuration is layered the way operators expect of a daemon: built-in
-// defaults, then the TOML file, then LLMGW_* environment variables, then
-// flags. Each layer only overrides what it sets.
-//
-// The order of work follows from that: the file must be read before the
+// Each layer only overrides what it sets. The order of work follows from that: the file must be read before the
 // flags are defined (so that --help shows the values in force and an unset
 // flag keeps the file's value), and the environment applies only to flags the
 // command line did not set.
@@ -59,28 +55,6 @@ func Load(fs *pflag.FlagSet, cmd string, args []string, getenv func(string) stri
 		return cfg, fmt.Errorf("config: %w", err)
 	}
 	return cfg, nil
-}
-
-// Path finds --config in args, else LLMGW_CONFIG, else def. explicit is
-// false only for the built-in default, whose absence is not an error: a node
-// configured entirely by flags has no file.
-func Path(args []string, getenv func(string) string, def string) (path string, explicit bool) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if v, ok := strings.CutPrefix(a, "--config="); ok {
-			return v, true
-		}
-		if a == "--config" && i+1 < len(args) {
-			return args[i+1], true
-		}
-	}
-	if v := getenv("LLMGW_CONFIG"); v != "" {
-		return v, true
-	}
-	return def, false
 }
 
 // DecodeTOML reads a TOML file into v. A key v has no field for is an error

@@ -7,12 +7,14 @@
 // on every node, and Go runs the init of every package a binary links
 // whatever the command: llmgw links net/http, prometheus and sqlite and
 // starts in about 5 ms, a bash hook in 1.4 ms. This one links the fast path
-// only (package prolog, the node config, the name rules; see deps_test.go)
-// and is built static (CGO_ENABLED=0; pflag imports net, which with cgo
-// would make it wait for the dynamic loader). When the fast path cannot
-// settle a job (weights missing, anything unusual) it execs `llmgw HOOK`
-// beside it, which has the clients and the fetcher: a fetch takes minutes,
-// and a few milliseconds more to start it are nothing.
+// only (package prolog, the node config, the name rules; see deps_test.go),
+// is built static and stripped, and parses neither TOML nor flags: it
+// reads the resolved copy of agent.toml that llmgw's hooks leave beside it
+// (nodeconf.WriteResolved). When the fast path cannot settle a job (weights
+// missing, no resolved copy, flags, anything unusual) it execs `llmgw HOOK`
+// with the same arguments, from beside its own executable; llmgw has the
+// loader, the clients and the fetcher. A fetch takes minutes, and a few
+// milliseconds more to start it are nothing.
 //
 // This package only wires.
 package main
@@ -20,16 +22,21 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
-
-	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/prolog"
 )
+
+// version is set at build time, as llmgw's is (make build gives both the
+// same): a resolved copy of the configuration is used only if written by
+// the same build, whose defaults it holds.
+var version = "dev"
 
 // fullEnv names the full llmgw binary the hook hands off to, for tests;
 // unset (always, under slurmd, which passes the hooks no such variable), it
@@ -69,17 +76,50 @@ func run(hook string, args []string) int {
 	return 0
 }
 
-func loadConfig(hook string, args []string) (config.Agent, error) {
-	fs := pflag.NewFlagSet("llmgw-hook "+hook, pflag.ContinueOnError)
-	fs.Usage = func() {}
-	cfg, err := config.Load(fs, hook, args, os.Getenv)
+// errFullLoad says the configuration must be loaded by llmgw itself.
+var errFullLoad = errors.New("flags or LLMGW_* settings given")
+
+// loadConfig returns the node's configuration without parsing it: the
+// built-in defaults when the default file is absent (what llmgw's loader
+// gives then, with no flags and no LLMGW_* settings), else the resolved
+// copy. Anything else is for llmgw to load: an error sends the job there.
+func loadConfig(args []string) (nodeconf.Agent, error) {
+	if !plainArgs(args) || settingsInEnv() {
+		return nodeconf.Agent{}, errFullLoad
+	}
+	path, explicit := nodeconf.Path(args, os.Getenv, nodeconf.DefaultFile)
+	cfg, err := nodeconf.ReadResolved(path, version)
+	if errors.Is(err, fs.ErrNotExist) && !explicit {
+		return nodeconf.Agent{}.WithDefaults(), nil
+	}
 	if err != nil {
 		return cfg, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("%s takes no arguments, got %q", hook, fs.Args())
-	}
 	return cfg.WithDefaults(), nil
+}
+
+// plainArgs: no arguments, or only --config FILE.
+func plainArgs(args []string) bool {
+	switch len(args) {
+	case 0:
+		return true
+	case 1:
+		return strings.HasPrefix(args[0], "--config=")
+	case 2:
+		return args[0] == "--config"
+	}
+	return false
+}
+
+// settingsInEnv reports an LLMGW_* variable that would set a setting
+// (slurmd passes none; a hook run by hand may have some).
+func settingsInEnv() bool {
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "LLMGW_") && !strings.HasPrefix(kv, "LLMGW_CONFIG=") && !strings.HasPrefix(kv, fullEnv+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // prologHook: a job naming no model is done at once; weights present are
@@ -90,8 +130,8 @@ func prologHook(args []string) int {
 		return 0
 	}
 	if err == nil {
-		var cfg config.Agent
-		if cfg, err = loadConfig("prolog", args); err == nil {
+		var cfg nodeconf.Agent
+		if cfg, err = loadConfig(args); err == nil {
 			if err = prolog.Fast(cfg, job, time.Now()); err == nil {
 				return 0
 			}
@@ -102,23 +142,15 @@ func prologHook(args []string) int {
 }
 
 // taskPrologHook prints the job's exports, or its failure and exits 1,
-// which fails the job and not the node (see prolog.ErrJobFails). It never
-// hands off: it runs as the job's user, who may not ask the agent for
-// anything.
+// which fails the job and not the node (see prolog.ErrJobFails). It runs
+// as the job's user; without a resolved configuration it hands off to
+// llmgw task-prolog, which loads agent.toml itself.
 func taskPrologHook(args []string) int {
-	job := os.Getenv("SLURM_JOB_ID")
-	cfg, err := loadConfig("task-prolog", args)
+	cfg, err := loadConfig(args)
 	if err != nil {
-		// Without its configuration it cannot find the record; a job that
-		// asked for a model then fails with the reason, others run.
-		fmt.Fprintf(os.Stderr, "llmgw-hook task-prolog: job %s: %v\n", job, err)
-		if m := os.Getenv(prolog.EnvModel); m != "" {
-			fmt.Printf("print %s\n", prolog.Reason(fmt.Sprintf("job %s asks for model %s, but llmgw's configuration cannot be read: %v", job, m, err)))
-			return 1
-		}
-		return 0
+		return handOff("task-prolog", args)
 	}
-	if err := prolog.TaskProlog(cfg.RunDir, job, os.Getenv, os.Stdout); err != nil {
+	if err := prolog.TaskProlog(cfg.RunDir, os.Getenv("SLURM_JOB_ID"), os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "llmgw-hook task-prolog: %v\n", err)
 		return 1
 	}
@@ -128,10 +160,9 @@ func taskPrologHook(args []string) int {
 // epilogHook clears the job's record and, when node gc is due, hands off
 // to `llmgw epilog`, which claims and runs it within its bound.
 func epilogHook(args []string) int {
-	cfg, err := loadConfig("epilog", args)
+	cfg, err := loadConfig(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "llmgw-hook epilog: job %s: %v\n", os.Getenv("SLURM_JOB_ID"), err)
-		return 0
+		return handOff("epilog", args)
 	}
 	if job := os.Getenv("SLURM_JOB_ID"); job != "" {
 		if err := prolog.ClearRecord(cfg.RunDir, job); err != nil {
@@ -145,8 +176,9 @@ func epilogHook(args []string) int {
 }
 
 // handOff replaces this process with `llmgw HOOK ARGS`. When that cannot
-// be done the job goes on without llmgw (exit 0: never drain), and the
-// reason is in slurmd's log.
+// be done the job goes on without llmgw (exit 0: never drain; for the
+// TaskProlog, the job runs without LLMGW_MODEL_PATH), and the reason is
+// on stderr.
 func handOff(hook string, args []string) int {
 	full, err := fullBinary()
 	if err == nil {

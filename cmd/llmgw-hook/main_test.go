@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -31,7 +32,9 @@ func TestHookBinary(t *testing.T) {
 	catalog.WriteCopy(filepath.Join(state, "catalog.json"), catalog.Copy{Models: []catalog.Model{{Name: "a", Source: present}, {Name: "b", Source: missing}}})
 	os.MkdirAll(cache, 0o755)
 	os.WriteFile(catalog.CachePathFor(cache, present), []byte("w"), 0o644)
-	args := []string{"--cache-dir", cache, "--state-dir", state, "--run-dir", run}
+	conf := filepath.Join(dir, "agent.toml")
+	os.WriteFile(conf, []byte("cache_dir = \""+cache+"\"\nstate_dir = \""+state+"\"\nrun_dir = \""+run+"\"\n"), 0o644)
+	args := []string{"--config", conf}
 
 	hook := func(name string, env ...string) (string, error) {
 		os.Remove(handed)
@@ -40,6 +43,23 @@ func TestHookBinary(t *testing.T) {
 		cmd.Env = append([]string{"SLURM_JOB_ID=9", "SLURMD_NODENAME=n1", "LLMGW_HOOK_FULL=" + full}, env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
+	}
+
+	// Without the resolved copy of agent.toml the hook does not parse it:
+	// llmgw does (and leaves the copy, as the resolved config below).
+	if _, err := hook("prolog", "SLURM_JOB_COMMENT=llmgw:model=a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(handed); strings.TrimSpace(string(got)) != "prolog --config "+conf {
+		t.Fatalf("without a resolved copy: handed %q, want the job handed to llmgw prolog", got)
+	}
+	id, err := nodeconf.StatFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := nodeconf.Agent{CacheDir: cache, StateDir: state, RunDir: run}.WithDefaults()
+	if err := nodeconf.WriteResolved(conf, id, "dev", cfg); err != nil {
+		t.Fatal(err)
 	}
 
 	if out, err := hook("prolog", "SLURM_JOB_COMMENT=llmgw:model=a"); err != nil || out != "" {
@@ -68,6 +88,24 @@ func TestHookBinary(t *testing.T) {
 	if _, err := os.Stat(handed); err == nil {
 		t.Error("a job without a model was handed off")
 	}
+
+	// Flags, or an edit of agent.toml, send the job to llmgw.
+	if _, err := hook("prolog", "SLURM_JOB_COMMENT=llmgw:model=a", "LLMGW_CACHE_DIR=/elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(handed); err != nil {
+		t.Error("an LLMGW_* setting in the environment did not send the job to llmgw")
+	}
+	os.WriteFile(conf, []byte("cache_dir = \"/elsewhere\"\n"), 0o644)
+	if _, err := hook("prolog", "SLURM_JOB_COMMENT=llmgw:model=a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(handed); err != nil {
+		t.Error("after agent.toml changed, the stale resolved copy was used")
+	}
+	os.WriteFile(conf, []byte("cache_dir = \""+cache+"\"\nstate_dir = \""+state+"\"\nrun_dir = \""+run+"\"\n"), 0o644)
+	id, _ = nodeconf.StatFile(conf)
+	nodeconf.WriteResolved(conf, id, "dev", cfg)
 
 	// The Epilog hands off only when gc is due: once, then not again within
 	// the interval once llmgw epilog has claimed it.

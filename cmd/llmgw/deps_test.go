@@ -20,17 +20,18 @@ var importRules = map[string]struct {
 }{
 	"weights/catalog":   {nil, "the name rules are a standard-library leaf, so every part, the hook binary included, applies the same ones"},
 	"api":               {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
-	"agent/config":      {[]string{"weights/catalog", "slurm"}, "the node's configuration is linked by the hook binary, so it stays light: standard library, toml, pflag and leaves"},
+	"agent/nodeconf":    {[]string{"weights/catalog", "slurm"}, "the node's configuration is linked by the hook binary, so it stays light: the standard library and leaves"},
+	"agent/config":      {[]string{"agent/nodeconf"}, "the loader (toml, pflag) the agent and llmgw's hooks share, so a setting means the same to both"},
 	"weights":           {[]string{"weights/catalog"}, "weights stands alone: agent, hooks and coordinator all build on it"},
 	"placement":         {nil, "placement is a pure ranking of its inputs, tested with tables"},
 	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":             {[]string{"agent/config", "api", "weights", "slurm"}, "an agent must not depend on server code or the database"},
-	"prolog":            {[]string{"agent/config", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
-	"prolog/full":       {[]string{"prolog", "agent/config", "api", "weights", "weights/catalog", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, and calls scontrol"},
+	"prolog":            {[]string{"agent/nodeconf", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
+	"prolog/full":       {[]string{"prolog", "agent/nodeconf", "api", "weights", "weights/catalog", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, and calls scontrol"},
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights"}, "the store persists api types; it decides nothing"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
-	"cmd/llmgw-hook":    {[]string{"prolog", "agent/config", "weights/catalog"}, "the hook binary starts on every job: only the fast path (cmd/llmgw-hook/deps_test.go)"},
+	"cmd/llmgw-hook":    {[]string{"prolog", "agent/nodeconf", "weights/catalog"}, "the hook binary starts on every job: only the fast path (cmd/llmgw-hook/deps_test.go)"},
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/prolog/full"
@@ -31,9 +32,15 @@ epilog clears the job's record and runs node gc at most once per
 --gc-interval. prolog and epilog exit 0 whatever happens: a failing Prolog
 or Epilog would drain the node.`
 
-// hookConfig reads the agent's configuration for a hook. A hook takes no
-// arguments of its own.
+// hookConfig reads the agent's configuration for a hook (a hook takes no
+// arguments of its own). When it came from the file alone (no flags, no
+// LLMGW_* settings), it leaves the resolved copy the hook binary reads
+// instead of parsing TOML on every job start. Writing it may fail (the
+// TaskProlog runs as the job's user, who may not write beside agent.toml);
+// the next Prolog or Epilog, run as root, writes it.
 func hookConfig(e *env, name string, args []string) (config.Agent, error) {
+	path, _ := config.Path(args, e.getenv, config.DefaultFile)
+	id, idErr := nodeconf.StatFile(path)
 	fs := newFlags(e, name, "[--config FILE] [agent flags]", hooksAbout)
 	cfg, err := loadNodeConfig(fs, name, args, e.getenv)
 	if err != nil {
@@ -42,7 +49,13 @@ func hookConfig(e *env, name string, args []string) (config.Agent, error) {
 	if fs.NArg() > 0 {
 		return cfg, usagef("", "%s takes no arguments, got %q", name, fs.Args())
 	}
-	return cfg.WithDefaults(), nil
+	cfg = cfg.WithDefaults()
+	plain := true
+	fs.Visit(func(f *pflag.Flag) { plain = plain && f.Name == "config" })
+	if plain && idErr == nil {
+		nodeconf.WriteResolved(path, id, version, cfg)
+	}
+	return cfg, nil
 }
 
 // neverDrain logs a hook's own error and returns nil, so the Prolog and the
@@ -92,8 +105,15 @@ func prologCmd(ctx context.Context, e *env, args []string) error {
 
 func taskPrologCmd(_ context.Context, e *env, args []string) error {
 	cfg, err := hookConfig(e, "task-prolog", args)
-	if err != nil {
+	if err == pflag.ErrHelp {
 		return err
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "llmgw task-prolog: job %s: %v\n", e.getenv("SLURM_JOB_ID"), err)
+		// Without its configuration the TaskProlog cannot find the record: a
+		// job whose environment names a model fails with the reason, others
+		// run (a broken agent.toml must not fail every job).
+		return prolog.ConfigFailed(e.getenv("SLURM_JOB_ID"), err, e.getenv, e.stdout)
 	}
 	return prolog.TaskProlog(cfg.RunDir, e.getenv("SLURM_JOB_ID"), e.getenv, e.stdout)
 }

@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/prolog"
 )
 
@@ -15,11 +15,11 @@ import (
 // inside the cache dir, never a .part, never what a running job's record
 // names, never a symlink; nothing when the catalog cannot be read). It must
 // return when ctx ends.
-type Collector func(ctx context.Context, cfg config.Agent) error
+type Collector func(ctx context.Context, cfg nodeconf.Agent) error
 
 // Epilog is the Epilog for one node. Config has its defaults applied.
 type Epilog struct {
-	Config config.Agent
+	Config nodeconf.Agent
 	// GC is node gc. Nil runs none (the interval is still claimed).
 	GC  Collector
 	Log io.Writer

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/slurm"
@@ -38,7 +38,7 @@ const progressEvery = 30 * time.Second
 // Prolog is the slow path of the Prolog for one node. Config has its
 // defaults applied.
 type Prolog struct {
-	Config config.Agent
+	Config nodeconf.Agent
 	// Coordinator resolves model names; nil when no coordinator is
 	// configured, and then the catalog copy does.
 	Coordinator *api.Client

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/slurm"
@@ -28,7 +28,7 @@ import (
 // records its arguments.
 func newProlog(t *testing.T, models ...catalog.Model) (*Prolog, *bytes.Buffer, string) {
 	dir := t.TempDir()
-	cfg := config.Agent{CacheDir: dir + "/cache", StateDir: dir + "/state", RunDir: dir + "/run", Socket: dir + "/run/agent.sock",
+	cfg := nodeconf.Agent{CacheDir: dir + "/cache", StateDir: dir + "/state", RunDir: dir + "/run", Socket: dir + "/run/agent.sock",
 		FetchDeadline: 5 * time.Second}.WithDefaults()
 	if err := catalog.WriteCopy(cfg.CatalogCopyPath(), catalog.Copy{Coordinator: "http://coord", Models: models}); err != nil {
 		t.Fatal(err)
@@ -176,11 +176,11 @@ func TestPrologDeadline(t *testing.T) {
 
 func TestEpilogGate(t *testing.T) {
 	run := t.TempDir()
-	cfg := config.Agent{RunDir: run, GCInterval: time.Hour, GCTimeout: 200 * time.Millisecond}.WithDefaults()
+	cfg := nodeconf.Agent{RunDir: run, GCInterval: time.Hour, GCTimeout: 200 * time.Millisecond}.WithDefaults()
 	catalog.WriteJobRecord(run, catalog.JobRecord{Job: "5", Model: "m", Path: "/x"})
 	var runs atomic.Int64
 	var log bytes.Buffer
-	e := &Epilog{Config: cfg, Log: &log, GC: func(ctx context.Context, _ config.Agent) error {
+	e := &Epilog{Config: cfg, Log: &log, GC: func(ctx context.Context, _ nodeconf.Agent) error {
 		runs.Add(1)
 		<-ctx.Done() // a gc slower than its bound
 		return ctx.Err()

@@ -5,8 +5,8 @@
 #   make build && scripts/bench/hook.sh [RUNS]     (ROUNDS=6 by default)
 #
 # The fast path is the case of every job whose weights are already on the
-# node: read the job from the environment, read agent.toml and the
-# node-local catalog copy, stat the cached file, write the job's record.
+# node: read the job from the environment, the resolved copy of agent.toml,
+# the node-local catalog copy, stat the cached file, write the job's record.
 # Both commands are run by hyperfine without a shell (-N), with the
 # environment a Prolog gets (SLURM_JOB_ID, SLURMD_NODENAME, the comment tag).
 # LLMGW_HOOK_FULL=/bin/false makes a hand-off to the slow path fail the run,
@@ -53,6 +53,10 @@ printf 'package main\n\nfunc main() {}\n' >"$tmp/hello.go"
 GOTOOLCHAIN=${GOTOOLCHAIN:-$(sed -n 's/^export GOTOOLCHAIN *:= *//p' Makefile)} CGO_ENABLED=0 \
 	go build -trimpath -ldflags '-s -w' -o "$tmp/go-hello" "$tmp/hello.go"
 
+# llmgw's own Prolog leaves the resolved copy of agent.toml the hook reads
+# (the first job on a node does this); a job naming no model does nothing else.
+SLURM_JOB_ID=4241 "$PWD/bin/llmgw" prolog --config "$tmp/agent.toml"
+[[ -e $tmp/.agent.toml.resolved.json ]] || { echo "hook.sh: llmgw prolog left no resolved copy of agent.toml" >&2; exit 1; }
 export SLURM_JOB_ID=4242 SLURMD_NODENAME=n1 SLURM_JOB_COMMENT='my run llmgw:model=bench' LLMGW_HOOK_FULL=/bin/false
 "$hook" prolog --config "$tmp/agent.toml"
 grep -q "\"path\":\"$tmp/cache/$name\"" "$run/jobs/4242.json" || {
