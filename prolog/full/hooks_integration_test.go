@@ -21,9 +21,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
+
+// readBuild is the version the llmgw binary was built as ("llmgw VERSION").
+func readBuild(t *testing.T, bin string) string {
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(strings.TrimSpace(string(out)), "llmgw ")
+}
 
 // These tests run real jobs on the dev cluster (scripts/dev-cluster), whose
 // slurm.conf points the Prolog, TaskProlog and Epilog at scripts/slurm/hook
@@ -80,7 +90,10 @@ func (c *cluster) node(name, coordinator string) string {
 	if err := os.WriteFile(p, []byte(toml), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
-	c.t.Cleanup(func() { os.Remove(p) })
+	c.t.Cleanup(func() {
+		os.Remove(p)
+		os.Remove(nodeconf.ResolvedPath(p))
+	})
 	return dir
 }
 
@@ -263,6 +276,11 @@ func TestPrologFetchesThroughAgent(t *testing.T) {
 	c.expectWeights(j, "alpha", path, sum)
 	if got := o.sent.Load(); got != 3<<20 {
 		t.Errorf("origin sent %d bytes, want %d (one fetch)", got, 3<<20)
+	}
+	// llmgw prolog left the resolved copy of the node's agent.toml, so the
+	// next job's hooks need not parse it.
+	if _, err := nodeconf.ReadResolved(filepath.Join(c.confDir, "n1.toml"), readBuild(t, c.bin)); err != nil {
+		t.Errorf("after the first job: %v", err)
 	}
 	j = c.sbatch("n1", "alpha", showModel)
 	c.expectWeights(j, "alpha", path, sum)
