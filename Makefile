@@ -10,6 +10,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/llmgw
+HOOK    := bin/llmgw-hook
 
 # The SPANK plugin (--llmgw-model), built against libslurm-dev's headers.
 # `make build` builds it too when the headers are there, so a machine
@@ -27,9 +28,14 @@ HAVE_SPANK_H   := $(wildcard $(SLURM_INC)/slurm/spank.h)
 
 all: build
 
-## build: the llmgw binary in bin/ (and the SPANK plugin when slurm/spank.h is installed)
+# The hook binary starts on every job: static (should anything it links use
+# cgo, every start would wait for the dynamic loader) and stripped; the same
+# version as llmgw, whose resolved configuration copies it reads.
+# scripts/bench/hook.sh measures it.
+## build: the llmgw and llmgw-hook binaries in bin/ (and the SPANK plugin when slurm/spank.h is installed)
 build: $(if $(HAVE_SPANK_H),spank)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(HOOK) ./cmd/llmgw-hook
 
 ## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev)
 spank: $(SPANK)
@@ -69,7 +75,7 @@ integration: build
 # A missing input stops the build with its name: a package without its hooks
 # or plugin would install cleanly and fail on the first job.
 PKG_HOOK       ?= bin/llmgw-hook
-PKG_SPANK      ?= slurm/spank/llmgw_spank.so
+PKG_SPANK      ?= $(SPANK)
 PKG_JOB_SUBMIT ?= slurm/lua/job_submit.lua
 # A tag v1.2.3 gives 1.2.3; otherwise 0.0.0+git.<commit>. '-' becomes '.',
 # since RPM versions cannot hold one.
@@ -89,7 +95,7 @@ $(NFPM):
 	GOBIN=$(CURDIR)/bin.nfpm.tmp $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	mkdir -p bin && mv bin.nfpm.tmp/nfpm $@ && rmdir bin.nfpm.tmp
 
-package: build $(NFPM)
+package: build spank $(NFPM)
 	@missing=0; \
 	check() { [ -f "$$1" ] || { echo "make package: $$2 is missing: $$1; $$3" >&2; missing=1; }; }; \
 	check '$(PKG_HOOK)' 'the hook binary (PKG_HOOK)' 'build it from cmd/llmgw-hook, or set PKG_HOOK=FILE'; \

@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -84,7 +83,7 @@ const (
 // New checks cfg, fills in its defaults and returns an agent ready to Run.
 // It does not touch the network or the socket.
 func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
-	cfg, err := cfg.resolve()
+	cfg, err := resolve(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +107,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		cfg:          cfg,
 		flights:      map[string]*flight{},
 	}
-	a.catalog.Path = filepath.Join(cfg.StateDir, catalogFile)
+	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
 	if cfg.Coordinator != "" && cfg.TokenFile == "" {
 		log.Warn("no token file configured: reports are sent without a token, which a coordinator with --agent-token-file refuses")
@@ -130,7 +129,7 @@ func (a *Agent) Config() Config {
 // half of another. The socket, state directory and metrics address are
 // bound at start; a change to them is logged and waits for a restart.
 func (a *Agent) Reload(cfg Config) error {
-	cfg, err := cfg.resolve()
+	cfg, err := resolve(cfg)
 	if err != nil {
 		return err
 	}
@@ -158,7 +157,7 @@ func (a *Agent) applyPending() {
 		}
 	}
 	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
-	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir != old.LockDir {
+	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() {
 		// A Fetcher's fields must not change under a running Ensure; fetches
 		// under way finish on the old one, new ones use the new one. The
 		// node-wide lock directory keeps the two from fetching one file twice.
@@ -173,7 +172,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 	if a.fetcher == nil {
 		f := &fetch.Fetcher{
 			CacheDir:    a.cfg.CacheDir,
-			LockDir:     a.cfg.LockDir,
+			LockDir:     a.cfg.LockDir(),
 			Connections: a.cfg.Connections,
 			OnProgress:  a.onProgress,
 			Log:         a.log.WithField("part", "fetch"),

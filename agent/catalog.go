@@ -3,15 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
-
-// catalogFile is the name of the catalog copy in the state directory.
-const catalogFile = "catalog.json"
 
 // refreshCatalog reads the catalog from the coordinator and keeps a copy in
 // the state directory, so that the hooks can resolve a model name to its
@@ -27,7 +23,7 @@ func refreshCatalog(ctx context.Context, c *api.Client, cfg Config) (catalog.Cop
 		models = []api.Model{}
 	}
 	cp := catalog.Copy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(), Models: models}
-	path := filepath.Join(cfg.StateDir, catalogFile)
+	path := cfg.CatalogCopyPath()
 	if err := catalog.WriteCopy(path, cp); err != nil {
 		return catalog.Copy{}, fmt.Errorf("catalog copy: %w", err)
 	}

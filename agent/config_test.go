@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -26,7 +27,6 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative weight dir", cfg: Config{WeightDirs: []string{"models"}}, want: `weight dir "models" is relative`},
 		{name: "empty weight dir", cfg: Config{WeightDirs: []string{""}}, want: "weight dir is empty"},
 		{name: "relative cache", cfg: Config{CacheDir: "cache"}, want: `cache dir "cache" is relative`},
-		{name: "relative lock dir", cfg: Config{LockDir: "locks"}, want: `lock dir "locks" is relative`},
 		{name: "long socket", cfg: Config{Socket: "/" + strings.Repeat("s", 120)}, want: "shorter than 107 bytes"},
 		{name: "socket dir too long for the private bind", cfg: Config{Socket: "/" + strings.Repeat("d", 95) + "/a.sock"}, want: "its directory 18 shorter"},
 		{name: "metrics address", cfg: Config{MetricsListen: "9482"}, want: "metrics listen"},
@@ -46,11 +46,19 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// The hook binary's configuration cannot name the fetcher's default without
+// linking the fetcher; the two spellings must agree.
+func TestDefaultConnectionsIsTheFetchers(t *testing.T) {
+	if DefaultConnections != fetch.DefaultConnections {
+		t.Errorf("nodeconf.DefaultConnections = %d, fetch.DefaultConnections = %d", DefaultConnections, fetch.DefaultConnections)
+	}
+}
+
 func TestDefaults(t *testing.T) {
-	c := Config{}.withDefaults()
+	c := Config{}.WithDefaults()
 	if c.Fabric != DefaultFabric || c.CacheDir != DefaultCacheDir || c.StateDir != DefaultStateDir || c.Socket != DefaultSocket ||
 		c.ReportInterval != DefaultReportInterval || c.ScanInterval != DefaultScanInterval || c.Connections != DefaultConnections {
-		t.Errorf("withDefaults() = %+v", c)
+		t.Errorf("WithDefaults() = %+v", c)
 	}
 	if got := scanDirs(Config{WeightDirs: []string{"/m", "/c"}, CacheDir: "/c"}); len(got) != 2 {
 		t.Errorf("scanDirs with the cache among the weight dirs = %q, want it once", got)
@@ -91,9 +99,10 @@ func TestDefaultNodeName(t *testing.T) {
 	}
 }
 
-// The agent writes its catalog copy where the hook reads it by default.
-func TestCatalogCopyAtDefaultPath(t *testing.T) {
-	if got := filepath.Join(DefaultStateDir, catalogFile); got != catalog.DefaultCopyPath {
-		t.Errorf("the agent writes its catalog copy to %s by default, but catalog.DefaultCopyPath is %s", got, catalog.DefaultCopyPath)
+// The hooks find the agent's socket through package config, which cannot
+// link api (net/http); the two constants must stay one.
+func TestDefaultSocketIsAPIs(t *testing.T) {
+	if DefaultSocket != api.DefaultSocket {
+		t.Errorf("config.DefaultSocket %q != api.DefaultSocket %q", DefaultSocket, api.DefaultSocket)
 	}
 }

@@ -12,6 +12,7 @@ package api
 import (
 	"time"
 
+	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -55,10 +56,9 @@ type Report struct {
 	AgentVersion string   `json:"agent_version"`
 }
 
-// DefaultFabric is the fabric of a node that names none: a cluster with one
-// fabric need not name it. The agent reports it and the coordinator files an
-// empty fabric under it, so both must spell it the same.
-const DefaultFabric = "default"
+// DefaultFabric is the fabric of a node that names none; see
+// slurm.DefaultFabric.
+const DefaultFabric = slurm.DefaultFabric
 
 // Weight is one model a node can see (scan.Local on the wire).
 type Weight struct {

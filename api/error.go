@@ -3,7 +3,8 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"regexp"
+
+	"github.com/llmgw/llmgw/slurm"
 )
 
 // Error codes. Each maps to one HTTP status; a client tests the code, a
@@ -61,33 +62,11 @@ func HTTPStatus(code string) int {
 	return http.StatusInternalServerError
 }
 
-// MaxNodeName bounds a node name. Slurm's own limit is higher, but a name
-// this long is a mistake, and names reach logs, tables and hostlists.
-const MaxNodeName = 128
+// MaxNodeName: see slurm.MaxNodeName.
+const MaxNodeName = slurm.MaxNodeName
 
-// Node and fabric names become parts of hostlists, feature names and table
-// cells; letters, digits, '.', '_' and '-' cover every Slurm NodeName seen in
-// practice while keeping out separators (",", "[", "]") and whitespace.
-var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+// ValidNodeName: see slurm.ValidNodeName.
+func ValidNodeName(name string) error { return slurm.ValidNodeName(name) }
 
-// ValidNodeName says why name cannot be a node name, or nil.
-func ValidNodeName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("node name is empty")
-	case len(name) > MaxNodeName:
-		return fmt.Errorf("node name %.40q… is %d characters; the limit is %d", name, len(name), MaxNodeName)
-	case !nodeNameRE.MatchString(name):
-		return fmt.Errorf("node name %q may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit", name)
-	}
-	return nil
-}
-
-// ValidFabricName says why name cannot be a fabric name, or nil. Fabrics
-// follow the node-name rule: they appear in the same places.
-func ValidFabricName(name string) error {
-	if err := ValidNodeName(name); err != nil {
-		return fmt.Errorf("fabric: %w", err)
-	}
-	return nil
-}
+// ValidFabricName: see slurm.ValidFabricName.
+func ValidFabricName(name string) error { return slurm.ValidFabricName(name) }

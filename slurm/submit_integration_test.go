@@ -15,8 +15,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/llmgw/llmgw/api"
 )
 
 // These tests submit real jobs to the dev cluster (scripts/dev-cluster) and
@@ -90,8 +88,15 @@ func placementStandIn(t *testing.T, noRoom ...string) string {
 			http.NotFound(w, r)
 			return
 		}
-		type node = api.PlacementNode
-		var ans api.Placement
+		// api.PlacementNode's JSON, spelled out: package api imports slurm.
+		type node struct {
+			Node   string `json:"node"`
+			Holder bool   `json:"holder"`
+			NoRoom bool   `json:"no_room"`
+		}
+		var ans struct {
+			Nodes []node `json:"nodes"`
+		}
 		for _, n := range devNodes {
 			ans.Nodes = append(ans.Nodes, node{Node: n, NoRoom: slices.Contains(noRoom, n)})
 		}

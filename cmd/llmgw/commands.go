@@ -58,6 +58,9 @@ func init() {
 		{name: "sbatch", synopsis: "--model M [sbatch options] SCRIPT [ARGS]", summary: "submit a job with sbatch, preferring nodes that hold model M", run: sbatchCmd},
 		{name: "demo", synopsis: "[--no-fuse] [--no-cluster] [--tmp DIR]", summary: "run the whole flow on this machine: coordinator, agents, fetch, status (cleans up after itself)", run: demoCmd},
 		{name: "doctor", synopsis: "[--config FILE] [--json] [agent flags]", summary: "check this host's Slurm and llmgw setup and say how to fix each problem", run: doctorCmd},
+		{name: "prolog", synopsis: "[--config FILE] [agent flags]", summary: "Slurm Prolog: make the job's model present on this node (always exits 0)", run: prologCmd},
+		{name: "task-prolog", synopsis: "[--config FILE] [agent flags]", summary: "Slurm TaskProlog: export LLMGW_MODEL_PATH, or fail the job with the reason", run: taskPrologCmd},
+		{name: "epilog", synopsis: "[--config FILE] [agent flags]", summary: "Slurm Epilog: clear the job's record, run node gc now and then (always exits 0)", run: epilogCmd},
 		{name: "version", summary: "print the version", run: versionCmd},
 		{name: "help", synopsis: "[COMMAND]", summary: "show help for llmgw or for one command", run: helpCmd},
 	}

@@ -332,12 +332,11 @@ cache_dir = %q
 state_dir = %q
 run_dir = %q
 socket = %q
-lock_dir = %q
 scan_interval = %q
 report_interval = %q
 `, n.Name, d.coordURL, d.agentToken, n.Name, n.Fabric, strings.Join(quoted, ", "),
 			filepath.Join(nd, "cache"), filepath.Join(nd, "state"), filepath.Join(nd, "run"),
-			filepath.Join(nd, "agent.sock"), filepath.Join(nd, "locks"), demoInterval, demoInterval)
+			filepath.Join(nd, "agent.sock"), demoInterval, demoInterval)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return err
 		}

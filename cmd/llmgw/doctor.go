@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/agent/config"
 	"github.com/llmgw/llmgw/cmd/llmgw/doctor"
 	"github.com/llmgw/llmgw/slurm"
 )
@@ -27,14 +28,10 @@ agent and the hooks.
 Exits 1 when something would break jobs or drain the node (error), 0 when
 there are only warnings (llmgw works less well, jobs run).`
 
-// assumedFetchDeadline stands for agent.toml's fetch_deadline, the longest
-// the Prolog waits for weights, until that setting exists in this tree.
-// MERGE: fetchDeadline returns the agent's setting with its default, and
-// this constant goes; packaging/slurm.conf.snippet's PrologEpilogTimeout
-// must stay above it (TestSnippetPassesDoctor).
-const assumedFetchDeadline = 30 * time.Minute
-
-func fetchDeadline(agent.Config) time.Duration { return assumedFetchDeadline }
+// fetchDeadline is the longest a Prolog waits for weights on this node:
+// agent.toml's fetch_deadline, or its default. PrologEpilogTimeout must stay
+// above it, or a slow fetch drains the node.
+func fetchDeadline(cfg agent.Config) time.Duration { return cfg.WithDefaults().FetchDeadline }
 
 func doctorCmd(ctx context.Context, e *env, args []string) error {
 	var cfg agent.Config
@@ -47,7 +44,7 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fs := newFlags(e, "doctor", lookup("doctor").synopsis, doctorAbout)
 	fs.String("config", path, "the agent's TOML configuration file")
-	agentConfigFlags(fs, &cfg)
+	config.Flags(fs, &cfg)
 	jsonOut := fs.Bool("json", false, "print the findings as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -58,7 +55,7 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 	if err := applyEnv(fs, e.getenv); err != nil {
 		return err
 	}
-	absAgentPaths(fs, &cfg)
+	config.AbsPaths(fs, &cfg)
 	if cfgErr == nil {
 		if err := cfg.Validate(); err != nil {
 			cfgErr = fmt.Errorf("config %s: %w", path, err)

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
+	"github.com/llmgw/llmgw/agent/config"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/coordinator/store"
 )
@@ -48,8 +51,10 @@ func TestFeaturesCommand(t *testing.T) {
 		t.Errorf("features with no sinfo: exit %d, %q", code, errs)
 	}
 	// LLMGW_DRY_RUN is not a setting: it must not turn a real run into a dry one.
-	if notSettings["dry-run"] != true {
-		t.Error("dry-run is taken from the environment")
+	fs := pflag.NewFlagSet("features", pflag.ContinueOnError)
+	dry := fs.Bool("dry-run", false, "")
+	if err := config.ApplyEnv(fs, func(k string) string { return map[string]string{"LLMGW_DRY_RUN": "true"}[k] }); err != nil || *dry {
+		t.Errorf("LLMGW_DRY_RUN=true set --dry-run (%v)", err)
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -134,28 +132,11 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// parseBytes reads a byte count: a plain integer, or a number with a
-// decimal unit (K, M, G, T, optionally with B) or a binary one (KiB, MiB,
-// GiB, TiB).
+// parseBytes is catalog.ParseBytes with a bad value made a usage error.
 func parseBytes(flag, s string) (int64, error) {
-	if s == "" {
-		return 0, nil
+	n, err := catalog.ParseBytes(s)
+	if err != nil {
+		return 0, usagef("Give bytes, e.g. 14000000000, 14G or 13GiB", "%s %v", flag, err)
 	}
-	t := strings.ToUpper(strings.TrimSpace(s))
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = t[:i], strings.TrimSpace(t[i:])
-	}
-	units := map[string]float64{
-		"": 1, "B": 1,
-		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
-		"KI": 1 << 10, "KIB": 1 << 10, "MI": 1 << 20, "MIB": 1 << 20, "GI": 1 << 30, "GIB": 1 << 30, "TI": 1 << 40, "TIB": 1 << 40,
-	}
-	mult, ok := units[unit]
-	f, err := strconv.ParseFloat(num, 64)
-	if !ok || err != nil || f < 0 || f*mult > 1<<62 {
-		return 0, usagef("Give bytes, e.g. 14000000000, 14G or 13GiB", "%s %q is not a byte count", flag, s)
-	}
-	return int64(f * mult), nil
+	return n, nil
 }

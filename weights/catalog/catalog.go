@@ -17,6 +17,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -68,6 +70,31 @@ func ValidSHA256(s string) bool {
 	}
 	_, err := hex.DecodeString(s)
 	return err == nil
+}
+
+// ParseBytes reads a byte count as people write one: "14000000000", "14G",
+// "14 GB" (decimal, as FormatBytes prints), or "13GiB" (binary). Empty is 0.
+func ParseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.ToUpper(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	units := map[string]float64{
+		"": 1, "B": 1,
+		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"KI": 1 << 10, "KIB": 1 << 10, "MI": 1 << 20, "MIB": 1 << 20, "GI": 1 << 30, "GIB": 1 << 30, "TI": 1 << 40, "TIB": 1 << 40,
+	}
+	mult, ok := units[unit]
+	f, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || f < 0 || f*mult > 1<<62 {
+		return 0, fmt.Errorf("%q is not a byte count; give bytes, e.g. 14000000000, 14G or 13GiB", s)
+	}
+	return int64(f * mult), nil
 }
 
 // FormatBytes formats n in decimal units, as disks and download tools count

@@ -1,0 +1,281 @@
+// Package nodeconf is the node's llmgw configuration as the programs use
+// it: the settings of /etc/llmgw/agent.toml, their defaults, their checks,
+// the paths derived from them, and a resolved copy for the hook binary.
+//
+// Two programs use it: the agent (`llmgw agent`) and the Slurm hooks
+// (`llmgw-hook`, and `llmgw prolog|task-prolog|epilog`). They must agree on
+// every path, the cache directory and the catalog copy above all: a hook
+// that looked for weights somewhere else than the agent put them would
+// fetch them again on every job. So both take the configuration through
+// package agent/config, which layers the TOML file, LLMGW_* environment and
+// flags into the Agent defined here.
+//
+// This package is what the hook binary links, and it is small on purpose:
+// the standard library and two leaves. The TOML decoder and the flag parser
+// cost the hook about a third of a millisecond on every job start (measured,
+// scripts/bench/hook.sh), so it does not parse agent.toml at all: it reads
+// the resolved copy that llmgw's own hooks write after loading the file (see
+// WriteResolved), which is valid only while the file is unchanged.
+package nodeconf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// Default settings.
+const (
+	DefaultFile     = "/etc/llmgw/agent.toml"
+	DefaultCacheDir = "/var/cache/llmgw"
+	DefaultStateDir = "/var/lib/llmgw"
+	DefaultRunDir   = catalog.DefaultRunDir
+	// DefaultSocket is api.DefaultSocket; the agent's tests hold them equal
+	// (package api links net/http, which the hook binary must not).
+	DefaultSocket = DefaultRunDir + "/agent.sock"
+	DefaultFabric = slurm.DefaultFabric
+
+	// DefaultReportInterval matches the coordinator's default: a node whose
+	// reports stop for a few intervals is shown as stale there.
+	DefaultReportInterval = 30 * time.Second
+	// DefaultScanInterval is how often the weight directories are walked.
+	// A scan sums the size of every file under them, which on a large
+	// shared filer is real metadata load; a minute notices a new model well
+	// before anyone schedules a job for it.
+	DefaultScanInterval = time.Minute
+	// DefaultConnections is how many ranges one fetch downloads at once:
+	// fetch.DefaultConnections, spelled again because naming it would link
+	// the fetcher into the hook binary; agent's tests hold the two equal.
+	DefaultConnections = 8
+	// DefaultNvidiaSMI is where NVIDIA's driver packages install nvidia-smi.
+	// It is run by absolute path, like every subprocess llmgw starts.
+	DefaultNvidiaSMI = "/usr/bin/nvidia-smi"
+
+	// DefaultFetchDeadline bounds how long a Prolog waits for weights. It
+	// must stay below slurm.conf's PrologEpilogTimeout: a Prolog killed by
+	// that timeout counts as failed and drains the node (slurm/FACTS.md §5),
+	// whereas one that gives up by itself records why and exits 0. Slurm's
+	// default PrologEpilogTimeout is 65534 s; sites that set one usually set
+	// minutes, so the default is well under the usual ten.
+	DefaultFetchDeadline = 5 * time.Minute
+	// DefaultGCInterval is how often, at most, an Epilog runs node gc.
+	DefaultGCInterval = 10 * time.Minute
+	// DefaultGCTimeout bounds one Epilog's gc, so that job end, and the
+	// node's return to idle, is not held up by a slow filesystem.
+	DefaultGCTimeout = 20 * time.Second
+)
+
+// minInterval keeps a typo ("30ms") from turning an agent into a load test
+// of its own coordinator or filer.
+const minInterval = time.Second
+
+// Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
+// with LLMGW_* environment and flags layered over it (see Load). The zero
+// value of every field means its default.
+type Agent struct {
+	// Coordinator is the coordinator's base URL, e.g. "http://coord:8420".
+	// Empty means the agent reports to nobody: it still scans, serves the
+	// hooks and fetches, which is how a single machine runs it.
+	Coordinator string `toml:"coordinator"`
+	// TokenFile holds the agent's bearer token. It is read before every
+	// report, so rotating the token needs no restart.
+	TokenFile string `toml:"token_file"`
+
+	// Node is this node's Slurm NodeName (default: SLURMD_NODENAME, else the
+	// NodeName slurm.conf gives this host, else the short hostname). It
+	// must be the name Slurm uses, since the coordinator writes features on
+	// it.
+	Node string `toml:"node"`
+	// Fabric names the network this node shares with the nodes it can copy
+	// from quickly (default DefaultFabric). Weights in one fabric do not
+	// serve another.
+	Fabric string `toml:"fabric"`
+
+	// WeightDirs are the directories the agent looks in for weights. None
+	// (the default) means the node reports no weights and ranks exactly like
+	// a node that looked and found nothing.
+	WeightDirs []string `toml:"weight_dirs"`
+	// CacheDir is where remote sources are fetched to (default
+	// DefaultCacheDir). It is always scanned too: what the agent fetched,
+	// the node holds. Its free space is reported for placement's disk check.
+	CacheDir string `toml:"cache_dir"`
+	// StateDir holds the node-local catalog copy, catalog.json (default
+	// DefaultStateDir).
+	StateDir string `toml:"state_dir"`
+	// RunDir is the node-local runtime directory (default DefaultRunDir, on
+	// a tmpfs): the hooks' job records, the Epilog's gc stamp, and the
+	// fetch locks that make one fetch per source per node across processes.
+	RunDir string `toml:"run_dir"`
+	// Socket is the unix socket the hooks talk to (default DefaultSocket).
+	// It is created mode 0600: only root may ask for fetches.
+	Socket string `toml:"socket"`
+	// MetricsListen is an address ("127.0.0.1:9482") to serve Prometheus
+	// metrics on at /metrics. Empty serves none.
+	MetricsListen string `toml:"metrics_listen"`
+
+	// ScanInterval is how often the weight directories are scanned
+	// (default DefaultScanInterval).
+	ScanInterval time.Duration `toml:"scan_interval"`
+	// ReportInterval is how often the agent reports when nothing changed
+	// (default DefaultReportInterval), each time ±10% so that a thousand
+	// agents started together do not report together.
+	ReportInterval time.Duration `toml:"report_interval"`
+	// DirTimeout bounds the scan of one directory (default
+	// scan.DefaultDirTimeout); a mount that does not answer in time is
+	// reported as such and the rest of the scan carries on.
+	DirTimeout time.Duration `toml:"dir_timeout"`
+	// Connections is how many ranges one fetch downloads at once (default
+	// DefaultConnections).
+	Connections int `toml:"connections"`
+
+	// GPUMemory is the node's total GPU memory in bytes, all GPUs together,
+	// for placement's memory check. 0 asks NvidiaSMI; when that is absent
+	// too the memory is unknown, and the check is skipped, never excluding
+	// the node.
+	GPUMemory int64 `toml:"gpu_memory"`
+	// NvidiaSMI is the nvidia-smi asked for the GPU memory when GPUMemory
+	// is 0 (default DefaultNvidiaSMI).
+	NvidiaSMI string `toml:"nvidia_smi"`
+
+	// FetchDeadline bounds a Prolog's wait for weights (default
+	// DefaultFetchDeadline); keep it below PrologEpilogTimeout. The agent
+	// does not use it: a fetch it runs for a Prolog that gave up continues
+	// while another job waits for it, and otherwise stops, keeping its bytes.
+	FetchDeadline time.Duration `toml:"fetch_deadline"`
+	// GCInterval is how often, at most, an Epilog runs node gc (default
+	// DefaultGCInterval); GCTimeout bounds one run (default DefaultGCTimeout).
+	GCInterval time.Duration `toml:"gc_interval"`
+	GCTimeout  time.Duration `toml:"gc_timeout"`
+
+	// Version is the agent's version, reported to the coordinator. Set by
+	// the binary, never by the file.
+	Version string `toml:"-"`
+}
+
+// WithDefaults returns c with every zero field set to its default, except
+// Node, which needs I/O to resolve (see agent.DefaultNodeName).
+func (c Agent) WithDefaults() Agent {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&c.Fabric, DefaultFabric)
+	def(&c.CacheDir, DefaultCacheDir)
+	def(&c.StateDir, DefaultStateDir)
+	def(&c.RunDir, DefaultRunDir)
+	def(&c.Socket, DefaultSocket)
+	def(&c.NvidiaSMI, DefaultNvidiaSMI)
+	def(&c.Version, "dev")
+	dur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	dur(&c.ScanInterval, DefaultScanInterval)
+	dur(&c.ReportInterval, DefaultReportInterval)
+	dur(&c.FetchDeadline, DefaultFetchDeadline)
+	dur(&c.GCInterval, DefaultGCInterval)
+	dur(&c.GCTimeout, DefaultGCTimeout)
+	if c.Connections == 0 {
+		c.Connections = DefaultConnections
+	}
+	return c
+}
+
+// CatalogFile is the name of the catalog copy in the state directory.
+const CatalogFile = "catalog.json"
+
+// CatalogCopyPath is where the agent keeps the node-local catalog copy and
+// the hooks read it. Call it on a config with defaults applied.
+func (c Agent) CatalogCopyPath() string { return filepath.Join(c.StateDir, CatalogFile) }
+
+// LockDir is where fetches on this node take their per-file locks, agent
+// and hooks alike, so that one fetch per source runs on the node whoever
+// starts it. It is "" for the default run dir: the fetcher's own default,
+// which is DefaultRunDir/locks when this process may write there and a
+// private directory otherwise (a non-root agent on a workstation).
+func (c Agent) LockDir() string {
+	if c.RunDir == "" || c.RunDir == DefaultRunDir {
+		return ""
+	}
+	return filepath.Join(c.RunDir, "locks")
+}
+
+// maxSocketPath is the longest unix socket path the kernel accepts
+// (sun_path is 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
+// Validate says what is wrong with c, naming the setting. Zero values are
+// valid: they mean the defaults.
+func (c Agent) Validate() error {
+	var errs []error
+	if c.Coordinator != "" {
+		u, err := url.Parse(c.Coordinator)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("coordinator %q: want a URL like http://coord:8420", c.Coordinator))
+		}
+	}
+	if c.Node != "" {
+		if err := slurm.ValidNodeName(c.Node); err != nil {
+			errs = append(errs, fmt.Errorf("node: %w", err))
+		}
+	}
+	if c.Fabric != "" {
+		if err := slurm.ValidFabricName(c.Fabric); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range c.WeightDirs {
+		if err := catalog.CheckAbsPath("weight dir", d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.GPUMemory < 0 {
+		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
+	}
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "nvidia-smi": c.NvidiaSMI} {
+		if p != "" {
+			if err := catalog.CheckAbsPath(name, p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(c.Socket) > maxSocketPath || len(filepath.Dir(c.Socket))+len("/.sock0123456789/s") > maxSocketPath {
+		// sun_path holds 108 bytes, and the agent first binds in a private
+		// directory beside the socket (see agent's listenSocket).
+		errs = append(errs, fmt.Errorf("socket %q: a unix socket path must be shorter than %d bytes, and its directory %d shorter", c.Socket, maxSocketPath, len("/.sock0123456789/s")))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("metrics listen %q: want HOST:PORT, e.g. 127.0.0.1:9482: %w", c.MetricsListen, err))
+		}
+	}
+	for name, d := range map[string]time.Duration{"scan interval": c.ScanInterval, "report interval": c.ReportInterval, "dir timeout": c.DirTimeout,
+		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout} {
+		if d != 0 && d < minInterval {
+			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
+		}
+	}
+	if c.Connections < 0 || c.Connections > 64 {
+		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	// One line, so that a log or a terminal shows every problem at once.
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	sort.Strings(msgs)
+	return errors.New(strings.Join(msgs, "; "))
+}

@@ -1,0 +1,152 @@
+package nodeconf
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// Path finds --config in args, else LLMGW_CONFIG, else def. explicit is
+// false only for the built-in default, whose absence is not an error: a node
+// configured entirely by flags has no file.
+func Path(args []string, getenv func(string) string, def string) (path string, explicit bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if v, ok := strings.CutPrefix(a, "--config="); ok {
+			return v, true
+		}
+		if a == "--config" && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	if v := getenv("LLMGW_CONFIG"); v != "" {
+		return v, true
+	}
+	return def, false
+}
+
+// resolvedFormat changes when the meaning of a resolved copy does; a copy
+// of another format is not used.
+const resolvedFormat = 1
+
+// resolved is a configuration file's settings as llmgw loaded them, with
+// the identity of the file they came from.
+type resolved struct {
+	Format int    `json:"format"`
+	Build  string `json:"build"`
+	File   string `json:"file"`
+	FileID
+	Config Agent `json:"config"`
+}
+
+// FileID is what changes when a file is edited, replaced or touched.
+type FileID struct {
+	Size    int64  `json:"size"`
+	MtimeNS int64  `json:"mtime_ns"`
+	CtimeNS int64  `json:"ctime_ns"`
+	Ino     uint64 `json:"ino"`
+	Dev     uint64 `json:"dev"`
+	UID     uint32 `json:"uid"`
+}
+
+func idOf(st os.FileInfo) (FileID, bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return FileID{}, false
+	}
+	return FileID{Size: st.Size(), MtimeNS: st.ModTime().UnixNano(), CtimeNS: sys.Ctim.Nano(), Ino: sys.Ino, Dev: uint64(sys.Dev), UID: sys.Uid}, true
+}
+
+// StatFile returns the identity of the configuration file path, for
+// WriteResolved: take it before loading the file, so that an edit during
+// the load makes the copy invalid rather than wrong.
+func StatFile(path string) (FileID, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return FileID{}, err
+	}
+	id, ok := idOf(st)
+	if !ok {
+		return FileID{}, errors.New("no file identity on this system")
+	}
+	return id, nil
+}
+
+// ResolvedPath is where the resolved copy of the configuration file path
+// is kept: beside it, hidden, so that whoever may change the file (and so
+// the node's behaviour) is whoever may change the copy.
+func ResolvedPath(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".resolved.json")
+}
+
+// WriteResolved records cfg as what the configuration file path gives,
+// when loaded by build with no flags and no LLMGW_* settings; id is
+// StatFile(path) taken before the load. If the file changed since, nothing
+// is written. The copy is readable by all: the TaskProlog runs as the job's
+// user, and the settings are paths, not secrets.
+func WriteResolved(path string, before FileID, build string, cfg Agent) error {
+	now, err := StatFile(path)
+	if err != nil {
+		return err
+	}
+	if now != before {
+		return fmt.Errorf("resolved copy: %s changed while it was read", path)
+	}
+	b, err := json.Marshal(resolved{Format: resolvedFormat, Build: build, File: path, FileID: before, Config: cfg})
+	if err != nil {
+		return err
+	}
+	return catalog.WriteAtomic(ResolvedPath(path), append(b, '\n'), 0o644)
+}
+
+// ErrNoResolved is wrapped by ReadResolved when there is no usable
+// resolved copy: none was written, the file changed since, or another
+// build of llmgw wrote it. The caller then loads the file itself, or hands
+// the job to llmgw, which does and writes a new copy.
+var ErrNoResolved = errors.New("no resolved copy of the configuration")
+
+// ReadResolved returns what the configuration file path gives, from the
+// copy WriteResolved left, if it is for this file as it is now, was written
+// by build, and belongs to the file's owner.
+func ReadResolved(path, build string) (Agent, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return Agent{}, err
+	}
+	id, ok := idOf(st)
+	if !ok {
+		return Agent{}, ErrNoResolved
+	}
+	f, err := os.Open(ResolvedPath(path))
+	if err != nil {
+		return Agent{}, fmt.Errorf("%w: %v", ErrNoResolved, err)
+	}
+	defer f.Close()
+	cst, err := f.Stat()
+	if err != nil {
+		return Agent{}, err
+	}
+	if cid, ok := idOf(cst); !ok || cid.UID != id.UID {
+		return Agent{}, fmt.Errorf("%w: %s is not owned by the owner of %s", ErrNoResolved, ResolvedPath(path), path)
+	}
+	var r resolved
+	if err := json.NewDecoder(f).Decode(&r); err != nil {
+		return Agent{}, fmt.Errorf("%w: %s: %v", ErrNoResolved, ResolvedPath(path), err)
+	}
+	switch {
+	case r.Format != resolvedFormat, r.Build != build:
+		return Agent{}, fmt.Errorf("%w: written by llmgw %s (format %d), this is %s", ErrNoResolved, r.Build, r.Format, build)
+	case r.File != path, r.FileID != id:
+		return Agent{}, fmt.Errorf("%w: %s changed since", ErrNoResolved, path)
+	}
+	return r.Config, nil
+}

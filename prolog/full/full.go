@@ -1,0 +1,224 @@
+// Package full is the part of llmgw's Slurm hooks that runs in the full
+// llmgw binary: the Prolog's slow path (resolve the model through the
+// coordinator or the catalog copy, ensure the weights through the agent or
+// in-process, record the outcome, tell the job's owner through
+// AdminComment) and the Epilog's node gc. The llmgw-hook binary hands a job
+// here when its fast path (package prolog) cannot settle it.
+//
+// Every failure here is logged and recorded, never returned as an exit
+// status: see package prolog for the policy and why.
+package full
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/prolog"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
+)
+
+// coordinatorWait bounds the catalog lookup at the coordinator: past it
+// the node-local copy answers, and the rest of the fetch deadline is left
+// for the bytes.
+const coordinatorWait = 10 * time.Second
+
+// progressEvery is how often a waiting Prolog logs the fetch's progress to
+// slurmd's log.
+const progressEvery = 30 * time.Second
+
+// Prolog is the slow path of the Prolog for one node. Config has its
+// defaults applied.
+type Prolog struct {
+	Config nodeconf.Agent
+	// Coordinator resolves model names; nil when no coordinator is
+	// configured, and then the catalog copy does.
+	Coordinator *api.Client
+	// Agent is the node agent's socket.
+	Agent *api.LocalClient
+	// Fetcher fetches in-process, under the node-local lock, when no agent
+	// answers.
+	Fetcher *fetch.Fetcher
+	// Slurm sets the job's AdminComment when the weights cannot be had.
+	Slurm *slurm.Runner
+	// Log is slurmd's log (the hook's stderr).
+	Log io.Writer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	// mu serializes the log: the fetcher reports progress from its own
+	// goroutine, which may outlive the wait that gave up on it.
+	mu           sync.Mutex
+	lastProgress time.Time
+}
+
+func (p *Prolog) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+func (p *Prolog) logf(job, format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.Log, "llmgw prolog: job %s: %s\n", job, fmt.Sprintf(format, args...))
+}
+
+// Run makes the job's weights present, or finds out why they cannot be,
+// within Config.FetchDeadline, and records the outcome for the TaskProlog.
+// It returns nothing: every outcome is in the record and the log.
+func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
+	if jobErr == nil && job.Model == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.Config.FetchDeadline)
+	defer cancel()
+	rec := catalog.JobRecord{Job: job.ID, Model: job.Model}
+	var err error
+	if jobErr != nil {
+		err = fmt.Errorf("bad job description: %w", jobErr)
+	} else {
+		var m catalog.Model
+		if m, err = p.resolve(ctx, job); err == nil {
+			rec.Source = m.Source
+			rec.Path, err = p.ensure(ctx, job, m)
+		}
+	}
+	if err != nil {
+		rec.Error = p.reason(ctx, job, rec.Source, err)
+		rec.Path = ""
+	}
+	rec.Time = p.now().UTC()
+	if werr := catalog.WriteJobRecord(p.Config.RunDir, rec); werr != nil {
+		// The TaskProlog will find no record; with the SPANK plugin it fails
+		// the job saying so, without it the job runs without the variables.
+		p.logf(job.ID, "cannot record the outcome for the TaskProlog: %v", werr)
+	}
+	if err != nil {
+		p.logf(job.ID, "%s", rec.Error)
+		p.adminComment(job, rec.Error)
+		return
+	}
+	p.logf(job.ID, "model %s at %s", job.Model, rec.Path)
+}
+
+// reason is the one line the job's owner reads: which model, which source,
+// what went wrong.
+func (p *Prolog) reason(ctx context.Context, job prolog.Job, source string, err error) string {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		err = fmt.Errorf("not ready within the fetch deadline of %s (fetch_deadline in agent.toml); the fetch goes on if another job waits for it, and a later job resumes it", p.Config.FetchDeadline)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "weights for model %s", job.Model)
+	if source != "" {
+		fmt.Fprintf(&b, " (source %s)", source)
+	}
+	fmt.Fprintf(&b, " could not be had on %s: %v", job.Node, err)
+	return b.String()
+}
+
+// resolve finds the model's catalog entry: at the coordinator when one is
+// configured and answers, else in the agent's node-local catalog copy. A
+// coordinator that answers without the model is believed (the copy is
+// only older); one that does not answer is not needed.
+func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, error) {
+	if p.Coordinator != nil {
+		cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
+		models, err := p.Coordinator.Models(cctx)
+		cancel()
+		if err == nil {
+			for _, m := range models {
+				if m.Name == job.Model {
+					return m, nil
+				}
+			}
+			return catalog.Model{}, fmt.Errorf("model %s is not in the catalog at %s; see 'llmgw models list'", job.Model, p.Coordinator.BaseURL)
+		}
+		p.logf(job.ID, "coordinator %s: %v; resolving %s from the node's catalog copy", p.Coordinator.BaseURL, err, job.Model)
+	}
+	path := p.Config.CatalogCopyPath()
+	cp, err := catalog.ReadCopy(path)
+	if err != nil {
+		return catalog.Model{}, fmt.Errorf("no coordinator answered and the node's %w", err)
+	}
+	m, ok := cp.Lookup(job.Model)
+	if !ok {
+		return catalog.Model{}, fmt.Errorf("model %s is not in the node's catalog copy %s (from %s at %s)", job.Model, path, cp.Coordinator, cp.Fetched.Format(time.RFC3339))
+	}
+	return m, nil
+}
+
+// ensure makes m's weights present: through the agent, which runs one
+// fetch per source for the node and shows it in `llmgw status`; or, when
+// no agent answers (not running, or stopping), in-process under the
+// node-local lock, which still makes one fetch per source on the node.
+func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
+	progress := func(f api.Fetch) {
+		now := p.now()
+		p.mu.Lock()
+		due := now.Sub(p.lastProgress) >= progressEvery
+		if due {
+			p.lastProgress = now
+		}
+		p.mu.Unlock()
+		if due {
+			p.logf(job.ID, "fetching %s: %s of %s", f.Source, catalog.FormatBytes(f.Done), total(f.Total))
+		}
+	}
+	path, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, SHA256: m.SHA256, Size: m.Size}, progress)
+	if err == nil || !agentAbsent(err) {
+		return path, err
+	}
+	p.logf(job.ID, "no agent: %v; fetching %s in this process", err, m.Source)
+	p.Fetcher.OnProgress = func(pr fetch.Progress) {
+		progress(api.Fetch{Source: pr.Source, Done: pr.Done, Total: pr.Total})
+	}
+	return p.Fetcher.Ensure(ctx, m.Source, fetch.Want{SHA256: m.SHA256, Size: m.Size})
+}
+
+// agentAbsent reports whether err means the agent is not there to ask
+// (nothing listens, or it is stopping), as opposed to an agent that tried
+// and failed, whose failure a second attempt here would only repeat.
+func agentAbsent(err error) bool {
+	var ae *api.Error
+	return errors.Is(err, api.ErrNoAgent) || errors.As(err, &ae) && ae.Code == api.CodeUnavailable
+}
+
+func total(n int64) string {
+	if n < 0 {
+		return "unknown size"
+	}
+	return catalog.FormatBytes(n)
+}
+
+// maxAdminComment keeps the comment well inside what slurmctld stores and
+// what `scontrol show job` prints on one line.
+const maxAdminComment = 900
+
+// adminComment sets the job's AdminComment to the reason, so that
+// `scontrol show job` and sacct show why the job failed. Only the Prolog
+// can: it runs as root, the TaskProlog as the job's user. This is the only
+// call to slurmctld the hooks make, and only on failure.
+func (p *Prolog) adminComment(job prolog.Job, reason string) {
+	if p.Slurm == nil || job.ID == "" {
+		return
+	}
+	c := prolog.Reason(reason)
+	if len(c) > maxAdminComment {
+		c = c[:maxAdminComment] + "…"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slurm.DefaultTimeout)
+	defer cancel()
+	if _, err := p.Slurm.Run(ctx, "scontrol", "update", "JobId="+job.ID, "AdminComment="+c); err != nil {
+		p.logf(job.ID, "setting AdminComment: %v", err)
+	}
+}

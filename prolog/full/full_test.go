@@ -1,0 +1,208 @@
+package full
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/prolog"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
+)
+
+// newProlog is a Prolog for a node with no agent (its socket does not
+// exist) and a catalog copy holding models. scontrol is a script that
+// records its arguments.
+func newProlog(t *testing.T, models ...catalog.Model) (*Prolog, *bytes.Buffer, string) {
+	dir := t.TempDir()
+	cfg := nodeconf.Agent{CacheDir: dir + "/cache", StateDir: dir + "/state", RunDir: dir + "/run", Socket: dir + "/run/agent.sock",
+		FetchDeadline: 5 * time.Second}.WithDefaults()
+	if err := catalog.WriteCopy(cfg.CatalogCopyPath(), catalog.Copy{Coordinator: "http://coord", Models: models}); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	calls := filepath.Join(dir, "scontrol.args")
+	os.WriteFile(filepath.Join(bin, "scontrol"), []byte("#!/bin/sh\nprintf '%s\\n' \"$@\" >>"+calls+"\n"), 0o755)
+	var log bytes.Buffer
+	return &Prolog{
+		Config:  cfg,
+		Agent:   &api.LocalClient{Socket: cfg.Socket},
+		Fetcher: &fetch.Fetcher{CacheDir: cfg.CacheDir, LockDir: cfg.LockDir(), RetryWait: time.Millisecond, Retries: 1},
+		Slurm:   &slurm.Runner{Dir: bin},
+		Log:     &log,
+	}, &log, calls
+}
+
+func serve(t *testing.T, body []byte, hits *atomic.Int64) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if !strings.HasSuffix(r.URL.Path, ".gguf") || strings.Contains(r.URL.Path, "gone") {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeContent(w, r, "w.gguf", time.Time{}, bytes.NewReader(body))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestPrologFetchesWithoutAgent(t *testing.T) {
+	body := bytes.Repeat([]byte("weights"), 1000)
+	sum := sha256.Sum256(body)
+	var hits atomic.Int64
+	o := serve(t, body, &hits)
+	m := catalog.Model{Name: "m", Source: o.URL + "/w.gguf", Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
+	p, log, calls := newProlog(t, m)
+	p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "m"}, nil)
+
+	rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	want := catalog.CachePathFor(p.Config.CacheDir, m.Source)
+	if err != nil || rec.Path != want || rec.Error != "" || rec.Source != m.Source {
+		t.Fatalf("record = %+v, %v; want path %s; log:\n%s", rec, err, want, log)
+	}
+	if !strings.Contains(log.String(), "no agent") {
+		t.Errorf("log does not say the agent was absent:\n%s", log)
+	}
+	if _, err := os.Stat(calls); err == nil {
+		t.Errorf("scontrol was called on success")
+	}
+	// Now the fast path settles the next job without any request.
+	if err := prolog.Fast(p.Config, prolog.Job{ID: "2", Model: "m"}, time.Now()); err != nil || hits.Load() != 1 {
+		t.Errorf("fast path after the fetch: %v, origin hits %d", err, hits.Load())
+	}
+}
+
+func TestPrologRecordsFailures(t *testing.T) {
+	var hits atomic.Int64
+	o := serve(t, []byte("x"), &hits)
+	p, log, calls := newProlog(t, catalog.Model{Name: "gone", Source: o.URL + "/gone.gguf"})
+
+	for _, tc := range []struct {
+		job    prolog.Job
+		jobErr error
+		want   []string
+	}{
+		{prolog.Job{ID: "10", Node: "n1", Model: "gone"}, nil, []string{"weights for model gone (source " + o.URL + "/gone.gguf) could not be had on n1", "404"}},
+		{prolog.Job{ID: "11", Node: "n1", Model: "nosuch"}, nil, []string{"model nosuch is not in the node's catalog copy"}},
+		{prolog.Job{ID: "12", Node: "n1", Model: "a|b"}, errors.New("model name \"a|b\" may contain only"), []string{"bad job description"}},
+	} {
+		p.Run(context.Background(), tc.job, tc.jobErr)
+		rec, err := catalog.ReadJobRecord(p.Config.RunDir, tc.job.ID)
+		if err != nil || rec.Path != "" {
+			t.Fatalf("job %s: record %+v, %v", tc.job.ID, rec, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(rec.Error, w) {
+				t.Errorf("job %s: record error %q lacks %q", tc.job.ID, rec.Error, w)
+			}
+		}
+	}
+	args, _ := os.ReadFile(calls)
+	if !strings.Contains(string(args), "update\nJobId=10\nAdminComment=llmgw: weights for model gone") {
+		t.Errorf("scontrol calls:\n%s\nwant an AdminComment update for job 10", args)
+	}
+	if !strings.Contains(log.String(), "job 11") {
+		t.Errorf("log:\n%s", log)
+	}
+}
+
+func TestPrologCoordinator(t *testing.T) {
+	body := []byte("the weights")
+	var hits atomic.Int64
+	o := serve(t, body, &hits)
+	copied := catalog.Model{Name: "m", Source: o.URL + "/old.gguf"}
+	p, log, _ := newProlog(t, copied)
+
+	// A coordinator that does not answer: the copy resolves the model.
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	p.Coordinator = &api.Client{BaseURL: down.URL}
+	p.Run(context.Background(), prolog.Job{ID: "1", Model: "m"}, nil)
+	if rec, _ := catalog.ReadJobRecord(p.Config.RunDir, "1"); rec.Source != copied.Source || rec.Path == "" {
+		t.Errorf("coordinator down: record %+v; want the copy's source fetched; log:\n%s", rec, log)
+	}
+
+	// A coordinator that answers is believed over the copy.
+	coord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"models":[{"name":"m","source":"` + o.URL + `/new.gguf"}]}`))
+	}))
+	defer coord.Close()
+	p.Coordinator = &api.Client{BaseURL: coord.URL}
+	p.Run(context.Background(), prolog.Job{ID: "2", Model: "m"}, nil)
+	if rec, _ := catalog.ReadJobRecord(p.Config.RunDir, "2"); rec.Source != o.URL+"/new.gguf" || rec.Path == "" {
+		t.Errorf("coordinator up: record %+v; want its source", rec)
+	}
+	p.Run(context.Background(), prolog.Job{ID: "3", Model: "other"}, nil)
+	if rec, _ := catalog.ReadJobRecord(p.Config.RunDir, "3"); !strings.Contains(rec.Error, "not in the catalog at "+coord.URL) {
+		t.Errorf("unknown model with the coordinator up: record %+v", rec)
+	}
+}
+
+func TestPrologDeadline(t *testing.T) {
+	stall := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer stall.Close()
+	p, _, _ := newProlog(t, catalog.Model{Name: "m", Source: stall.URL + "/slow.gguf"})
+	p.Config.FetchDeadline = 300 * time.Millisecond
+	start := time.Now()
+	p.Run(context.Background(), prolog.Job{ID: "1", Model: "m"}, nil)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Run took %s with a deadline of 300ms", el)
+	}
+	rec, _ := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	if !strings.Contains(rec.Error, "fetch deadline of 300ms") {
+		t.Errorf("record after the deadline: %+v", rec)
+	}
+}
+
+func TestEpilogGate(t *testing.T) {
+	run := t.TempDir()
+	cfg := nodeconf.Agent{RunDir: run, GCInterval: time.Hour, GCTimeout: 200 * time.Millisecond}.WithDefaults()
+	catalog.WriteJobRecord(run, catalog.JobRecord{Job: "5", Model: "m", Path: "/x"})
+	var runs atomic.Int64
+	var log bytes.Buffer
+	e := &Epilog{Config: cfg, Log: &log, GC: func(ctx context.Context, _ nodeconf.Agent) error {
+		runs.Add(1)
+		<-ctx.Done() // a gc slower than its bound
+		return ctx.Err()
+	}}
+	start := time.Now()
+	e.Run(context.Background(), "5")
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Epilog took %s with a gc bound of 200ms", el)
+	}
+	if _, err := catalog.ReadJobRecord(run, "5"); !os.IsNotExist(err) {
+		t.Errorf("record after the Epilog: %v", err)
+	}
+	e.Run(context.Background(), "6")
+	if runs.Load() != 1 {
+		t.Errorf("gc ran %d times in two Epilogs within the interval, want 1", runs.Load())
+	}
+	if !strings.Contains(log.String(), "gc_timeout") {
+		t.Errorf("log does not say gc was cut short:\n%s", log.String())
+	}
+	e.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	e.Run(context.Background(), "7")
+	if runs.Load() != 2 {
+		t.Errorf("gc did not run again after the interval (%d runs)", runs.Load())
+	}
+}
