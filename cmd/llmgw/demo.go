@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/cmd/llmgw/demo"
 	"github.com/llmgw/llmgw/slurm"
@@ -674,6 +676,61 @@ type demoCluster struct {
 	// touched them, to put back at the end.
 	before []slurm.Node
 	jobID  string
+	// hookConfs are the per-node configurations the demo wrote for the dev
+	// cluster's hooks (llmgw/NODE.toml beside its slurm.conf), removed at
+	// the end with the resolved copies the hooks leave beside them.
+	hookConfs []string
+}
+
+// pointHooks makes the dev cluster's hooks on each demo node read that
+// node's demo configuration: scripts/slurm/hook passes --config
+// llmgw/NODE.toml from beside slurm.conf when the file exists, so the job's
+// Prolog finds the demo's catalog copy, cache and agent socket, and the job
+// gets LLMGW_MODEL_PATH. A file someone else put there is left alone.
+func (d *demoRun) pointHooks() {
+	c := d.cluster
+	dir := filepath.Join(filepath.Dir(c.conf), "llmgw")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		d.say("   (the dev cluster's hooks keep their own settings: %v)", err)
+		return
+	}
+	for _, n := range demo.Nodes {
+		dst := filepath.Join(dir, n.Name+".toml")
+		if _, err := os.Lstat(dst); err == nil {
+			d.say("   (%s exists and is not the demo's: the hooks on %s use it)", dst, n.Name)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d.dir, n.Name, "agent.toml"))
+		if err == nil {
+			err = os.WriteFile(dst, b, 0o644)
+		}
+		if err != nil {
+			d.say("   (the hooks on %s keep their own settings: %v)", n.Name, err)
+			continue
+		}
+		c.hookConfs = append(c.hookConfs, dst)
+	}
+	if len(c.hookConfs) > 0 {
+		d.say("   The dev cluster's hooks read llmgw/NODE.toml beside its slurm.conf: the demo points them at its own nodes' settings.")
+	}
+}
+
+// unpointHooks removes what pointHooks wrote, and the resolved copies the
+// hooks left beside it.
+func (c *demoCluster) unpointHooks() error {
+	var errs []error
+	for _, f := range c.hookConfs {
+		for _, p := range []string{f, nodeconf.ResolvedPath(f)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(c.hookConfs) > 0 {
+		os.Remove(filepath.Dir(c.hookConfs[0])) // only when empty
+	}
+	c.hookConfs = nil
+	return errors.Join(errs...)
 }
 
 // findCluster decides, before anything starts, whether step 8 can run: the
@@ -740,11 +797,12 @@ func (d *demoRun) stepSbatch(ctx context.Context) error {
 		return err
 	}
 	d.say("   The coordinator has put feature %s on %s in Slurm (sinfo -N -o '%%N %%f' shows it).", feature, holder)
+	d.pointHooks()
 	script := filepath.Join(d.dir, "job.sh")
 	text := fmt.Sprintf(`#!/bin/sh
 #SBATCH --job-name=llmgw-demo
 #SBATCH --output=%s/job-%%j.out
-echo "ran on $SLURMD_NODENAME; LLMGW_MODEL_PATH=${LLMGW_MODEL_PATH:-(not set: the dev cluster's hooks talk to /run/llmgw/agent.sock, not to the demo's agents)}"
+echo "ran on $SLURMD_NODENAME; LLMGW_MODEL=$LLMGW_MODEL LLMGW_MODEL_PATH=$LLMGW_MODEL_PATH"
 `, d.dir)
 	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
 		return err
@@ -1114,6 +1172,9 @@ func (d *demoRun) cleanup() error {
 	if c := d.cluster; c != nil {
 		if err := c.restoreFeatures(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("putting back the dev cluster's node features: %w", err))
+		}
+		if err := c.unpointHooks(); err != nil {
+			errs = append(errs, fmt.Errorf("removing the demo's hook settings from the dev cluster: %w", err))
 		}
 	}
 	mounted := d.fuse != nil

@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,9 @@ func TestDemoOnCluster(t *testing.T) {
 	for _, w := range []string{
 		"The coordinator has put feature llmgw.qwen-7b on n3",
 		"COMPLETED on n3",
+		// The hooks on n3 read the demo's settings (llmgw/n3.toml beside
+		// slurm.conf): the job was told where its weights are.
+		"ran on n3; LLMGW_MODEL=qwen-7b LLMGW_MODEL_PATH=$DEMO/n3/models/qwen-7b.gguf",
 		"It ran on n3, the node that holds qwen-7b: llmgw sbatch added --prefer llmgw.qwen-7b",
 		"the dev cluster's features put back",
 	} {
@@ -53,6 +58,9 @@ func TestDemoOnCluster(t *testing.T) {
 	}
 	if drained, err := r.Run(ctx, "sinfo", "-R", "-h"); err != nil || strings.TrimSpace(string(drained)) != "" {
 		t.Errorf("sinfo -R: %q %v", drained, err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(filepath.Dir(os.Getenv("SLURM_CONF")), "llmgw")); err == nil && len(ents) > 0 {
+		t.Errorf("the demo left hook settings in the dev cluster: %v", ents)
 	}
 	if left := leftovers(t, parent); len(left) > 0 {
 		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
