@@ -335,6 +335,7 @@ func (e *e2e) wait(t *testing.T, id string) endedJob {
 				}
 			}
 			t.Logf("job %s: %s on %s, Features=%s Comment=%q AdminComment=%q", id, j.State, j.NodeList, j.Features, j.Comment, j.AdminComment)
+			e.waitIdle(t)
 			return j
 		}
 		if time.Now().After(deadline) {
@@ -342,6 +343,32 @@ func (e *e2e) wait(t *testing.T, id string) endedJob {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// waitIdle waits until every node is idle. A job's end is not enough: a
+// node can still be busy with it for a moment (seen: the next 2-node job,
+// preferring n3 just left, went to n[1-2] on its constraint alone).
+func (e *e2e) waitIdle(t *testing.T) {
+	t.Helper()
+	var states string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out, err := e.sl.Run(context.Background(), "sinfo", "-h", "-N", "-o", "%N=%T")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := strings.Fields(string(out))
+		states = strings.Join(fields, " ")
+		idle := 0
+		for _, f := range fields {
+			if strings.HasSuffix(f, "=idle") {
+				idle++
+			}
+		}
+		if idle == len(devNodes) {
+			return
+		}
+	}
+	t.Fatalf("nodes not all idle 30 s after a job ended: %s", states)
 }
 
 // prologSaw checks the dev cluster's hook log: the Prolog of job id on node
@@ -520,9 +547,10 @@ func TestSubmitEndToEnd(t *testing.T) {
 			if len(bad) == 0 {
 				break
 			}
-			// One interval, plus a second for the sync itself on a busy
-			// machine.
-			if time.Since(start) > e2eFeatureInterval+time.Second {
+			// One interval, plus the sync itself and slurmctld busy with
+			// the reconfigure, on a machine shared with other work (3.0 s
+			// was seen with a 3 s interval).
+			if time.Since(start) > e2eFeatureInterval+2*time.Second {
 				t.Fatalf("features not back %s after the reconfigure: %s", time.Since(start).Round(time.Millisecond), bad)
 			}
 			time.Sleep(100 * time.Millisecond)
