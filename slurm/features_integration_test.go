@@ -14,12 +14,23 @@ import (
 	"github.com/llmgw/llmgw/placement"
 )
 
-// restoreFeatures puts slurm.conf's features back on every node when the
-// test ends: scontrol reconfigure drops what scontrol set (FACTS §2).
+// restoreFeatures puts every node's features back as they were when the
+// test began, with scontrol update, when the test ends. Not with scontrol
+// reconfigure, though it too drops what scontrol set (FACTS §2): it makes
+// every slurmd register again a moment later, and with ReturnToService=2 a
+// node a later test sets DOWN in that moment comes straight back (seen:
+// TestNodesJSONAgreesWithText found n4 idle after State=DOWN).
 func restoreFeatures(t *testing.T, r *Runner) {
+	nodes, err := r.Nodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		if _, err := r.Run(context.Background(), "scontrol", "reconfigure"); err != nil {
-			t.Errorf("scontrol reconfigure: %v", err)
+		for _, n := range nodes {
+			if _, err := r.Run(context.Background(), "scontrol", "update", "NodeName="+n.Name,
+				"AvailableFeatures="+strings.Join(n.Available, ","), "ActiveFeatures="+strings.Join(n.Active, ",")); err != nil {
+				t.Errorf("put %s's features back: %v", n.Name, err)
+			}
 		}
 	})
 }

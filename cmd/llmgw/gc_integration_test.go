@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +44,12 @@ func clusterBin(t *testing.T) (string, *slurm.Runner) {
 // and stops it (SIGTERM, by its pid) when the test ends.
 func daemon(t *testing.T, bin string, env []string, args ...string) *exec.Cmd {
 	t.Helper()
+	// Named after the command, and the node for an agent: a test may run
+	// several.
+	label := args[0]
+	if i := slices.Index(args, "--node"); i > 0 && i+1 < len(args) {
+		label += " " + args[i+1]
+	}
 	logf, err := os.Create(filepath.Join(t.TempDir(), args[0]+".log"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func daemon(t *testing.T, bin string, env []string, args ...string) *exec.Cmd {
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s log:\n%s", args[0], b)
+			t.Logf("%s log:\n%s", label, b)
 		}
 	})
 	return cmd

@@ -1,0 +1,581 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// The submission side end to end on the dev cluster (scripts/dev-cluster:
+// n1..n4, ib-a on n[1-2], ib-b on n[3-4], job_submit.lua and the SPANK
+// plugin loaded from this tree): a real coordinator process with the feature
+// reconciler on, writing the feature file slurmctld's job_submit.lua reads;
+// a real agent process per node, scanning real weight files; models added
+// with `llmgw models add`; jobs submitted with `llmgw sbatch` and with plain
+// sbatch, and Slurm's own record of where each ran. Nothing stands in for
+// any part.
+//
+// Without preferences the dev cluster places a one-node job on n1 and a
+// two-node job on n[1-2] (first fit), so a job elsewhere was steered.
+//
+// What each node holds (path sources are files in the agents' weights
+// dirs; m5 and m6 are fetched from an origin on 127.0.0.1 into the cache):
+//
+//	n1 (ib-a)  m2, m6 (in a 64 KiB tmpfs cache it fills: no room for m5)
+//	n2 (ib-a)  m1
+//	n3 (ib-b)  m3
+//	n4 (ib-b)  m2
+//
+// and "nobody" is a remote source no node holds: a job for it runs where
+// Slurm puts it, and its Prolog fetches it there.
+var e2eHeld = map[string][]string{
+	"n1": {"ib-a", "llmgw.m2", "llmgw.m6"},
+	"n2": {"ib-a", "llmgw.m1"},
+	"n3": {"ib-b", "llmgw.m3"},
+	"n4": {"ib-b", "llmgw.m2"},
+}
+
+var e2eFabric = map[string]string{"n1": "ib-a", "n2": "ib-a", "n3": "ib-b", "n4": "ib-b"}
+
+// e2eFeatureInterval is the coordinator's --feature-interval: short, so a
+// reconfigure's wipe is repaired within the test.
+const e2eFeatureInterval = 3 * time.Second
+
+// e2e is the running stack.
+type e2e struct {
+	bin, url    string
+	sl          *slurm.Runner
+	admin       []string // environment of an admin command
+	featureFile string
+	hooksLog    string
+	spank       bool
+}
+
+// startE2E brings the stack up and waits until Slurm carries the features
+// of e2eHeld and the feature file says so. Its cleanups, in order: the
+// agents stop; every model leaves the catalog and `llmgw features` takes
+// the llmgw features off the nodes; the coordinator stops; the feature
+// file goes; and whatever llmgw feature is still on a node (a failed
+// cleanup) is wiped by scontrol reconfigure, which keeps slurm.conf's.
+func startE2E(t *testing.T) *e2e {
+	t.Helper()
+	bin, sl := clusterBin(t)
+	ctx := context.Background()
+	conf := os.Getenv("SLURM_CONF")
+	e := &e2e{bin: bin, sl: sl, featureFile: filepath.Join(filepath.Dir(conf), "llmgw-features"),
+		hooksLog: filepath.Join(filepath.Dir(conf), "log", "hooks.log"), spank: sl.SpankOption(ctx)}
+	base := t.TempDir()
+	agentTok, adminTok := filepath.Join(base, "agent.token"), filepath.Join(base, "admin.token")
+	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
+	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
+
+	// The origin m5 and m6 are fetched from: 40 KiB of deterministic bytes
+	// per name.
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := bytes.Repeat([]byte(r.URL.Path), 40<<10)[:40<<10]
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+	}))
+	t.Cleanup(origin.Close)
+	src := func(name string) string { return origin.URL + "/" + name + ".gguf" }
+
+	node := func(n, sub string) string { return filepath.Join(base, n, sub) }
+	for _, n := range devNodes {
+		for _, sub := range []string{"weights", "cache", "state", "run"} {
+			if err := os.MkdirAll(node(n, sub), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// n1's cache is a filesystem of its own, 64 KiB, which m6 (40 KiB)
+	// leaves with too little room for m5. The unmount is registered before
+	// the agents start, so it runs after they stopped.
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "llmgw-e2e", node("n1", "cache")).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs as n1's cache (the test runs as root): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", node("n1", "cache")).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", node("n1", "cache"), err, out)
+		}
+	})
+	gguf := func(path string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, append([]byte("GGUF"), make([]byte, 4092)...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	shared := filepath.Join(base, "m2-on-n1-and-n4") // a weights dir of both
+	paths := map[string]string{
+		"m1": gguf(node("n2", "weights") + "/m1.gguf"),
+		"m2": gguf(shared + "/m2.gguf"),
+		"m3": gguf(node("n3", "weights") + "/m3.gguf"),
+	}
+	out, errs, err := runBin(t, bin, nil, "fetch", src("m6"), "--cache-dir", node("n1", "cache"), "--lock-dir", node("n1", "locks"))
+	if err != nil || strings.TrimSpace(out) != catalog.CachePathFor(node("n1", "cache"), src("m6")) {
+		t.Fatalf("llmgw fetch m6 into n1's cache: %v: %q %s", err, out, errs)
+	}
+
+	// Last cleanup: after the coordinator stopped.
+	t.Cleanup(func() {
+		if err := os.Remove(e.featureFile); err != nil && !os.IsNotExist(err) {
+			t.Errorf("remove the feature file: %v", err)
+		}
+		if left := e.llmgwFeatures(t); len(left) > 0 {
+			t.Errorf("llmgw features left on the nodes: %q; wiping them with scontrol reconfigure", left)
+			if _, err := sl.Run(context.Background(), "scontrol", "reconfigure"); err != nil {
+				t.Errorf("scontrol reconfigure: %v", err)
+			}
+		}
+		if out, err := sl.Run(context.Background(), "sinfo", "-R", "-h"); err != nil || strings.TrimSpace(string(out)) != "" {
+			t.Errorf("sinfo -R: %q, %v; want no drained node", out, err)
+		}
+	})
+
+	scontrol, err1 := exec.LookPath("scontrol")
+	sinfo, err2 := exec.LookPath("sinfo")
+	if err1 != nil || err2 != nil {
+		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
+	}
+	addr := freeAddr(t)
+	e.url = "http://" + addr
+	// Stale after 3 × 2 s; the agents report every second.
+	daemon(t, bin, nil, "coordinator", "--listen", addr, "--db", filepath.Join(base, "c.db"),
+		"--agent-token-file", agentTok, "--admin-token-file", adminTok, "--report-interval", "2s",
+		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
+		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
+	waitFor(t, 10*time.Second, "coordinator ready", func() bool {
+		resp, err := http.Get(e.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	e.admin = []string{"LLMGW_COORDINATOR=" + e.url, "LLMGW_TOKEN_FILE=" + adminTok}
+
+	models := [][]string{
+		{"m1", paths["m1"]}, {"m2", paths["m2"]}, {"m3", paths["m3"]}, {"nobody", src("nobody"), "--size", "40KiB"},
+		// m5's catalog size is what a fetch needs: more than n1's cache has
+		// left, far less than the others'.
+		{"m5", src("m5"), "--size", "1MiB"},
+		{"m6", src("m6"), "--size", "40KiB"},
+	}
+	// Runs before the coordinator stops, after the agents did: with an
+	// empty catalog nothing is desired, and one sync takes every llmgw
+	// feature off.
+	t.Cleanup(func() {
+		for _, m := range models {
+			if out, errs, err := runBin(t, bin, e.admin, "models", "rm", m[0]); err != nil {
+				t.Errorf("models rm %s: %v: %s%s", m[0], err, out, errs)
+			}
+		}
+		out, errs, err := runBin(t, bin, e.admin, "features")
+		t.Logf("llmgw features with an empty catalog:\n%s%s", out, errs)
+		if err != nil {
+			t.Errorf("llmgw features: %v", err)
+		}
+		if left := e.llmgwFeatures(t); len(left) > 0 {
+			t.Errorf("after llmgw features with nothing desired, the nodes still have %q", left)
+		}
+	})
+	for _, m := range models {
+		if out, errs, err := runBin(t, bin, e.admin, append([]string{"models", "add"}, m...)...); err != nil {
+			t.Fatalf("models add %s: %v: %s%s", m[0], err, out, errs)
+		}
+	}
+
+	start := time.Now()
+	// Each node's settings go where the dev cluster's hooks look for them
+	// (llmgw/NODE.toml beside slurm.conf), and its agent reads the same
+	// file: a job's Prolog then finds that agent's catalog copy, cache and
+	// socket, as on a real node with /etc/llmgw/agent.toml.
+	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
+	if err := os.MkdirAll(hookDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range devNodes {
+		dirs := []string{strconv.Quote(node(n, "weights"))}
+		if n == "n1" || n == "n4" {
+			dirs = append(dirs, strconv.Quote(shared))
+		}
+		toml := fmt.Sprintf("coordinator = %q\ntoken_file = %q\nnode = %q\nfabric = %q\nweight_dirs = [%s]\n"+
+			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
+			e.url, agentTok, n, e2eFabric[n], strings.Join(dirs, ", "),
+			node(n, "cache"), node(n, "state"), node(n, "run"), node(n, "agent.sock"))
+		path := filepath.Join(hookDir, n+".toml")
+		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.Remove(path)
+			os.Remove(nodeconf.ResolvedPath(path))
+			os.Remove(hookDir) // only when empty
+		})
+		daemon(t, bin, nil, "agent", "--config", path)
+	}
+	waitFor(t, 20*time.Second, "the llmgw features of what the agents hold, in Slurm and in the feature file", func() bool {
+		return len(e.featuresDiffer(t, e2eHeld)) == 0 && e.fileSays(e2eHeld)
+	})
+	t.Logf("agents up to features in Slurm and the feature file: %.1f s", time.Since(start).Seconds())
+	return e
+}
+
+// llmgwFeatures returns every llmgw feature Slurm has on a node, as
+// "node:feature".
+func (e *e2e) llmgwFeatures(t *testing.T) []string {
+	t.Helper()
+	nodes, err := e.sl.Nodes(context.Background())
+	if err != nil {
+		t.Errorf("sinfo: %v", err)
+		return []string{"(sinfo failed)"}
+	}
+	var out []string
+	for _, n := range nodes {
+		for _, f := range append(slices.Clone(n.Available), n.Active...) {
+			if strings.HasPrefix(f, "llmgw.") {
+				out = append(out, n.Name+":"+f)
+			}
+		}
+	}
+	return out
+}
+
+// featuresDiffer says how Slurm's node features differ from want (each
+// node's whole set, available and active).
+func (e *e2e) featuresDiffer(t *testing.T, want map[string][]string) []string {
+	t.Helper()
+	nodes, err := e.sl.Nodes(context.Background())
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var bad []string
+	for _, n := range nodes {
+		w, ok := want[n.Name]
+		if !ok {
+			continue
+		}
+		a, v := slices.Sorted(slices.Values(n.Active)), slices.Sorted(slices.Values(n.Available))
+		if !slices.Equal(a, w) || !slices.Equal(v, w) {
+			bad = append(bad, fmt.Sprintf("%s has %s (available %s), want %s", n.Name, a, v, w))
+		}
+	}
+	return bad
+}
+
+// fileSays reports whether the feature file lists want's llmgw features.
+func (e *e2e) fileSays(want map[string][]string) bool {
+	data, err := os.ReadFile(e.featureFile)
+	if err != nil {
+		return false
+	}
+	for n, fs := range want {
+		var own []string
+		for _, f := range fs {
+			if strings.HasPrefix(f, "llmgw.") {
+				own = append(own, f)
+			}
+		}
+		if !bytes.Contains(data, []byte("\n"+n+" debug "+strings.Join(own, ",")+"\n")) {
+			return false
+		}
+	}
+	return true
+}
+
+// sbatch runs `llmgw sbatch --parsable ARGS` against the coordinator and
+// returns the job id and what llmgw sbatch said on stderr.
+func (e *e2e) sbatch(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	out, errs, err := runBin(t, e.bin, nil, append([]string{"sbatch", "--parsable", "--coordinator", e.url, "--output=/dev/null"}, args...)...)
+	t.Logf("llmgw sbatch %s:\n%s", strings.Join(args, " "), errs)
+	if err != nil {
+		t.Fatalf("llmgw sbatch: %v", err)
+	}
+	return strings.TrimSpace(out), errs
+}
+
+// plainSbatch runs the real sbatch, as a user who never heard of llmgw
+// sbatch would.
+func (e *e2e) plainSbatch(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.sl.Run(context.Background(), "sbatch", append([]string{"--parsable", "--output=/dev/null"}, args...)...)
+	if err != nil {
+		t.Fatalf("sbatch %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// endedJob is what `scontrol show job` says of a job that has ended.
+type endedJob struct {
+	ID, State, NodeList, Features, Comment, AdminComment string
+}
+
+var (
+	reJobState = regexp.MustCompile(`JobState=(\S+)`)
+	reNodeList = regexp.MustCompile(`(?m)^\s+NodeList=(\S+)`)
+	reFeatures = regexp.MustCompile(`(?m)^\s+Features=(\S*)`)
+	reComment  = regexp.MustCompile(`(?m)^\s+Comment=(.*)$`)
+	reAdmin    = regexp.MustCompile(`(?m)^\s+AdminComment=(.*)$`)
+)
+
+// wait waits for the job to end, so the next one finds the nodes idle (a
+// preference is soft: a busy holder would send a job elsewhere).
+func (e *e2e) wait(t *testing.T, id string) endedJob {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, err := e.sl.Run(context.Background(), "scontrol", "show", "job", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(out)
+		if m := reJobState.FindStringSubmatch(s); m != nil && slices.Contains([]string{"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}, m[1]) {
+			j := endedJob{ID: id, State: m[1]}
+			for re, dst := range map[*regexp.Regexp]*string{reNodeList: &j.NodeList, reFeatures: &j.Features, reComment: &j.Comment, reAdmin: &j.AdminComment} {
+				if m := re.FindStringSubmatch(s); m != nil {
+					*dst = strings.TrimSpace(m[1])
+				}
+			}
+			t.Logf("job %s: %s on %s, Features=%s Comment=%q AdminComment=%q", id, j.State, j.NodeList, j.Features, j.Comment, j.AdminComment)
+			e.waitIdle(t)
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s has not ended after 90 s:\n%s", id, s)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitIdle waits until every node is idle. A job's end is not enough: a
+// node can still be busy with it for a moment (seen: the next 2-node job,
+// preferring n3 just left, went to n[1-2] on its constraint alone).
+func (e *e2e) waitIdle(t *testing.T) {
+	t.Helper()
+	var states string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out, err := e.sl.Run(context.Background(), "sinfo", "-h", "-N", "-o", "%N=%T")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := strings.Fields(string(out))
+		states = strings.Join(fields, " ")
+		idle := 0
+		for _, f := range fields {
+			if strings.HasSuffix(f, "=idle") {
+				idle++
+			}
+		}
+		if idle == len(devNodes) {
+			return
+		}
+	}
+	t.Fatalf("nodes not all idle 30 s after a job ended: %s", states)
+}
+
+// prologSaw checks the dev cluster's hook log: the Prolog of job id on node
+// was told the model (SPANK_LLMGW_MODEL, from the plugin).
+func (e *e2e) prologSaw(t *testing.T, id, node, model string) {
+	t.Helper()
+	want := "prolog job=" + id + " node=" + node + " "
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		data, err := os.ReadFile(e.hooksLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, want) {
+				if !strings.HasSuffix(line, " model="+model) {
+					t.Errorf("Prolog of job %s logged %q; want SPANK_LLMGW_MODEL=%s", id, line, model)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no line %q", e.hooksLog, want)
+		}
+	}
+}
+
+func (e *e2e) needSpank(t *testing.T) {
+	t.Helper()
+	if !e.spank {
+		t.Skip("sbatch does not know --llmgw-model: build the plugin (make build with libslurm-dev) and restart the dev cluster")
+	}
+}
+
+var devNodes = []string{"n1", "n2", "n3", "n4"}
+
+// TestSubmitEndToEnd is issue 8's list of submission tests, on the whole
+// stack at once (see the top of this file). The subtests share it and run
+// one job at a time.
+func TestSubmitEndToEnd(t *testing.T) {
+	t0 := time.Now()
+	e := startE2E(t)
+	t.Logf("stack up in %.1f s", time.Since(t0).Seconds())
+	ctx := context.Background()
+
+	t.Run("llmgw features finds nothing to do", func(t *testing.T) {
+		out, errs, err := runBin(t, e.bin, e.admin, "features", "--dry-run")
+		if err != nil || out != "" || !strings.Contains(errs, "4 already right") {
+			t.Errorf("llmgw features --dry-run: %v: %q %q; want no command, the reconciler having done it all", err, out, errs)
+		}
+	})
+
+	t.Run("llmgw sbatch lands on the holder", func(t *testing.T) {
+		id, _ := e.sbatch(t, "--model", "m1", "--wrap", "true")
+		j := e.wait(t, id)
+		if j.State != "COMPLETED" || j.NodeList != "n2" {
+			t.Errorf("job %s %s on %s; want COMPLETED on n2, the only holder of m1", id, j.State, j.NodeList)
+		}
+		if !strings.Contains(j.AdminComment, "composed by llmgw sbatch") {
+			t.Errorf("AdminComment %q: job_submit.lua did not see llmgw sbatch's mark", j.AdminComment)
+		}
+		if e.spank {
+			e.prologSaw(t, id, "n2", "m1")
+		} else if !strings.Contains(j.Comment, "llmgw:model=m1") {
+			t.Errorf("without the plugin the comment must name the model; Comment=%q", j.Comment)
+		}
+	})
+
+	t.Run("plain sbatch --llmgw-model through the plugin and job_submit.lua", func(t *testing.T) {
+		e.needSpank(t)
+		// The job runs as root, like the test, so it can write in t.TempDir.
+		out := filepath.Join(t.TempDir(), "job.out")
+		id, err := e.sl.Run(ctx, "sbatch", "--parsable", "--output="+out, "--llmgw-model=m1", "--wrap", `echo "LLMGW_MODEL=$LLMGW_MODEL"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := e.wait(t, strings.TrimSpace(string(id)))
+		if j.NodeList != "n2" || !strings.Contains(j.AdminComment, "llmgw: model m1 (--llmgw-model) in debug: prefer=llmgw.m1") {
+			t.Errorf("on %s, AdminComment %q; want n2 (holds m1) and job_submit.lua's note", j.NodeList, j.AdminComment)
+		}
+		e.prologSaw(t, j.ID, "n2", "m1")
+		if b, err := os.ReadFile(out); err != nil || string(b) != "LLMGW_MODEL=m1\n" {
+			t.Errorf("the job's output %q (%v); want LLMGW_MODEL=m1 from the plugin", b, err)
+		}
+	})
+
+	t.Run("plain sbatch with the comment tag", func(t *testing.T) {
+		j := e.wait(t, e.plainSbatch(t, "--comment=llmgw:model=m3", "--wrap", "true"))
+		if j.NodeList != "n3" || !strings.Contains(j.AdminComment, "llmgw: model m3 (comment) in debug") {
+			t.Errorf("on %s, AdminComment %q; want n3 (holds m3) and job_submit.lua's note", j.NodeList, j.AdminComment)
+		}
+	})
+
+	t.Run("srun and salloc take --llmgw-model too", func(t *testing.T) {
+		e.needSpank(t)
+		out, err := e.sl.Run(ctx, "srun", "-N1", "--llmgw-model=m1", "bash", "-c", `echo "$SLURMD_NODENAME $LLMGW_MODEL"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(out)); got != "n2 m1" {
+			t.Errorf("srun --llmgw-model=m1 ran %q; want \"n2 m1\": on the holder, with LLMGW_MODEL", got)
+		}
+		if _, err := e.sl.Run(ctx, "salloc", "-N1", "--llmgw-model=m1", "true"); err != nil {
+			t.Errorf("salloc --llmgw-model=m1: %v", err)
+		}
+	})
+
+	t.Run("a model nobody holds still runs", func(t *testing.T) {
+		id, errs := e.sbatch(t, "--model", "nobody", "--wrap", "true")
+		if j := e.wait(t, id); j.State != "COMPLETED" || strings.Contains(errs, "--prefer") {
+			t.Errorf("llmgw sbatch job for an unheld model: %s (llmgw sbatch said %q)", j.State, errs)
+		}
+		j := e.wait(t, e.plainSbatch(t, "--comment=x llmgw:model=nobody", "--wrap", "true"))
+		if j.State != "COMPLETED" || !strings.Contains(j.AdminComment, "no preference") {
+			t.Errorf("plain sbatch job for an unheld model: %s, AdminComment %q", j.State, j.AdminComment)
+		}
+	})
+
+	t.Run("the user's --constraint=ib-b holds with a preference added", func(t *testing.T) {
+		// m2 is on one node of each fabric: the preference alone would take
+		// n1, the first fit; ib-b must keep the job in ib-b, on its holder.
+		id, _ := e.sbatch(t, "--model", "m2", "--constraint=ib-b", "--wrap", "true")
+		if j := e.wait(t, id); j.NodeList != "n4" {
+			t.Errorf("llmgw sbatch: job on %s (Features=%s); want n4: in ib-b as asked, and holding m2", j.NodeList, j.Features)
+		}
+		if !e.spank {
+			return
+		}
+		// job_submit.lua keeps the constraint too, but adds no preference:
+		// the feature file lists only llmgw's features, so it cannot tell
+		// whether (ib-b)&llmgw.m2 is satisfiable, and an unsatisfiable
+		// preference would reject the job. So the job is in ib-b, on any
+		// node of it.
+		j := e.wait(t, e.plainSbatch(t, "--llmgw-model=m2", "--constraint=ib-b", "--wrap", "true"))
+		if j.State != "COMPLETED" || e2eFabric[j.NodeList] != "ib-b" || j.Features != "ib-b" {
+			t.Errorf("plain sbatch: job %s on %s (Features=%s); want it in ib-b, with the user's constraint as given", j.State, j.NodeList, j.Features)
+		}
+	})
+
+	t.Run("a 2-node job stays in the fabric holding the model", func(t *testing.T) {
+		id, _ := e.sbatch(t, "--model", "m3", "-N", "2", "--constraint=[ib-a|ib-b]", "--wrap", "true")
+		if j := e.wait(t, id); j.NodeList != "n[3-4]" {
+			t.Errorf("2-node job on %s (Features=%s); want n[3-4]: one fabric, the one holding m3", j.NodeList, j.Features)
+		}
+	})
+
+	t.Run("a node without room is not chosen unless it holds the model", func(t *testing.T) {
+		// Nobody holds m5 and n1 lacks the room: no preference, and the
+		// exclusion alone moves the job off the first fit.
+		id, errs := e.sbatch(t, "--model", "m5", "--wrap", "true")
+		if j := e.wait(t, id); j.NodeList == "n1" || j.State != "COMPLETED" || !strings.Contains(errs, "--exclude=n1") {
+			t.Errorf("job %s on %s, llmgw sbatch said %q; want it anywhere but n1, which has no room for m5", j.State, j.NodeList, errs)
+		}
+		// n1 is as full for m6, but holds it: never excluded.
+		id, errs = e.sbatch(t, "--model", "m6", "--wrap", "true")
+		if j := e.wait(t, id); j.NodeList != "n1" || strings.Contains(errs, "--exclude") {
+			t.Errorf("job on %s, llmgw sbatch said %q; want n1, which holds m6 and so needs no room", j.NodeList, errs)
+		}
+	})
+
+	t.Run("features are back within one interval after scontrol reconfigure", func(t *testing.T) {
+		if _, err := e.sl.Run(ctx, "scontrol", "reconfigure"); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for {
+			nodes, err := e.sl.Nodes(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes {
+				if f, ok := e2eFabric[n.Name]; ok && (!slices.Contains(n.Active, f) || !slices.Contains(n.Available, f)) {
+					t.Fatalf("%s lost its fabric %s: %q", n.Name, f, n.Active)
+				}
+			}
+			bad := e.featuresDiffer(t, e2eHeld)
+			if len(bad) == 0 {
+				break
+			}
+			// One interval, plus the sync itself and slurmctld busy with
+			// the reconfigure, on a machine shared with other work (3.0 s
+			// was seen with a 3 s interval).
+			if time.Since(start) > e2eFeatureInterval+2*time.Second {
+				t.Fatalf("features not back %s after the reconfigure: %s", time.Since(start).Round(time.Millisecond), bad)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("features back %.1f s after scontrol reconfigure", time.Since(start).Seconds())
+	})
+}
