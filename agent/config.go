@@ -62,7 +62,7 @@ func DefaultNodeName(getenv func(string) string, hostname func() (string, error)
 // resolve returns c with defaults applied and the node name resolved, or
 // why it cannot run.
 func resolve(c Config) (Config, error) {
-	if err := c.Validate(); err != nil {
+	if err := config.Validate(c); err != nil {
 		return c, err
 	}
 	c = c.WithDefaults()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/agent/config"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/fetch"
 )
@@ -35,7 +36,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "every problem at once", cfg: Config{Fabric: "a b", ScanInterval: time.Millisecond}, want: "fabric: node name \"a b\" may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit; scan interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.Validate()
+			err := config.Validate(tc.cfg)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("Validate() = %v, want nil", err)

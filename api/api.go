@@ -12,7 +12,6 @@ package api
 import (
 	"time"
 
-	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -57,8 +56,8 @@ type Report struct {
 }
 
 // DefaultFabric is the fabric of a node that names none; see
-// slurm.DefaultFabric.
-const DefaultFabric = slurm.DefaultFabric
+// catalog.DefaultFabric.
+const DefaultFabric = catalog.DefaultFabric
 
 // Weight is one model a node can see (scan.Local on the wire).
 type Weight struct {

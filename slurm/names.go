@@ -45,8 +45,3 @@ func ValidFabricName(name string) error {
 	}
 	return nil
 }
-
-// DefaultFabric is the fabric of a node that names none: a cluster with one
-// network needs no setting. A fabric is a set of nodes that copy from one
-// another quickly, in practice an InfiniBand fabric and a Slurm feature.
-const DefaultFabric = "default"

@@ -7,7 +7,18 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
 	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Agent is the node's configuration; see nodeconf.Agent.
@@ -33,4 +44,78 @@ const (
 // Path: see nodeconf.Path.
 func Path(args []string, getenv func(string) string, def string) (path string, explicit bool) {
 	return nodeconf.Path(args, getenv, def)
+}
+
+// minInterval keeps a typo ("30ms") from turning an agent into a load test
+// of its own coordinator or filer.
+const minInterval = time.Second
+
+// maxSocketPath is the longest unix socket path the kernel accepts
+// (sun_path is 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
+// Validate says what is wrong with c, naming the setting. Zero values are
+// valid: they mean the defaults.
+func Validate(c Agent) error {
+	var errs []error
+	if c.Coordinator != "" {
+		u, err := url.Parse(c.Coordinator)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("coordinator %q: want a URL like http://coord:8420", c.Coordinator))
+		}
+	}
+	if c.Node != "" {
+		if err := slurm.ValidNodeName(c.Node); err != nil {
+			errs = append(errs, fmt.Errorf("node: %w", err))
+		}
+	}
+	if c.Fabric != "" {
+		if err := slurm.ValidFabricName(c.Fabric); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range c.WeightDirs {
+		if err := catalog.CheckAbsPath("weight dir", d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.GPUMemory < 0 {
+		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
+	}
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "nvidia-smi": c.NvidiaSMI} {
+		if p != "" {
+			if err := catalog.CheckAbsPath(name, p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(c.Socket) > maxSocketPath || len(filepath.Dir(c.Socket))+len("/.sock0123456789/s") > maxSocketPath {
+		// sun_path holds 108 bytes, and the agent first binds in a private
+		// directory beside the socket (see agent's listenSocket).
+		errs = append(errs, fmt.Errorf("socket %q: a unix socket path must be shorter than %d bytes, and its directory %d shorter", c.Socket, maxSocketPath, len("/.sock0123456789/s")))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("metrics listen %q: want HOST:PORT, e.g. 127.0.0.1:9482: %w", c.MetricsListen, err))
+		}
+	}
+	for name, d := range map[string]time.Duration{"scan interval": c.ScanInterval, "report interval": c.ReportInterval, "dir timeout": c.DirTimeout,
+		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout} {
+		if d != 0 && d < minInterval {
+			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
+		}
+	}
+	if c.Connections < 0 || c.Connections > 64 {
+		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	// One line, so that a log or a terminal shows every problem at once.
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	sort.Strings(msgs)
+	return errors.New(strings.Join(msgs, "; "))
 }

@@ -54,7 +54,7 @@ func Load(fs *pflag.FlagSet, cmd string, args []string, getenv func(string) stri
 		return cfg, &ArgError{err}
 	}
 	AbsPaths(fs, &cfg)
-	if err := cfg.Validate(); err != nil {
+	if err := Validate(cfg); err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
 	return cfg, nil

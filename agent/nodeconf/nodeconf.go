@@ -11,7 +11,9 @@
 // flags into the Agent defined here.
 //
 // This package is what the hook binary links, and it is small on purpose:
-// the standard library and two leaves. The TOML decoder and the flag parser
+// the standard library and the catalog leaf. Checking a configuration
+// (config.Validate) is the loader's job: the hook reads only copies the
+// full binary checked before writing them. The TOML decoder and the flag parser
 // cost the hook about a third of a millisecond on every job start (measured,
 // scripts/bench/hook.sh), so it does not parse agent.toml at all: it reads
 // the resolved copy that llmgw's own hooks write after loading the file (see
@@ -19,16 +21,9 @@
 package nodeconf
 
 import (
-	"errors"
-	"fmt"
-	"net"
-	"net/url"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -41,7 +36,7 @@ const (
 	// DefaultSocket is api.DefaultSocket; the agent's tests hold them equal
 	// (package api links net/http, which the hook binary must not).
 	DefaultSocket = DefaultRunDir + "/agent.sock"
-	DefaultFabric = slurm.DefaultFabric
+	DefaultFabric = catalog.DefaultFabric
 
 	// DefaultReportInterval matches the coordinator's default: a node whose
 	// reports stop for a few intervals is shown as stale there.
@@ -72,10 +67,6 @@ const (
 	// node's return to idle, is not held up by a slow filesystem.
 	DefaultGCTimeout = 20 * time.Second
 )
-
-// minInterval keeps a typo ("30ms") from turning an agent into a load test
-// of its own coordinator or filer.
-const minInterval = time.Second
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
 // with LLMGW_* environment and flags layered over it (see Load). The zero
@@ -208,74 +199,4 @@ func (c Agent) LockDir() string {
 		return ""
 	}
 	return filepath.Join(c.RunDir, "locks")
-}
-
-// maxSocketPath is the longest unix socket path the kernel accepts
-// (sun_path is 108 bytes with its terminating NUL).
-const maxSocketPath = 107
-
-// Validate says what is wrong with c, naming the setting. Zero values are
-// valid: they mean the defaults.
-func (c Agent) Validate() error {
-	var errs []error
-	if c.Coordinator != "" {
-		u, err := url.Parse(c.Coordinator)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("coordinator %q: want a URL like http://coord:8420", c.Coordinator))
-		}
-	}
-	if c.Node != "" {
-		if err := slurm.ValidNodeName(c.Node); err != nil {
-			errs = append(errs, fmt.Errorf("node: %w", err))
-		}
-	}
-	if c.Fabric != "" {
-		if err := slurm.ValidFabricName(c.Fabric); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for _, d := range c.WeightDirs {
-		if err := catalog.CheckAbsPath("weight dir", d); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.GPUMemory < 0 {
-		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
-	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "nvidia-smi": c.NvidiaSMI} {
-		if p != "" {
-			if err := catalog.CheckAbsPath(name, p); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if len(c.Socket) > maxSocketPath || len(filepath.Dir(c.Socket))+len("/.sock0123456789/s") > maxSocketPath {
-		// sun_path holds 108 bytes, and the agent first binds in a private
-		// directory beside the socket (see agent's listenSocket).
-		errs = append(errs, fmt.Errorf("socket %q: a unix socket path must be shorter than %d bytes, and its directory %d shorter", c.Socket, maxSocketPath, len("/.sock0123456789/s")))
-	}
-	if c.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
-			errs = append(errs, fmt.Errorf("metrics listen %q: want HOST:PORT, e.g. 127.0.0.1:9482: %w", c.MetricsListen, err))
-		}
-	}
-	for name, d := range map[string]time.Duration{"scan interval": c.ScanInterval, "report interval": c.ReportInterval, "dir timeout": c.DirTimeout,
-		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout} {
-		if d != 0 && d < minInterval {
-			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
-		}
-	}
-	if c.Connections < 0 || c.Connections > 64 {
-		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	// One line, so that a log or a terminal shows every problem at once.
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	sort.Strings(msgs)
-	return errors.New(strings.Join(msgs, "; "))
 }

@@ -23,6 +23,10 @@ var heavy = []string{
 	"github.com/llmgw/llmgw/api",          // net/http
 	"github.com/llmgw/llmgw/agent",        // the agent itself (agent/config is fine)
 	"github.com/llmgw/llmgw/prolog/full",  // the slow path
+	"github.com/llmgw/llmgw/slurm",        // the runner: os/exec and friends
+	"net",                                 // each of these three inits on every start,
+	"regexp",                              // and nothing on the fast path needs them
+	"os/exec",
 }
 
 // allowed are packages under a heavy prefix that are light on purpose.

@@ -57,7 +57,7 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 	}
 	config.AbsPaths(fs, &cfg)
 	if cfgErr == nil {
-		if err := cfg.Validate(); err != nil {
+		if err := config.Validate(cfg); err != nil {
 			cfgErr = fmt.Errorf("config %s: %w", path, err)
 		}
 	}

@@ -16,7 +16,6 @@ package catalog
 import (
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -38,12 +37,16 @@ type Model struct {
 	Updated   time.Time `json:"updated,omitzero"`
 }
 
+// DefaultFabric is the fabric of a node that names none: a cluster with one
+// network needs no setting. A fabric is a set of nodes that copy from one
+// another quickly, in practice an InfiniBand fabric and a Slurm feature; the
+// agent's defaults and the coordinator's reading of reports must agree on it.
+const DefaultFabric = "default"
+
 // MaxModelName is the longest model name accepted. The name must fit in a
 // Slurm feature and in --prefer expressions, which Slurm caps at 1024
 // characters in all; 64 leaves room to combine several.
 const MaxModelName = 64
-
-var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // ValidModelName says why name cannot be a model name, or nil.
 //
@@ -56,10 +59,23 @@ func ValidModelName(name string) error {
 		return fmt.Errorf("model name is empty")
 	case len(name) > MaxModelName:
 		return fmt.Errorf("model name %q is %d characters; the limit is %d, so that it fits in a Slurm feature expression", name, len(name), MaxModelName)
-	case !modelNameRE.MatchString(name):
+	case !modelNameChars(name):
 		return fmt.Errorf("model name %q may contain only letters, digits, '.', '_' and '-', the characters a Slurm feature name can carry in a job's --constraint", name)
 	}
 	return nil
+}
+
+// modelNameChars reports whether name holds only [A-Za-z0-9._-]. A loop,
+// not a regexp: the hook binary links this package, and a package-level
+// regexp is compiled on every job start.
+func modelNameChars(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidSHA256 reports whether s is a sha256 digest as the catalog spells
