@@ -86,10 +86,19 @@ func startE2E(t *testing.T) *e2e {
 	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
 	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
 
-	// The origin m5 and m6 are fetched from: 40 KiB of deterministic bytes
-	// per name.
+	// The origin m5, m6 and nobody are fetched from: deterministic bytes,
+	// as many as the catalog says (a size the origin contradicts fails
+	// the fetch). nobody fits the room m6 leaves in n1's cache, where a
+	// plain sbatch job for it lands (job_submit.lua knows nothing of
+	// room); m5 does not.
+	sizes := map[string]int{"/m5.gguf": 1 << 20, "/m6.gguf": 40 << 10, "/nobody.gguf": 16 << 10}
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body := bytes.Repeat([]byte(r.URL.Path), 40<<10)[:40<<10]
+		size, ok := sizes[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		body := bytes.Repeat([]byte(r.URL.Path), size)[:size]
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 	}))
 	t.Cleanup(origin.Close)
@@ -173,7 +182,7 @@ func startE2E(t *testing.T) *e2e {
 	e.admin = []string{"LLMGW_COORDINATOR=" + e.url, "LLMGW_TOKEN_FILE=" + adminTok}
 
 	models := [][]string{
-		{"m1", paths["m1"]}, {"m2", paths["m2"]}, {"m3", paths["m3"]}, {"nobody", src("nobody"), "--size", "40KiB"},
+		{"m1", paths["m1"]}, {"m2", paths["m2"]}, {"m3", paths["m3"]}, {"nobody", src("nobody"), "--size", "16KiB"},
 		// m5's catalog size is what a fetch needs: more than n1's cache has
 		// left, far less than the others'.
 		{"m5", src("m5"), "--size", "1MiB"},
@@ -279,6 +288,30 @@ func (e *e2e) featuresDiffer(t *testing.T, want map[string][]string) []string {
 		}
 	}
 	return bad
+}
+
+// published is each node's whole feature set as the feature file implies
+// it: its fabric and the llmgw features the file lists; nil when the file
+// cannot be read.
+func (e *e2e) published(t *testing.T) map[string][]string {
+	t.Helper()
+	data, err := os.ReadFile(e.featureFile)
+	if err != nil {
+		return nil
+	}
+	want := map[string][]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || strings.HasPrefix(line, "#") || e2eFabric[f[0]] == "" {
+			continue
+		}
+		set := []string{e2eFabric[f[0]]}
+		if f[2] != "-" {
+			set = append(set, strings.Split(f[2], ",")...)
+		}
+		want[f[0]] = slices.Sorted(slices.Values(set))
+	}
+	return want
 }
 
 // fileSays reports whether the feature file lists want's llmgw features.
@@ -550,6 +583,14 @@ func TestSubmitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("features are back within one interval after scontrol reconfigure", func(t *testing.T) {
+		// The jobs above fetched weights, so the nodes hold more than at
+		// the start: what they should carry is what the coordinator
+		// publishes, once Slurm agrees with it.
+		var want map[string][]string
+		waitFor(t, 3*e2eFeatureInterval, "Slurm's features to match the published feature file", func() bool {
+			want = e.published(t)
+			return want != nil && len(e.featuresDiffer(t, want)) == 0
+		})
 		if _, err := e.sl.Run(ctx, "scontrol", "reconfigure"); err != nil {
 			t.Fatal(err)
 		}
@@ -564,7 +605,7 @@ func TestSubmitEndToEnd(t *testing.T) {
 					t.Fatalf("%s lost its fabric %s: %q", n.Name, f, n.Active)
 				}
 			}
-			bad := e.featuresDiffer(t, e2eHeld)
+			bad := e.featuresDiffer(t, want)
 			if len(bad) == 0 {
 				break
 			}
