@@ -99,6 +99,36 @@ func runBin(t *testing.T, bin string, env []string, args ...string) (string, str
 	return out.String(), errb.String(), err
 }
 
+// coordProcess is a real coordinator process for a cluster test.
+type coordProcess struct {
+	url      string
+	agentTok string   // the agent token's file
+	admin    []string // the environment of an admin command (llmgw models, features)
+}
+
+// startCoordinator runs `llmgw coordinator` on a free port of 127.0.0.1,
+// with a database and token files in dir and the extra flags given, and
+// waits until it is ready. It stops when the test ends.
+func startCoordinator(t *testing.T, bin, dir string, flags ...string) coordProcess {
+	t.Helper()
+	agentTok, adminTok := filepath.Join(dir, "agent.token"), filepath.Join(dir, "admin.token")
+	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
+	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
+	addr := freeAddr(t)
+	c := coordProcess{url: "http://" + addr, agentTok: agentTok}
+	daemon(t, bin, nil, append([]string{"coordinator", "--listen", addr, "--db", filepath.Join(dir, "c.db"),
+		"--agent-token-file", agentTok, "--admin-token-file", adminTok}, flags...)...)
+	waitFor(t, 10*time.Second, "coordinator ready", func() bool {
+		resp, err := http.Get(c.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	c.admin = []string{"LLMGW_COORDINATOR=" + c.url, "LLMGW_TOKEN_FILE=" + adminTok}
+	return c
+}
+
 // waitFor polls cond every 200 ms until it holds or within passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -127,23 +157,9 @@ func TestClusterGC(t *testing.T) {
 	bin, sl := clusterBin(t)
 	ctx := context.Background()
 	base := t.TempDir()
-	agentTok, adminTok := filepath.Join(base, "agent.token"), filepath.Join(base, "admin.token")
-	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
-	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
-
 	// The coordinator, reporting interval 2 s: gc waits up to 4 s.
-	addr := freeAddr(t)
-	coordURL := "http://" + addr
-	daemon(t, bin, nil, "coordinator", "--listen", addr, "--db", filepath.Join(base, "c.db"),
-		"--agent-token-file", agentTok, "--admin-token-file", adminTok, "--report-interval", "2s")
-	waitFor(t, 10*time.Second, "coordinator ready", func() bool {
-		resp, err := http.Get(coordURL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == 200
-	})
-	admin := []string{"LLMGW_COORDINATOR=" + coordURL, "LLMGW_TOKEN_FILE=" + adminTok}
+	coord := startCoordinator(t, bin, base, "--report-interval", "2s")
+	coordURL, agentTok, admin := coord.url, coord.agentTok, coord.admin
 
 	// The origin and the catalog.
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

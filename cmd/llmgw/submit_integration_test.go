@@ -82,10 +82,6 @@ func startE2E(t *testing.T) *e2e {
 	e := &e2e{bin: bin, sl: sl, featureFile: filepath.Join(filepath.Dir(conf), "llmgw-features"),
 		hooksLog: filepath.Join(filepath.Dir(conf), "log", "hooks.log"), spank: sl.SpankOption(ctx)}
 	base := t.TempDir()
-	agentTok, adminTok := filepath.Join(base, "agent.token"), filepath.Join(base, "admin.token")
-	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
-	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
-
 	// The origin m5, m6 and nobody are fetched from: deterministic bytes,
 	// as many as the catalog says (a size the origin contradicts fails
 	// the fetch). nobody fits the room m6 leaves in n1's cache, where a
@@ -165,21 +161,12 @@ func startE2E(t *testing.T) *e2e {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
 	}
-	addr := freeAddr(t)
-	e.url = "http://" + addr
 	// Stale after 3 × 2 s; the agents report every second.
-	daemon(t, bin, nil, "coordinator", "--listen", addr, "--db", filepath.Join(base, "c.db"),
-		"--agent-token-file", agentTok, "--admin-token-file", adminTok, "--report-interval", "2s",
+	c := startCoordinator(t, bin, base, "--report-interval", "2s",
 		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
-	waitFor(t, 10*time.Second, "coordinator ready", func() bool {
-		resp, err := http.Get(e.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == 200
-	})
-	e.admin = []string{"LLMGW_COORDINATOR=" + e.url, "LLMGW_TOKEN_FILE=" + adminTok}
+	e.url, e.admin = c.url, c.admin
+	agentTok := c.agentTok
 
 	models := [][]string{
 		{"m1", paths["m1"]}, {"m2", paths["m2"]}, {"m3", paths["m3"]}, {"nobody", src("nobody"), "--size", "16KiB"},
