@@ -13,6 +13,7 @@ import (
 	"github.com/llmgw/llmgw/cmd/llmgw/doctor"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // The configuration files the package installs in /etc/llmgw are read by the
@@ -93,14 +94,25 @@ func TestShippedAgentConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every key whose comment shows the default, not an example. The hooks'
+	// settings (run_dir, fetch_deadline, gc_*) matter most: the snippet's
+	// PrologEpilogTimeout is checked against fetch_deadline's default.
+	def := agent.Config{}.WithDefaults()
 	for name, got := range map[string][2]any{
-		"fabric":          {cfg.Fabric, agent.DefaultFabric},
-		"cache_dir":       {cfg.CacheDir, agent.DefaultCacheDir},
-		"state_dir":       {cfg.StateDir, agent.DefaultStateDir},
-		"socket":          {cfg.Socket, agent.DefaultSocket},
-		"scan_interval":   {cfg.ScanInterval, agent.DefaultScanInterval},
-		"report_interval": {cfg.ReportInterval, agent.DefaultReportInterval},
-		"connections":     {cfg.Connections, agent.DefaultConnections},
+		"fabric":          {cfg.Fabric, def.Fabric},
+		"cache_dir":       {cfg.CacheDir, def.CacheDir},
+		"state_dir":       {cfg.StateDir, def.StateDir},
+		"run_dir":         {cfg.RunDir, def.RunDir},
+		"socket":          {cfg.Socket, def.Socket},
+		"scan_interval":   {cfg.ScanInterval, def.ScanInterval},
+		"report_interval": {cfg.ReportInterval, def.ReportInterval},
+		"dir_timeout":     {cfg.DirTimeout, scan.DefaultDirTimeout},
+		"connections":     {cfg.Connections, def.Connections},
+		"gpu_memory":      {cfg.GPUMemory, def.GPUMemory},
+		"nvidia_smi":      {cfg.NvidiaSMI, def.NvidiaSMI},
+		"fetch_deadline":  {cfg.FetchDeadline, def.FetchDeadline},
+		"gc_interval":     {cfg.GCInterval, def.GCInterval},
+		"gc_timeout":      {cfg.GCTimeout, def.GCTimeout},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])
