@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/cmd/llmgw/doctor"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/slurm"
@@ -240,6 +241,15 @@ func TestPackagedPaths(t *testing.T) {
 	ps, _, err := slurm.ParsePlugstack(line)
 	if err != nil || len(ps) != 1 || ps[0].Path != doctor.DefaultSpankPlugin || ps[0].Required {
 		t.Errorf("plugstack.conf.d/llmgw.conf = %+v, %v; want one optional line for %s", ps, err, doctor.DefaultSpankPlugin)
+	}
+	// The hooks write the resolved copy of agent.toml into /etc/llmgw at run
+	// time; purge must remove it, or /etc/llmgw outlives the package.
+	postrm, err := os.ReadFile("../../packaging/scripts/postremove.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resolved := nodeconf.ResolvedPath(agent.DefaultConfigFile); !bytes.Contains(postrm, []byte("rm -f "+resolved+" ")) {
+		t.Errorf("packaging/scripts/postremove.sh does not remove %s on purge", resolved)
 	}
 	for _, hook := range []string{"prolog", "epilog", "task-prolog"} {
 		b, err := os.ReadFile("../../packaging/libexec/" + hook)
