@@ -83,7 +83,11 @@ func StatFile(path string) (FileID, error) {
 
 // ResolvedPath is where the resolved copy of the configuration file path
 // is kept: beside it, hidden, so that whoever may change the file (and so
-// the node's behaviour) is whoever may change the copy.
+// the node's behaviour) is whoever may change the copy. For the packaged
+// /etc/llmgw/agent.toml that puts a file dpkg does not know in /etc/llmgw:
+// the package's postremove deletes it on purge (cmd/llmgw's
+// TestPackagedPaths keeps the two in step). Where /etc is read-only the
+// copy is never written and every job takes the hooks' slow path.
 func ResolvedPath(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".resolved.json")
 }

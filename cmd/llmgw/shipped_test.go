@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -10,9 +12,11 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/cmd/llmgw/doctor"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // The configuration files the package installs in /etc/llmgw are read by the
@@ -93,14 +97,25 @@ func TestShippedAgentConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every key whose comment shows the default, not an example. The hooks'
+	// settings (run_dir, fetch_deadline, gc_*) matter most: the snippet's
+	// PrologEpilogTimeout is checked against fetch_deadline's default.
+	def := agent.Config{}.WithDefaults()
 	for name, got := range map[string][2]any{
-		"fabric":          {cfg.Fabric, agent.DefaultFabric},
-		"cache_dir":       {cfg.CacheDir, agent.DefaultCacheDir},
-		"state_dir":       {cfg.StateDir, agent.DefaultStateDir},
-		"socket":          {cfg.Socket, agent.DefaultSocket},
-		"scan_interval":   {cfg.ScanInterval, agent.DefaultScanInterval},
-		"report_interval": {cfg.ReportInterval, agent.DefaultReportInterval},
-		"connections":     {cfg.Connections, agent.DefaultConnections},
+		"fabric":          {cfg.Fabric, def.Fabric},
+		"cache_dir":       {cfg.CacheDir, def.CacheDir},
+		"state_dir":       {cfg.StateDir, def.StateDir},
+		"run_dir":         {cfg.RunDir, def.RunDir},
+		"socket":          {cfg.Socket, def.Socket},
+		"scan_interval":   {cfg.ScanInterval, def.ScanInterval},
+		"report_interval": {cfg.ReportInterval, def.ReportInterval},
+		"dir_timeout":     {cfg.DirTimeout, scan.DefaultDirTimeout},
+		"connections":     {cfg.Connections, def.Connections},
+		"gpu_memory":      {cfg.GPUMemory, def.GPUMemory},
+		"nvidia_smi":      {cfg.NvidiaSMI, def.NvidiaSMI},
+		"fetch_deadline":  {cfg.FetchDeadline, def.FetchDeadline},
+		"gc_interval":     {cfg.GCInterval, def.GCInterval},
+		"gc_timeout":      {cfg.GCTimeout, def.GCTimeout},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])
@@ -227,6 +242,15 @@ func TestPackagedPaths(t *testing.T) {
 	if err != nil || len(ps) != 1 || ps[0].Path != doctor.DefaultSpankPlugin || ps[0].Required {
 		t.Errorf("plugstack.conf.d/llmgw.conf = %+v, %v; want one optional line for %s", ps, err, doctor.DefaultSpankPlugin)
 	}
+	// The hooks write the resolved copy of agent.toml into /etc/llmgw at run
+	// time; purge must remove it, or /etc/llmgw outlives the package.
+	postrm, err := os.ReadFile("../../packaging/scripts/postremove.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resolved := nodeconf.ResolvedPath(agent.DefaultConfigFile); !bytes.Contains(postrm, []byte("rm -f "+resolved+" ")) {
+		t.Errorf("packaging/scripts/postremove.sh does not remove %s on purge", resolved)
+	}
 	for _, hook := range []string{"prolog", "epilog", "task-prolog"} {
 		b, err := os.ReadFile("../../packaging/libexec/" + hook)
 		if err != nil {
@@ -234,6 +258,86 @@ func TestPackagedPaths(t *testing.T) {
 		}
 		if !bytes.Contains(b, []byte("hook="+doctor.DefaultHookDir+"/llmgw-hook\n")) {
 			t.Errorf("packaging/libexec/%s does not run %s/llmgw-hook", hook, doctor.DefaultHookDir)
+		}
+	}
+}
+
+// TestPackagedWrappers runs the packaged Prolog, Epilog and TaskProlog
+// scripts as slurmd does (no PATH, the job in the environment) on a copy
+// whose hook= line names a stand-in for llmgw-hook, to check what the
+// scripts themselves decide: the Prolog and Epilog exit 0 whatever the hook
+// does (non-zero would drain the node), the TaskProlog passes the hook's
+// stdout and status on (a non-zero TaskProlog is how a job learns its
+// weights could not be had), a missing hook fails nothing, and the hook
+// gets slurmd's environment as it was, with no PATH added.
+// scripts/test-package runs them with the real llmgw-hook.
+func TestPackagedWrappers(t *testing.T) {
+	dir := t.TempDir()
+	// The stand-in reports its arguments and whether PATH was in the
+	// environment it was started with, then does what LLMGW_TEST_HOOK says.
+	hook := filepath.Join(dir, "llmgw-hook")
+	os.WriteFile(hook, []byte(`#!/bin/sh
+if tr '\0' '\n' </proc/$$/environ | grep -q '^PATH='; then echo "export SAW_PATH=yes"; else echo "export SAW_PATH=no"; fi
+echo "export HOOK_ARGS=$*"
+echo "stand-in hook stderr" >&2
+case $LLMGW_TEST_HOOK in
+exit*) exit "${LLMGW_TEST_HOOK#exit}" ;;
+kill) kill -9 $$ ;;
+esac
+`), 0o755)
+	wrappers := map[string]string{}
+	for _, name := range []string{"prolog", "epilog", "task-prolog"} {
+		b, err := os.ReadFile(filepath.Join("../../packaging/libexec", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := "hook=" + doctor.DefaultHookDir + "/llmgw-hook\n"
+		if !bytes.Contains(b, []byte(line)) {
+			t.Fatalf("packaging/libexec/%s has no line %q", name, line)
+		}
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, bytes.Replace(b, []byte(line), []byte("hook="+hook+"\n"), 1), 0o755)
+		wrappers[name] = p
+	}
+	run := func(name, mode string) (code int, stdout, stderr string) {
+		cmd := exec.Command(wrappers[name])
+		cmd.Env = []string{"SLURM_JOB_ID=7", "SLURMD_NODENAME=n1", "LLMGW_TEST_HOOK=" + mode}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code = ee.ExitCode() // -1 for a signal
+		case err != nil:
+			t.Fatalf("%s: %v", name, err)
+		}
+		return code, out.String(), errb.String()
+	}
+	for _, tc := range []struct {
+		name, mode string
+		want       int
+	}{
+		{"prolog", "exit0", 0}, {"prolog", "exit3", 0}, {"prolog", "kill", 0},
+		{"epilog", "exit0", 0}, {"epilog", "exit3", 0}, {"epilog", "kill", 0},
+		{"task-prolog", "exit0", 0}, {"task-prolog", "exit1", 1}, {"task-prolog", "exit3", 3}, {"task-prolog", "kill", -1},
+	} {
+		code, out, errs := run(tc.name, tc.mode)
+		if code != tc.want {
+			t.Errorf("%s with the hook's %s: exit %d, want %d; stderr %q", tc.name, tc.mode, code, tc.want, errs)
+		}
+		if !strings.Contains(out, "export SAW_PATH=no\n") || !strings.Contains(out, "export HOOK_ARGS="+tc.name+"\n") {
+			t.Errorf("%s: the hook did not run as `llmgw-hook %s` with slurmd's environment (no PATH); stdout %q", tc.name, tc.name, out)
+		}
+		if tc.name != "task-prolog" && tc.mode != "exit0" && !strings.Contains(errs, "not failing the") {
+			t.Errorf("%s with the hook's %s: stderr does not say the failure was absorbed: %q", tc.name, tc.mode, errs)
+		}
+	}
+	// A hook missing (an upgrade half done) fails nothing, and says so.
+	os.Remove(hook)
+	for _, name := range []string{"prolog", "epilog", "task-prolog"} {
+		if code, out, errs := run(name, "exit0"); code != 0 || out != "" || !strings.Contains(errs, "is missing") {
+			t.Errorf("%s without its hook: exit %d, stdout %q, stderr %q; want 0, nothing, and why", name, code, out, errs)
 		}
 	}
 }
