@@ -72,6 +72,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	capMB := flag.Float64("cap", 0, "per-connection cap in MB/s (10^6 bytes); 0: none")
 	addrFile := flag.String("addr-file", "", "write the listening address here once ready")
+	logReqs := flag.Bool("log", false, "log each request (method, path, Range) on stderr, for tests that check what was asked; off when benchmarking")
 	flag.Parse()
 	if *file == "" {
 		log.Fatal("origin: --file is required")
@@ -98,6 +99,9 @@ func main() {
 			return context.WithValue(ctx, connKey{}, &pacer{rate: *capMB * 1e6})
 		},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if *logReqs {
+				log.Printf("%s %s range=%q", r.Method, r.URL.Path, r.Header.Get("Range"))
+			}
 			if r.URL.Path != name {
 				http.NotFound(w, r)
 				return
