@@ -119,6 +119,7 @@ func Run(ctx context.Context, o Options) []Finding {
 	fs = append(fs, checkAgentConfig(o)...)
 	fs = append(fs, checkAgent(ctx, o)...)
 	fs = append(fs, checkCoordinator(ctx, o)...)
+	fs = append(fs, checkFeatures(ctx, o)...)
 	fs = append(fs, checkCache(ctx, o)...)
 	return fs
 }
@@ -639,4 +640,62 @@ func checkCache(ctx context.Context, o Options) []Finding {
 		fstype = " (" + inv.Dirs[0].FSType + ")"
 	}
 	return append(fs, Finding{Check: "cache dir", Message: dir + " is writable and node-local" + fstype})
+}
+
+// checkFeatures asks the coordinator how its Slurm feature reconciler is
+// doing. A reconciler that is off, failing or stopped breaks no job (a
+// preference is never a filter), but jobs then stop landing where their
+// weights are, so each is a warning with its fix. It says nothing when the
+// coordinator cannot be asked: checkCoordinator has said why.
+func checkFeatures(ctx context.Context, o Options) []Finding {
+	if o.Coordinator == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	c := &api.Client{BaseURL: o.Coordinator, UserAgent: "llmgw-doctor"}
+	if o.TokenFile != "" {
+		// Reads may need a token; the agent's is one the coordinator takes.
+		c.Token, _ = api.ReadToken(o.TokenFile)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	return featureFindings(st.Features, time.Now())
+}
+
+// featureFindings judges the reconciler's state as of now.
+func featureFindings(f *api.FeatureStatus, now time.Time) []Finding {
+	const check = "features"
+	switch {
+	case f == nil:
+		return []Finding{{Check: check, Severity: Warn,
+			Message: "the coordinator keeps no Slurm node features: jobs get no preference for the nodes that hold their model",
+			Fix:     "set features = true in /etc/llmgw/coordinator.toml on the slurmctld host (it runs scontrol update), then systemctl restart llmgw-coordinator"}}
+	case f.Last == nil:
+		return []Finding{{Check: check, Severity: Warn,
+			Message: "the feature reconciler has not synced yet",
+			Fix:     "wait one feature_interval; llmgw status shows its state"}}
+	}
+	interval := time.Duration(f.Interval * float64(time.Second))
+	if f.Last.Error != "" {
+		since := "never worked"
+		if !f.LastOK.IsZero() {
+			since = "last worked " + now.Sub(f.LastOK).Round(time.Second).String() + " ago"
+		}
+		return []Finding{{Check: check, Severity: Warn,
+			Message: fmt.Sprintf("the feature reconciler fails (%s): %s; Slurm's llmgw features drift from what the nodes hold", since, f.Last.Error),
+			Fix:     "check the coordinator's scontrol, sinfo and slurm_conf settings and that it runs as SlurmUser or root; llmgw features --dry-run shows the plan"}}
+	}
+	if interval > 0 && now.Sub(f.LastOK) > 3*interval {
+		return []Finding{{Check: check, Severity: Warn,
+			Message: fmt.Sprintf("the feature reconciler last ran %s ago, every %s expected: a scontrol reconfigure or slurmctld restart would leave the nodes without their llmgw features", now.Sub(f.LastOK).Round(time.Second), interval),
+			Fix:     "check the coordinator's log (journalctl -u llmgw-coordinator); llmgw features runs a sync now"}}
+	}
+	msg := fmt.Sprintf("the feature reconciler is in step (%s ago, %d nodes)", now.Sub(f.LastOK).Round(time.Second), f.Last.Nodes)
+	if f.Last.Drifted > 0 {
+		msg += fmt.Sprintf("; its last run found %d node(s) drifted and rewrote them", f.Last.Drifted)
+	}
+	return []Finding{{Check: check, Message: msg}}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/slurm"
@@ -280,5 +281,32 @@ func TestCoordinator(t *testing.T) {
 	}
 	if len(nodes) != 0 {
 		t.Errorf("the token check left %d node(s) in the store", len(nodes))
+	}
+}
+
+func TestFeatureFindings(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	ok := &api.FeatureSync{Time: now.Add(-10 * time.Second), Nodes: 4}
+	for _, tc := range []struct {
+		name string
+		f    *api.FeatureStatus
+		sev  Severity
+		want string
+	}{
+		{"off", nil, Warn, "keeps no Slurm node features"},
+		{"not yet", &api.FeatureStatus{Interval: 30}, Warn, "has not synced yet"},
+		{"failing", &api.FeatureStatus{Interval: 30, LastOK: now.Add(-time.Hour), Last: &api.FeatureSync{Error: "sinfo: exit status 1"}}, Warn, "fails (last worked 1h0m0s ago): sinfo: exit status 1"},
+		{"never worked", &api.FeatureStatus{Interval: 30, Last: &api.FeatureSync{Error: "scontrol: permission denied"}}, Warn, "never worked"},
+		{"stopped", &api.FeatureStatus{Interval: 30, LastOK: now.Add(-5 * time.Minute), Last: ok}, Warn, "last ran 5m0s ago, every 30s expected"},
+		{"in step", &api.FeatureStatus{Interval: 30, LastOK: now.Add(-10 * time.Second), Last: ok}, OK, "in step (10s ago, 4 nodes)"},
+		{"drift repaired", &api.FeatureStatus{Interval: 30, LastOK: now.Add(-10 * time.Second), Last: &api.FeatureSync{Nodes: 4, Drifted: 2}}, OK, "found 2 node(s) drifted"},
+	} {
+		fs := featureFindings(tc.f, now)
+		if len(fs) != 1 || fs[0].Severity != tc.sev || !strings.Contains(fs[0].Message, tc.want) {
+			t.Errorf("%s: %+v; want %s containing %q", tc.name, fs, tc.sev, tc.want)
+		}
+		if tc.sev == Warn && fs[0].Fix == "" {
+			t.Errorf("%s: a warning without a fix", tc.name)
+		}
 	}
 }
