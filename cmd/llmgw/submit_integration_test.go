@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -231,6 +232,10 @@ func startE2E(t *testing.T) *e2e {
 	waitFor(t, 20*time.Second, "the llmgw features of what the agents hold, in Slurm and in the feature file", func() bool {
 		return len(e.featuresDiffer(t, e2eHeld)) == 0 && e.fileSays(e2eHeld)
 	})
+	// job_submit.lua trusts the feature file only once a sync began after
+	// the first submission it saw since slurmctld loaded it (before that, a
+	// reconfigure could have wiped the features unseen).
+	e.showTables(t)
 	t.Logf("agents up to features in Slurm and the feature file: %.1f s", time.Since(start).Seconds())
 	return e
 }
@@ -299,6 +304,43 @@ func (e *e2e) published(t *testing.T) map[string][]string {
 		want[f[0]] = slices.Sorted(slices.Values(set))
 	}
 	return want
+}
+
+// showTables lets job_submit.lua see slurmctld's tables as they are now,
+// with a held job that names no model, and waits for a sync that began
+// after it: from then on the script trusts the feature file (until the next
+// reconfigure or restart).
+func (e *e2e) showTables(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	id, err := e.sl.Run(ctx, "sbatch", "--parsable", "-H", "--output=/dev/null", "-J", "llmgw-e2e-tables", "--wrap", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := time.Now().Unix()
+	if _, err := e.sl.Run(ctx, "scancel", strings.TrimSpace(string(id))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*e2eFeatureInterval, "a feature file synced after job_submit.lua saw slurmctld's tables", func() bool {
+		return e.fileSynced(t) > shown
+	})
+}
+
+// fileSynced is the sync time in the feature file's header (0 when the
+// file or the field is missing).
+func (e *e2e) fileSynced(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile(e.featureFile)
+	if err != nil {
+		return 0
+	}
+	head, _, _ := strings.Cut(string(data), "\n")
+	_, rest, ok := strings.Cut(head, " synced=")
+	if !strings.HasPrefix(head, coordinator.FeatureFileHeader) || !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+	return n
 }
 
 // fileSays reports whether the feature file lists want's llmgw features.
@@ -592,7 +634,12 @@ func TestSubmitEndToEnd(t *testing.T) {
 					t.Fatalf("%s lost its fabric %s: %q", n.Name, f, n.Active)
 				}
 			}
-			bad := e.featuresDiffer(t, want)
+			// Against the file as it is now: a model that arrived since the
+			// snapshot (a job's fetch reported late) is in both.
+			bad := []string{"the feature file cannot be read"}
+			if now := e.published(t); now != nil {
+				bad = e.featuresDiffer(t, now)
+			}
 			if len(bad) == 0 {
 				break
 			}
@@ -605,5 +652,107 @@ func TestSubmitEndToEnd(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Logf("features back %.1f s after scontrol reconfigure", time.Since(start).Seconds())
+	})
+
+	t.Run("plain sbatch right after scontrol reconfigure is never rejected", func(t *testing.T) {
+		// The bug: after a reconfigure Slurm has lost every llmgw feature
+		// while the feature file still lists them until the next sync, and a
+		// preference job_submit.lua built from it made Slurm reject the job
+		// ("Invalid preferred feature specification"). Now the script sees
+		// the reconfigure and adds no preference until a sync that began
+		// after it. Jobs are held: only the submission matters here.
+		args := []string{"--parsable", "-H", "--output=/dev/null", "--llmgw-model=m1", "--wrap", "true"}
+		if !e.spank {
+			args[3] = "--comment=llmgw:model=m1"
+		}
+		slurmHasM1 := func() bool {
+			nodes, err := e.sl.Nodes(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes {
+				if n.Name == "n2" {
+					return slices.Contains(n.Active, "llmgw.m1")
+				}
+			}
+			return false
+		}
+		type submission struct {
+			at                   time.Duration
+			id, prefer, admin    string
+			lackedBefore, lacked bool // Slurm lacked llmgw.m1 before / after the submission
+		}
+		submit := func(start time.Time) submission {
+			before := slurmHasM1()
+			out, err := e.sl.Run(ctx, "sbatch", args...)
+			s := submission{at: time.Since(start), lackedBefore: !before, lacked: !slurmHasM1()}
+			if err != nil {
+				t.Fatalf("plain sbatch %.1f s after scontrol reconfigure (Slurm had llmgw.m1: %t): REJECTED: %v", s.at.Seconds(), before, err)
+			}
+			s.id = strings.TrimSpace(string(out))
+			t.Cleanup(func() { e.sl.Run(context.Background(), "scancel", s.id) })
+			job, err := e.sl.Run(ctx, "scontrol", "show", "job", s.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := regexp.MustCompile(`(?m)\sPrefer=(\S*)`).FindSubmatch(job); m != nil && string(m[1]) != "(null)" {
+				s.prefer = string(m[1])
+			}
+			if m := reAdmin.FindSubmatch(job); m != nil {
+				s.admin = strings.TrimSpace(string(m[1]))
+			}
+			t.Logf("%5.2f s: job %s Prefer=%q (Slurm had llmgw.m1: before %t, after %t) AdminComment=%q",
+				s.at.Seconds(), s.id, s.prefer, before, !s.lacked, s.admin)
+			return s
+		}
+
+		// Before: Slurm, the file and the script agree (the script has seen
+		// the reconfigure above, and a sync since), and a plain job gets its
+		// preference.
+		waitFor(t, 3*e2eFeatureInterval, "llmgw.m1 on n2 in Slurm", slurmHasM1)
+		e.showTables(t)
+		if s := submit(time.Now()); s.prefer != "llmgw.m1" {
+			t.Fatalf("before the reconfigure: Prefer=%q, AdminComment %q; want llmgw.m1", s.prefer, s.admin)
+		}
+
+		if _, err := e.sl.Run(ctx, "scontrol", "reconfigure"); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var inWindow, withheld int
+		var back *submission
+		for back == nil {
+			if time.Since(start) > 4*e2eFeatureInterval {
+				t.Fatalf("no preference %s after the reconfigure: the next syncs should have brought it back", time.Since(start).Round(time.Millisecond))
+			}
+			s := submit(start)
+			if s.lackedBefore && s.lacked {
+				inWindow++
+			}
+			switch {
+			case s.prefer == "llmgw.m1":
+				if !strings.Contains(s.admin, "prefer=llmgw.m1") {
+					t.Errorf("job %s: Prefer=%s but AdminComment %q", s.id, s.prefer, s.admin)
+				}
+				if s.lackedBefore {
+					t.Errorf("job %s got Prefer=llmgw.m1 while Slurm lacked the feature; it was accepted, but only by luck", s.id)
+				}
+				back = &s
+			case s.prefer != "":
+				t.Errorf("job %s: Prefer=%q; want none or llmgw.m1", s.id, s.prefer)
+			default:
+				withheld++
+				if !strings.Contains(s.admin, "no preference: slurmctld rebuilt its tables") {
+					t.Errorf("job %s without a preference: AdminComment %q; want job_submit.lua to say it saw slurmctld rebuild its tables", s.id, s.admin)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		// The window must have been hit, or the test proves nothing.
+		if inWindow < 3 {
+			t.Errorf("only %d submissions while Slurm lacked llmgw.m1; want at least 3", inWindow)
+		}
+		t.Logf("after scontrol reconfigure: %d submissions while Slurm lacked llmgw.m1, %d without a preference, none rejected; the preference back %.1f s after it",
+			inWindow, withheld, back.at.Seconds())
 	})
 }
