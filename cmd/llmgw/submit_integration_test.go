@@ -68,6 +68,7 @@ type e2e struct {
 	featureFile string
 	hooksLog    string
 	spank       bool
+	coord       *exec.Cmd
 }
 
 // startE2E brings the stack up and waits until Slurm carries the features
@@ -167,7 +168,7 @@ func startE2E(t *testing.T) *e2e {
 	c := startCoordinator(t, bin, base, "--report-interval", "2s",
 		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
-	e.url, e.admin = c.url, c.admin
+	e.url, e.admin, e.coord = c.url, c.admin, c.cmd
 	agentTok := c.agentTok
 
 	models := [][]string{
@@ -712,8 +713,18 @@ func TestSubmitEndToEnd(t *testing.T) {
 
 	t.Run("plain sbatch right after a slurmctld restart is never rejected", func(t *testing.T) {
 		// The coordinator's sync retries every second or two while slurmctld
-		// is down, so the window after the restart is short: seen 0.5 s.
-		e.neverRejectedAfter(t, "a slurmctld restart", 1, func() { restartSlurmctld(t, e.sl) })
+		// is down, and was seen to put the features back before the first
+		// submission after the restart. So it is paused (SIGSTOP) through
+		// the restart and 2 s after, to be sure to submit in the window.
+		e.neverRejectedAfter(t, "a slurmctld restart", 3, func() {
+			resume := func() { e.coord.Process.Signal(syscall.SIGCONT) }
+			t.Cleanup(resume)
+			if err := e.coord.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			restartSlurmctld(t, e.sl)
+			time.AfterFunc(2*time.Second, resume)
+		})
 	})
 }
 
