@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -148,10 +149,18 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	if err != nil || res.Error != "" || res.Calls != 0 || len(res.Commands) != 0 || res.Unchanged != 4 {
 		t.Fatalf("sync in step: %+v, %v", res, err)
 	}
-	wantFile := FeatureFileHeader + "\n" +
-		"n1 debug llmgw.llama\nn2 debug llmgw.llama,llmgw.qwen\nn3 debug llmgw.qwen\nn4 debug -\n"
-	if got, err := os.ReadFile(file); err != nil || string(got) != wantFile {
-		t.Errorf("feature file: %v\n%s\nwant\n%s", err, got, wantFile)
+	wantFile := "n1 debug llmgw.llama\nn2 debug llmgw.llama,llmgw.qwen\nn3 debug llmgw.qwen\nn4 debug -\n"
+	got, err := os.ReadFile(file)
+	head, body, _ := strings.Cut(string(got), "\n")
+	if err != nil || body != wantFile || !strings.HasPrefix(head, FeatureFileHeader+" synced=") {
+		t.Errorf("feature file: %v\n%s\nwant the header, then\n%s", err, got, wantFile)
+	}
+	if synced, ok := strings.CutPrefix(head, FeatureFileHeader+" synced="); ok {
+		// The sync POST /v1/features just ran wrote its own time, though it
+		// changed nothing.
+		if n, _ := strconv.ParseInt(strings.Fields(synced)[0], 10, 64); time.Since(time.Unix(n, 0)) > 5*time.Second {
+			t.Errorf("feature file synced=%d, %s ago; the last sync was just now", n, time.Since(time.Unix(n, 0)))
+		}
 	}
 	if fi, err := os.Stat(file); err == nil && fi.Mode().Perm() != 0o644 {
 		t.Errorf("feature file mode %v, want 0644 (slurmctld's user reads it)", fi.Mode().Perm())

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -76,15 +77,38 @@ func TestFeatureFile(t *testing.T) {
 		{Name: "n2", Available: []string{"ib-a", "llmgw.qwen", "llmgw.llama"}, Active: []string{"ib-a", "llmgw.qwen", "llmgw.llama"}, Partitions: []string{"debug", "gpu"}},
 		{Name: "n1", Available: []string{"llmgw.llama", "llmgw.idle", "llmgw.a b"}, Active: []string{"llmgw.llama", "llmgw.a b", "llmgw.x|y"}},
 	}
-	want := FeatureFileHeader + "\n" +
+	synced := time.Unix(1796288377, 900e6) // the header keeps whole seconds, rounded down
+	want := FeatureFileHeader + " synced=1796288377 interval=30\n" +
 		"n1 - llmgw.llama\n" +
 		"n2 debug,gpu llmgw.llama,llmgw.qwen\n" +
 		"n10 debug -\n"
-	if got := string(FeatureFile(nodes)); got != want {
+	if got := string(FeatureFile(nodes, synced, 30*time.Second)); got != want {
 		t.Errorf("FeatureFile =\n%s\nwant\n%s", got, want)
 	}
-	if got := string(FeatureFile(nil)); got != FeatureFileHeader+"\n" {
-		t.Errorf("FeatureFile(nil) = %q", got)
+	// A sub-second interval (tests use them) stays exact, for
+	// job_submit.lua's tonumber.
+	if got, want := string(FeatureFile(nil, synced, 1500*time.Millisecond)), FeatureFileHeader+" synced=1796288377 interval=1.5\n"; got != want {
+		t.Errorf("FeatureFile(nil) = %q, want %q", got, want)
+	}
+}
+
+// TestFeatureFileRewrittenEverySync: the sync time in the header is what
+// job_submit.lua trusts, so a run that changes nothing still rewrites the
+// file with its own time.
+func TestFeatureFileRewrittenEverySync(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "features")
+	f := &features{file: file, interval: 30 * time.Second}
+	nodes := []slurm.Node{{Name: "n1", Active: []string{"llmgw.m1"}, Partitions: []string{"debug"}}}
+	for _, at := range []int64{1000, 1031} {
+		if err := f.publish(nodes, time.Unix(at, 0)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(file)
+		want := fmt.Sprintf("%s synced=%d interval=30\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
+		if err != nil || string(got) != want {
+			t.Errorf("after the run at %d: %q, %v; want %q", at, got, err, want)
+		}
 	}
 }
 

@@ -104,6 +104,7 @@ type coordProcess struct {
 	url      string
 	agentTok string   // the agent token's file
 	admin    []string // the environment of an admin command (llmgw models, features)
+	cmd      *exec.Cmd
 }
 
 // startCoordinator runs `llmgw coordinator` on a free port of 127.0.0.1,
@@ -116,7 +117,7 @@ func startCoordinator(t *testing.T, bin, dir string, flags ...string) coordProce
 	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
 	addr := freeAddr(t)
 	c := coordProcess{url: "http://" + addr, agentTok: agentTok}
-	daemon(t, bin, nil, append([]string{"coordinator", "--listen", addr, "--db", filepath.Join(dir, "c.db"),
+	c.cmd = daemon(t, bin, nil, append([]string{"coordinator", "--listen", addr, "--db", filepath.Join(dir, "c.db"),
 		"--agent-token-file", agentTok, "--admin-token-file", adminTok}, flags...)...)
 	waitFor(t, 10*time.Second, "coordinator ready", func() bool {
 		resp, err := http.Get(c.url + "/readyz")

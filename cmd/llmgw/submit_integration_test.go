@@ -15,10 +15,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -66,6 +68,7 @@ type e2e struct {
 	featureFile string
 	hooksLog    string
 	spank       bool
+	coord       *exec.Cmd
 }
 
 // startE2E brings the stack up and waits until Slurm carries the features
@@ -165,7 +168,7 @@ func startE2E(t *testing.T) *e2e {
 	c := startCoordinator(t, bin, base, "--report-interval", "2s",
 		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
-	e.url, e.admin = c.url, c.admin
+	e.url, e.admin, e.coord = c.url, c.admin, c.cmd
 	agentTok := c.agentTok
 
 	models := [][]string{
@@ -231,6 +234,10 @@ func startE2E(t *testing.T) *e2e {
 	waitFor(t, 20*time.Second, "the llmgw features of what the agents hold, in Slurm and in the feature file", func() bool {
 		return len(e.featuresDiffer(t, e2eHeld)) == 0 && e.fileSays(e2eHeld)
 	})
+	// job_submit.lua trusts the feature file only once a sync began after
+	// the first submission it saw since slurmctld loaded it (before that, a
+	// reconfigure could have wiped the features unseen).
+	e.showTables(t)
 	t.Logf("agents up to features in Slurm and the feature file: %.1f s", time.Since(start).Seconds())
 	return e
 }
@@ -299,6 +306,90 @@ func (e *e2e) published(t *testing.T) map[string][]string {
 		want[f[0]] = slices.Sorted(slices.Values(set))
 	}
 	return want
+}
+
+// showTables lets job_submit.lua see slurmctld's tables as they are now,
+// with a held job that names no model, and waits for a sync that began
+// after it: from then on the script trusts the feature file (until the next
+// reconfigure or restart).
+func (e *e2e) showTables(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	id, err := e.sl.Run(ctx, "sbatch", "--parsable", "-H", "--output=/dev/null", "-J", "llmgw-e2e-tables", "--wrap", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := time.Now().Unix()
+	if _, err := e.sl.Run(ctx, "scancel", strings.TrimSpace(string(id))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*e2eFeatureInterval, "a feature file synced after job_submit.lua saw slurmctld's tables", func() bool {
+		return e.fileSynced(t) > shown
+	})
+}
+
+// restartSlurmctld restarts the dev cluster's slurmctld as
+// scripts/dev-cluster started it (same command line, same
+// LLMGW_FEATURE_FILE), without -R: the restart that loses the features
+// (FACTS §2). It waits until slurmctld answers again.
+func restartSlurmctld(t *testing.T, sl *slurm.Runner) {
+	t.Helper()
+	ctx := context.Background()
+	pidFile := filepath.Join(filepath.Dir(os.Getenv("SLURM_CONF")), "run", "slurmctld.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", pidFile, err)
+	}
+	cmdline, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	environ, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err1 != nil || err2 != nil || err != nil || strings.TrimSpace(string(comm)) != "slurmctld" {
+		t.Fatalf("pid %d from %s is not a running slurmctld: %v %v %v", pid, pidFile, err1, err2, err)
+	}
+	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	var env []string
+	for _, kv := range strings.Split(string(environ), "\x00") {
+		if strings.HasPrefix(kv, "LLMGW_FEATURE_FILE=") {
+			env = append(env, kv)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "slurmctld (pid "+strconv.Itoa(pid)+") to exit", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return os.IsNotExist(err)
+	})
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	// slurmctld forks into the background; the command returns then.
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restart %q: %v: %s", argv, err, out)
+	}
+	waitFor(t, 30*time.Second, "the restarted slurmctld to answer", func() bool {
+		_, err := sl.Run(ctx, "sinfo", "-h")
+		return err == nil
+	})
+}
+
+// fileSynced is the sync time in the feature file's header (0 when the
+// file or the field is missing).
+func (e *e2e) fileSynced(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile(e.featureFile)
+	if err != nil {
+		return 0
+	}
+	head, _, _ := strings.Cut(string(data), "\n")
+	_, rest, ok := strings.Cut(head, " synced=")
+	if !strings.HasPrefix(head, coordinator.FeatureFileHeader) || !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+	return n
 }
 
 // fileSays reports whether the feature file lists want's llmgw features.
@@ -592,12 +683,12 @@ func TestSubmitEndToEnd(t *testing.T) {
 					t.Fatalf("%s lost its fabric %s: %q", n.Name, f, n.Active)
 				}
 			}
-			// What the coordinator publishes may still grow (a fetch a
-			// job above made is reported late): read it each time.
-			if w := e.published(t); w != nil {
-				want = w
+			// Against the file as it is now: a model that arrived since the
+			// snapshot (a job's fetch reported late) is in both.
+			bad := []string{"the feature file cannot be read"}
+			if now := e.published(t); now != nil {
+				bad = e.featuresDiffer(t, now)
 			}
-			bad := e.featuresDiffer(t, want)
 			if len(bad) == 0 {
 				break
 			}
@@ -611,4 +702,136 @@ func TestSubmitEndToEnd(t *testing.T) {
 		}
 		t.Logf("features back %.1f s after scontrol reconfigure", time.Since(start).Seconds())
 	})
+
+	t.Run("plain sbatch right after scontrol reconfigure is never rejected", func(t *testing.T) {
+		e.neverRejectedAfter(t, "scontrol reconfigure", 3, func() {
+			if _, err := e.sl.Run(ctx, "scontrol", "reconfigure"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+
+	t.Run("plain sbatch right after a slurmctld restart is never rejected", func(t *testing.T) {
+		// The coordinator's sync retries every second or two while slurmctld
+		// is down, and was seen to put the features back before the first
+		// submission after the restart. So it is paused (SIGSTOP) through
+		// the restart and 2 s after, to be sure to submit in the window.
+		e.neverRejectedAfter(t, "a slurmctld restart", 3, func() {
+			resume := func() { e.coord.Process.Signal(syscall.SIGCONT) }
+			t.Cleanup(resume)
+			if err := e.coord.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			restartSlurmctld(t, e.sl)
+			time.AfterFunc(2*time.Second, resume)
+		})
+	})
+}
+
+// neverRejectedAfter checks job_submit.lua through disrupt, which wipes
+// Slurm's scontrol-set features (a reconfigure, a restart of slurmctld):
+// plain sbatch --llmgw-model=m1 every ~0.15 s from then until the
+// preference is back, each checked against sinfo for whether Slurm lacked
+// llmgw.m1 around it; at least minInWindow must have been.
+//
+// The bug: Slurm has lost every llmgw feature while the feature file still
+// lists them until the next sync, and a preference job_submit.lua built
+// from it made Slurm reject the job ("Invalid preferred feature
+// specification"). Now the script sees slurmctld rebuild its tables and
+// adds no preference until a sync that began after that. Jobs are held:
+// only the submission matters here.
+func (e *e2e) neverRejectedAfter(t *testing.T, what string, minInWindow int, disrupt func()) {
+	t.Helper()
+	ctx := context.Background()
+	args := []string{"--parsable", "-H", "--output=/dev/null", "--llmgw-model=m1", "--wrap", "true"}
+	if !e.spank {
+		args[3] = "--comment=llmgw:model=m1"
+	}
+	slurmHasM1 := func() bool {
+		nodes, err := e.sl.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if n.Name == "n2" {
+				return slices.Contains(n.Active, "llmgw.m1")
+			}
+		}
+		return false
+	}
+	type submission struct {
+		at                   time.Duration
+		id, prefer, admin    string
+		lackedBefore, lacked bool // Slurm lacked llmgw.m1 before / after the submission
+	}
+	submit := func(start time.Time) submission {
+		before := slurmHasM1()
+		out, err := e.sl.Run(ctx, "sbatch", args...)
+		s := submission{at: time.Since(start), lackedBefore: !before, lacked: !slurmHasM1()}
+		if err != nil {
+			t.Fatalf("plain sbatch %.1f s after %s (Slurm had llmgw.m1: %t): REJECTED: %v", s.at.Seconds(), what, before, err)
+		}
+		s.id = strings.TrimSpace(string(out))
+		t.Cleanup(func() { e.sl.Run(context.Background(), "scancel", s.id) })
+		job, err := e.sl.Run(ctx, "scontrol", "show", "job", s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`(?m)\sPrefer=(\S*)`).FindSubmatch(job); m != nil && string(m[1]) != "(null)" {
+			s.prefer = string(m[1])
+		}
+		if m := reAdmin.FindSubmatch(job); m != nil {
+			s.admin = strings.TrimSpace(string(m[1]))
+		}
+		t.Logf("%5.2f s: job %s Prefer=%q (Slurm had llmgw.m1: before %t, after %t) AdminComment=%q",
+			s.at.Seconds(), s.id, s.prefer, before, !s.lacked, s.admin)
+		return s
+	}
+
+	// Before: Slurm, the file and the script agree (the script has seen
+	// the reconfigure above, and a sync since), and a plain job gets its
+	// preference.
+	waitFor(t, 3*e2eFeatureInterval, "llmgw.m1 on n2 in Slurm", slurmHasM1)
+	e.showTables(t)
+	if s := submit(time.Now()); s.prefer != "llmgw.m1" {
+		t.Fatalf("before %s: Prefer=%q, AdminComment %q; want llmgw.m1", what, s.prefer, s.admin)
+	}
+
+	disrupt()
+	start := time.Now()
+	var inWindow, withheld int
+	var back *submission
+	for back == nil {
+		if time.Since(start) > 4*e2eFeatureInterval {
+			t.Fatalf("no preference %s after %s: the next syncs should have brought it back", time.Since(start).Round(time.Millisecond), what)
+		}
+		s := submit(start)
+		if s.lackedBefore && s.lacked {
+			inWindow++
+		}
+		switch {
+		case s.prefer == "llmgw.m1":
+			if !strings.Contains(s.admin, "prefer=llmgw.m1") {
+				t.Errorf("job %s: Prefer=%s but AdminComment %q", s.id, s.prefer, s.admin)
+			}
+			if s.lackedBefore {
+				t.Errorf("job %s got Prefer=llmgw.m1 while Slurm lacked the feature; it was accepted, but only by luck", s.id)
+			}
+			back = &s
+		case s.prefer != "":
+			t.Errorf("job %s: Prefer=%q; want none or llmgw.m1", s.id, s.prefer)
+		default:
+			withheld++
+			if !strings.Contains(s.admin, "no preference: slurmctld rebuilt its tables") {
+				t.Errorf("job %s without a preference: AdminComment %q; want job_submit.lua to say it saw slurmctld rebuild its tables", s.id, s.admin)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The window must have been hit, or the test proves nothing.
+	if inWindow < minInWindow {
+		t.Errorf("only %d submissions while Slurm lacked llmgw.m1; want at least %d", inWindow, minInWindow)
+	}
+	t.Logf("after %s: %d submissions while Slurm lacked llmgw.m1, %d without a preference, none rejected; the preference back %.1f s after it",
+		what, inWindow, withheld, back.at.Seconds())
 }
