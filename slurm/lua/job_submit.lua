@@ -682,15 +682,18 @@ function llmgw.submit(job_desc, part_list)
 		note_admin(job_desc, "model " .. model .. ": preference already set")
 		return
 	end
+	-- Every note below names the model and where it came from, so that
+	-- scontrol show job tells which of llmgw's pieces saw it.
+	local named = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)")
 	local cluster, header = llmgw.read_features(FEATURE_FILE)
 	if not cluster then
-		note_admin(job_desc, "model " .. model .. ", no preference: feature file " .. tostring(header))
+		note_admin(job_desc, named .. ": no preference: feature file " .. tostring(header))
 		slurm.log_info("llmgw: job for %s: no preference: feature file: %s", model, tostring(header))
 		return
 	end
 	local fresh, why = llmgw.fresh(header, llmgw.now())
 	if not fresh then
-		note_admin(job_desc, "model " .. model .. ", no preference: " .. why)
+		note_admin(job_desc, named .. ": no preference: " .. why)
 		slurm.log_info("llmgw: job for %s: no preference: %s", model, why)
 		return
 	end
@@ -722,7 +725,7 @@ function llmgw.submit(job_desc, part_list)
 		job_desc.comment = r.comment
 	end
 	local where = #parts > 0 and (" in " .. table.concat(parts, ",")) or ""
-	local what = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)") .. where .. ": " .. table.concat(r.notes, "; ")
+	local what = named .. where .. ": " .. table.concat(r.notes, "; ")
 	note_admin(job_desc, what)
 	slurm.log_info("llmgw: %s", what)
 end
