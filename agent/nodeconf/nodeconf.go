@@ -11,7 +11,7 @@
 // flags into the Agent defined here.
 //
 // This package is what the hook binary links, and it is small on purpose:
-// the standard library and the catalog leaf. Checking a configuration
+// the standard library, the catalog leaf and internal/jsonlite. Checking a configuration
 // (config.Validate) is the loader's job: the hook reads only copies the
 // full binary checked before writing them. The TOML decoder and the flag parser
 // cost the hook about a third of a millisecond on every job start (measured,

@@ -18,9 +18,10 @@ var importRules = map[string]struct {
 	may []string
 	why string
 }{
-	"weights/catalog":   {nil, "the name rules are a standard-library leaf, so every part, the hook binary included, applies the same ones"},
+	"internal/jsonlite": {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
+	"weights/catalog":   {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
 	"api":               {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
-	"agent/nodeconf":    {[]string{"weights/catalog"}, "the node's configuration is linked by the hook binary, so it stays light: the standard library and the catalog leaf"},
+	"agent/nodeconf":    {[]string{"weights/catalog", "internal/jsonlite"}, "the node's configuration is linked by the hook binary, so it stays light: the standard library and the catalog leaf"},
 	"agent/config":      {[]string{"agent/nodeconf", "weights/catalog", "slurm"}, "the loader (toml, pflag) and the checks the agent and llmgw's hooks share, so a setting means the same to both (slurm: the node and fabric name rules)"},
 	"weights/scan":      {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
 	"weights/fetch":     {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},

@@ -9,8 +9,10 @@
 // apply these rules, and each must apply them identically: gc deletes only
 // what CachePathFor could have produced, and the hook finds a fetched file
 // only where the fetcher put it. So they live once, here, in a package that
-// imports only the standard library: the hook binary, which starts on every
-// job, links this and not the fetcher, the scanner or net/http.
+// imports only the standard library (and internal/jsonlite, the hook's
+// reflection-free JSON reader, itself standard library only): the hook
+// binary, which starts on every job, links this and not the fetcher, the
+// scanner or net/http.
 package catalog
 
 import (

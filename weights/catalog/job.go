@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/llmgw/llmgw/internal/jsonlite"
 )
 
 // DefaultRunDir is the node-local runtime directory the agent's socket and
@@ -52,11 +54,74 @@ func WriteJobRecord(runDir string, r JobRecord) error {
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(r)
+	b, err := marshalJobRecord(r)
 	if err != nil {
 		return err
 	}
-	return WriteAtomic(p, append(b, '\n'), 0o644)
+	return writeReplace(p, append(b, '\n'), 0o644)
+}
+
+// marshalJobRecord is json.Marshal(r), byte for byte (job_test.go's fuzz
+// test holds them equal), without its reflection: the hook's fast path
+// writes a record on every job start, and json.Marshal's first use costs
+// about 100 µs there.
+func marshalJobRecord(r JobRecord) ([]byte, error) {
+	t, err := r.Time.MarshalJSON()
+	if err != nil {
+		// A year outside 0..9999: json.Marshal's error says so as it always did.
+		return json.Marshal(r)
+	}
+	b := make([]byte, 0, 128+len(r.Job)+len(r.Model)+len(r.Source)+len(r.Path)+len(r.Error))
+	b = append(b, `{"job":`...)
+	b = jsonlite.AppendString(b, r.Job)
+	b = append(b, `,"model":`...)
+	b = jsonlite.AppendString(b, r.Model)
+	for _, f := range [...]struct{ name, v string }{{`,"source":`, r.Source}, {`,"path":`, r.Path}, {`,"error":`, r.Error}} {
+		if f.v != "" {
+			b = append(b, f.name...)
+			b = jsonlite.AppendString(b, f.v)
+		}
+	}
+	b = append(b, `,"time":`...)
+	b = append(b, t...)
+	return append(b, '}'), nil
+}
+
+// writeReplace writes data to path so that a reader sees the old file or
+// the new one, never a torn one (a temporary file renamed over it), but
+// unlike WriteAtomic does not fsync: it is for the job records, which live
+// in the run dir, a tmpfs (/run/llmgw), and must not outlive a reboot
+// anyway (no job survives one). There an fsync makes nothing durable and
+// costs the Prolog's fast path system calls on every job start. A run dir
+// put on a disk against the advice loses nothing either: after a crash a
+// record may be missing or empty, and every record then is stale.
+func writeReplace(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := createTemp(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	// As in WriteAtomic: the file is made 0600, and the umask must not
+	// decide who may read it.
+	if err := f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // ReadJobRecord reads the record of job under runDir; the error wraps

@@ -378,14 +378,15 @@ func TestSwappedCacheDir(t *testing.T) {
 }
 
 // TestImportsStayLeaf: the Epilog links this package, so it must stay
-// standard library plus weights/catalog, without net/http.
+// standard library plus weights/catalog (and catalog's reflection-free JSON
+// reader, internal/jsonlite, itself standard library only), without net/http.
 func TestImportsStayLeaf(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if dep != "github.com/llmgw/llmgw/weights/catalog" && dep != "github.com/llmgw/llmgw/weights/gc" {
+		if dep != "github.com/llmgw/llmgw/weights/catalog" && dep != "github.com/llmgw/llmgw/weights/gc" && dep != "github.com/llmgw/llmgw/internal/jsonlite" {
 			t.Errorf("weights/gc depends on %s: it must import only the standard library and weights/catalog", dep)
 		}
 	}
