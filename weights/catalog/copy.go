@@ -71,12 +71,20 @@ func (c Copy) Lookup(name string) (Model, bool) {
 // reading a half-written catalog during a power cut would otherwise find no
 // models at exactly the moment it needs them. The directory is created when
 // missing.
-func WriteAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func WriteAtomic(path string, data []byte, perm os.FileMode) error {
+	return replace(path, data, perm, true)
+}
+
+// replace writes data to a temporary file beside path and renames it over
+// path, so a reader sees the old file or the new one; durable adds the
+// fsyncs of the file and of the directory that make the rename survive a
+// crash.
+func replace(path string, data []byte, perm os.FileMode, durable bool) (err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := createTemp(path)
 	if err != nil {
 		return err
 	}
@@ -86,22 +94,27 @@ func WriteAtomic(path string, data []byte, perm os.FileMode) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	// CreateTemp makes the file 0600 whatever perm says; the umask must not
-	// decide who may read it either.
+	// The temporary file is made 0600 whatever perm says; the umask must
+	// not decide who may read it either.
 	if err := f.Chmod(perm); err != nil {
 		return err
 	}
 	if _, err := f.Write(data); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	d, err := os.Open(dir)
 	if err != nil {

@@ -95,33 +95,8 @@ func marshalJobRecord(r JobRecord) ([]byte, error) {
 // costs the Prolog's fast path system calls on every job start. A run dir
 // put on a disk against the advice loses nothing either: after a crash a
 // record may be missing or empty, and every record then is stale.
-func writeReplace(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := createTemp(path)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	// As in WriteAtomic: the file is made 0600, and the umask must not
-	// decide who may read it.
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+func writeReplace(path string, data []byte, perm os.FileMode) error {
+	return replace(path, data, perm, false)
 }
 
 // ReadJobRecord reads the record of job under runDir; the error wraps
