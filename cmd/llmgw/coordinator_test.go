@@ -18,11 +18,21 @@ import (
 // dir and returns its URL and the agent and admin token files.
 func testCoordinator(t *testing.T) (url, agentTok, adminTok string) {
 	t.Helper()
+	return testCoordinatorWith(t, nil)
+}
+
+// testCoordinatorWith is testCoordinator with edit applied to the
+// coordinator's configuration first (nil: none).
+func testCoordinatorWith(t *testing.T, edit func(*coordinator.Config)) (url, agentTok, adminTok string) {
+	t.Helper()
 	dir := t.TempDir()
 	agentTok, adminTok = filepath.Join(dir, "agent.token"), filepath.Join(dir, "admin.token")
 	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
 	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
 	cfg := coordinator.Config{AgentTokenFile: agentTok, AdminTokenFile: adminTok}
+	if edit != nil {
+		edit(&cfg)
+	}
 	tokens, err := cfg.LoadTokens()
 	if err != nil {
 		t.Fatal(err)

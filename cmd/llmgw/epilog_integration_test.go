@@ -3,11 +3,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,16 +32,7 @@ func TestEpilogCollects(t *testing.T) {
 	c := startCoordinator(t, bin, base, "--report-interval", "1s")
 	coordURL, agentTok, admin := c.url, c.agentTok, c.admin
 
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(bytes.Repeat([]byte(r.URL.Path), 4096)))
-	}))
-	t.Cleanup(origin.Close)
-	src := func(name string) string { return origin.URL + "/m/" + name + ".gguf" }
-	for _, m := range []string{"kept", "gone", "used"} {
-		if out, errs, err := runBin(t, bin, admin, "models", "add", m, src(m)); err != nil {
-			t.Fatalf("models add %s: %v: %s%s", m, err, out, errs)
-		}
-	}
+	originURL, src := gcCatalog(t, bin, admin)
 
 	// n1's settings, where the dev cluster's hooks on n1 read them, and
 	// its agent reading the same file. gc_interval is the shortest there
@@ -85,7 +73,7 @@ func TestEpilogCollects(t *testing.T) {
 	if err := os.WriteFile(operator, make([]byte, fi.Size()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(cache, catalog.CacheName(origin.URL+"/m/link.gguf"))
+	link := filepath.Join(cache, catalog.CacheName(originURL+"/m/link.gguf"))
 	if err := os.Symlink(gonePath, link); err != nil {
 		t.Fatal(err)
 	}

@@ -7,17 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +95,24 @@ func runBin(t *testing.T, bin string, env []string, args ...string) (string, str
 	return out.String(), errb.String(), err
 }
 
+// gcCatalog serves the models kept, gone and used from an origin on
+// 127.0.0.1 (4 KiB each) and adds them to the catalog; src gives a model's
+// source.
+func gcCatalog(t *testing.T, bin string, admin []string) (originURL string, src func(name string) string) {
+	t.Helper()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(bytes.Repeat([]byte(r.URL.Path), 4096)))
+	}))
+	t.Cleanup(origin.Close)
+	src = func(name string) string { return origin.URL + "/m/" + name + ".gguf" }
+	for _, m := range []string{"kept", "gone", "used"} {
+		if out, errs, err := runBin(t, bin, admin, "models", "add", m, src(m)); err != nil {
+			t.Fatalf("models add %s: %v: %s%s", m, err, out, errs)
+		}
+	}
+	return origin.URL, src
+}
+
 // coordProcess is a real coordinator process for a cluster test.
 type coordProcess struct {
 	url      string
@@ -163,16 +177,7 @@ func TestClusterGC(t *testing.T) {
 	coordURL, agentTok, admin := coord.url, coord.agentTok, coord.admin
 
 	// The origin and the catalog.
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(bytes.Repeat([]byte(r.URL.Path), 4096)))
-	}))
-	t.Cleanup(origin.Close)
-	src := func(name string) string { return origin.URL + "/m/" + name + ".gguf" }
-	for _, m := range []string{"kept", "gone", "used"} {
-		if out, errs, err := runBin(t, bin, admin, "models", "add", m, src(m)); err != nil {
-			t.Fatalf("models add %s: %v: %s%s", m, err, out, errs)
-		}
-	}
+	originURL, src := gcCatalog(t, bin, admin)
 
 	// n1's cache: the three fetched for real, an operator's file of the
 	// same size as the one to go, a symlink with a cache name.
@@ -191,7 +196,7 @@ func TestClusterGC(t *testing.T) {
 	}
 	operator := filepath.Join(cache, "gone-copy-by-hand.gguf")
 	os.WriteFile(operator, make([]byte, fi.Size()), 0o644)
-	linkName := catalog.CacheName(origin.URL + "/m/link.gguf")
+	linkName := catalog.CacheName(originURL + "/m/link.gguf")
 	if err := os.Symlink(gonePath, filepath.Join(cache, linkName)); err != nil {
 		t.Fatal(err)
 	}
@@ -213,28 +218,7 @@ func TestClusterGC(t *testing.T) {
 
 	// The tampered coordinator in front of the real one.
 	hostile := []string{"../etc/passwd", "/etc/passwd", gonePath, filepath.Base(operator), linkName}
-	target, _ := url.Parse(coordURL)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		if resp.Request.URL.Path != "/v1/reports" || resp.StatusCode != http.StatusAccepted {
-			return nil
-		}
-		b, _ := io.ReadAll(resp.Body)
-		var ans api.ReportAnswer
-		if err := json.Unmarshal(b, &ans); err != nil {
-			return err
-		}
-		if ans.GC != nil {
-			ans.GC.Remove = append(ans.GC.Remove, hostile...)
-		}
-		b, _ = json.Marshal(ans)
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		resp.ContentLength = int64(len(b))
-		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
-		return nil
-	}
-	tampered := httptest.NewServer(proxy)
-	t.Cleanup(tampered.Close)
+	tampered := tamperedCoordinator(t, coordURL, hostile)
 
 	daemon(t, bin, nil, "agent", "--node", "n1", "--fabric", "ib-a", "--coordinator", tampered.URL, "--token-file", agentTok,
 		"--cache-dir", cache, "--state-dir", node, "--run-dir", runDir, "--socket", filepath.Join(node, "agent.sock"),

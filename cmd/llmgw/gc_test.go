@@ -27,26 +27,8 @@ import (
 // never reports again and is named as not answering.
 func TestGCCommand(t *testing.T) {
 	dir := t.TempDir()
-	agentTok, adminTok := filepath.Join(dir, "agent.token"), filepath.Join(dir, "admin.token")
-	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
-	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
-	cfg := coordinator.Config{AgentTokenFile: agentTok, AdminTokenFile: adminTok, ReportInterval: time.Second}
-	tokens, err := cfg.LoadTokens()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(dir, "c.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := coordinator.New(ctx, cfg, tokens, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { ts.Close(); srv.Close(); db.Close() })
-	admin := map[string]string{"LLMGW_COORDINATOR": ts.URL, "LLMGW_TOKEN_FILE": adminTok}
+	coordURL, agentTok, adminTok := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	admin := map[string]string{"LLMGW_COORDINATOR": coordURL, "LLMGW_TOKEN_FILE": adminTok}
 
 	kept, gone := "https://o.example/m/kept.gguf", "https://o.example/m/gone.gguf"
 	for name, src := range map[string]string{"kept": kept, "gone": gone} {
@@ -58,7 +40,7 @@ func TestGCCommand(t *testing.T) {
 	cacheOf := func(node string) string { return filepath.Join(nodeDir(node), "cache") }
 	agentOnce := func(node string) {
 		d := nodeDir(node)
-		code, _, errs := llmgwRun(t, map[string]string{}, "agent", "--once", "--node", node, "--coordinator", ts.URL,
+		code, _, errs := llmgwRun(t, map[string]string{}, "agent", "--once", "--node", node, "--coordinator", coordURL,
 			"--token-file", agentTok, "--cache-dir", cacheOf(node), "--state-dir", d, "--run-dir", filepath.Join(d, "run"),
 			"--socket", filepath.Join(d, "s"))
 		if code != 0 {
@@ -178,28 +160,7 @@ func TestGCTamperedCoordinator(t *testing.T) {
 	admin := &api.Client{BaseURL: coord.URL, Token: tokens.Admin}
 
 	hostile := []string{"../etc/passwd", "/etc/passwd", "operator.gguf"}
-	target, _ := url.Parse(coord.URL)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		if resp.Request.URL.Path != "/v1/reports" || resp.StatusCode != http.StatusAccepted {
-			return nil
-		}
-		var ans api.ReportAnswer
-		b, _ := io.ReadAll(resp.Body)
-		if err := json.Unmarshal(b, &ans); err != nil {
-			return err
-		}
-		if ans.GC != nil {
-			ans.GC.Remove = append(ans.GC.Remove, hostile...)
-		}
-		b, _ = json.Marshal(ans)
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		resp.ContentLength = int64(len(b))
-		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
-		return nil
-	}
-	tampered := httptest.NewServer(proxy)
-	t.Cleanup(tampered.Close)
+	tampered := tamperedCoordinator(t, coord.URL, hostile)
 
 	wanted, gone, used := "https://o.example/m/wanted.gguf", "https://o.example/m/gone.gguf", "https://o.example/m/used.gguf"
 	if _, err := admin.PutModel(ctx, api.Model{Name: "wanted", Source: wanted}); err != nil {
@@ -285,4 +246,37 @@ func TestGCTamperedCoordinator(t *testing.T) {
 			t.Errorf("the removed file is still reported: %+v", w)
 		}
 	}
+}
+
+// tamperedCoordinator stands in front of the coordinator at target and
+// adds hostile to every gc request it hands an agent in a report's answer:
+// the coordinator a node must not trust blindly.
+func tamperedCoordinator(t *testing.T, target string, hostile []string) *httptest.Server {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.URL.Path != "/v1/reports" || resp.StatusCode != http.StatusAccepted {
+			return nil
+		}
+		var ans api.ReportAnswer
+		b, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(b, &ans); err != nil {
+			return err
+		}
+		if ans.GC != nil {
+			ans.GC.Remove = append(ans.GC.Remove, hostile...)
+		}
+		b, _ = json.Marshal(ans)
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	tampered := httptest.NewServer(proxy)
+	t.Cleanup(tampered.Close)
+	return tampered
 }
