@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -138,7 +139,6 @@ type features struct {
 	last   *api.FeatureSync
 	lastOK time.Time
 	retry  time.Time
-	states map[string]string // node → Slurm state, as last read
 	m      featureMetrics
 
 	startOnce sync.Once
@@ -392,10 +392,8 @@ func (f *features) setStates(nodes []slurm.Node) {
 	for _, n := range nodes {
 		m[n.Name] = n.State
 	}
-	f.mu.Lock()
-	f.states = m
-	f.mu.Unlock()
-	// Placement stops counting a DOWN or DRAINED holder as one.
+	// The view keeps them, for placement (a DOWN or DRAINED holder stops
+	// counting as one) and for SlurmStates.
 	f.s.SetSlurmStates(m)
 }
 
@@ -423,20 +421,19 @@ func (s *Server) SlurmStates() (map[string]string, time.Time) {
 	if f == nil {
 		return nil, time.Time{}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.states == nil {
+	s.view.mu.RLock()
+	states := maps.Clone(s.view.slurm)
+	s.view.mu.RUnlock()
+	if len(states) == 0 {
 		return nil, time.Time{}
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var at time.Time
 	if f.last != nil {
 		at = f.last.Time
 	}
-	out := make(map[string]string, len(f.states))
-	for k, v := range f.states {
-		out[k] = v
-	}
-	return out, at
+	return states, at
 }
 
 // postFeatures is POST /v1/features[?dry_run=1]: reconcile now and answer
