@@ -85,7 +85,7 @@ type Config struct {
 	// within one interval.
 	FeatureInterval time.Duration `toml:"feature_interval"`
 	// FeatureFile is where the reconciler publishes each node's partitions
-	// and current llmgw features for job_submit.lua (default
+	// and current features (the site's and llmgw's) for job_submit.lua (default
 	// DefaultFeatureFile); slurmctld's user must be able to read it.
 	FeatureFile string `toml:"feature_file"`
 	// Scontrol and Sinfo are the absolute paths of Slurm's commands

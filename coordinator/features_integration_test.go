@@ -151,7 +151,7 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	if calls := testutil.ToFloat64(srv.features.m.calls); calls != 3 {
 		t.Errorf("%v calls to set n1, n2 and n3 (three distinct sets, n4 unchanged), want 3", calls)
 	}
-	wantFile := "n1 debug llmgw.llama\nn2 debug llmgw.llama,llmgw.qwen\nn3 debug llmgw.qwen\nn4 debug -\n"
+	wantFile := "n1 debug ib-a,llmgw.llama\nn2 debug ib-a,llmgw.llama,llmgw.qwen\nn3 debug ib-b,llmgw.qwen\nn4 debug ib-b\n"
 	got, err := os.ReadFile(file)
 	head, body, _ := strings.Cut(string(got), "\n")
 	if err != nil || body != wantFile || !strings.HasPrefix(head, FeatureFileHeader+" synced=") {

@@ -75,19 +75,22 @@ func TestFeatureFile(t *testing.T) {
 	nodes := []slurm.Node{
 		{Name: "n10", Active: []string{"ib-b"}, Partitions: []string{"debug"}},
 		{Name: "n2", Available: []string{"ib-a", "llmgw.qwen", "llmgw.llama"}, Active: []string{"ib-a", "llmgw.qwen", "llmgw.llama"}, Partitions: []string{"debug", "gpu"}},
-		{Name: "n1", Available: []string{"llmgw.llama", "llmgw.idle", "llmgw.a b"}, Active: []string{"llmgw.llama", "llmgw.a b", "llmgw.x|y"}},
+		{Name: "n1", Available: []string{"llmgw.llama", "llmgw.idle", "llmgw.a b"}, Active: []string{"llmgw.llama", "llmgw.a b", "llmgw.x|y", "x,y", "a b", ""}},
+		// Neither the admin's nor llmgw's: nothing, written as -.
+		{Name: "n11", Active: []string{"a\tb"}, Partitions: []string{"gpu"}},
 	}
 	synced := time.Unix(1796288377, 900e6) // the header keeps whole seconds, rounded down
-	want := FeatureFileHeader + " synced=1796288377 interval=30\n" +
+	want := FeatureFileHeader + " synced=1796288377 interval=30 features=all\n" +
 		"n1 - llmgw.llama\n" +
-		"n2 debug,gpu llmgw.llama,llmgw.qwen\n" +
-		"n10 debug -\n"
+		"n2 debug,gpu ib-a,llmgw.llama,llmgw.qwen\n" +
+		"n10 debug ib-b\n" +
+		"n11 gpu -\n"
 	if got := string(FeatureFile(nodes, synced, 30*time.Second)); got != want {
 		t.Errorf("FeatureFile =\n%s\nwant\n%s", got, want)
 	}
 	// A sub-second interval (tests use them) stays exact, for
 	// job_submit.lua's tonumber.
-	if got, want := string(FeatureFile(nil, synced, 1500*time.Millisecond)), FeatureFileHeader+" synced=1796288377 interval=1.5\n"; got != want {
+	if got, want := string(FeatureFile(nil, synced, 1500*time.Millisecond)), FeatureFileHeader+" synced=1796288377 interval=1.5 features=all\n"; got != want {
 		t.Errorf("FeatureFile(nil) = %q, want %q", got, want)
 	}
 }
@@ -105,7 +108,7 @@ func TestFeatureFileRewrittenEverySync(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(file)
-		want := fmt.Sprintf("%s synced=%d interval=30\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
+		want := fmt.Sprintf("%s synced=%d interval=30 features=all\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
 		if err != nil || string(got) != want {
 			t.Errorf("after the run at %d: %q, %v; want %q", at, got, err, want)
 		}

@@ -141,17 +141,6 @@ func PlanFeatures(nodes []Node, prefix string, desired map[string][]string) Feat
 	return plan
 }
 
-// Owned returns the features of fs that start with prefix, in their order.
-func Owned(fs []string, prefix string) []string {
-	var out []string
-	for _, f := range fs {
-		if strings.HasPrefix(f, prefix) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
 // notOwned returns the features of fs without prefix, de-duplicated, in
 // their order: the admin's, which are kept as they are.
 func notOwned(fs []string, prefix string) []string {

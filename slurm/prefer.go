@@ -61,9 +61,10 @@ type ComposeInput struct {
 	Cluster []FeatureNode `json:"cluster"`
 
 	// Complete says Cluster holds every feature of every node (read from
-	// sinfo). False means it holds only llmgw's own features (the feature
-	// file job_submit.lua reads): a user expression that names any other
-	// feature cannot then be checked, so no preference is added.
+	// sinfo, or from a feature file whose header says features=all). False
+	// means it holds only llmgw's own features (a feature file written by an
+	// older coordinator): a user expression that names any other feature
+	// cannot then be checked, so no preference is added.
 	Complete bool `json:"complete,omitempty"`
 
 	// NoRoom are nodes that lack cache room for the model and do not hold
@@ -384,7 +385,7 @@ func parseJobExpr(constraint, prefer, prefix string, complete bool) (*featureExp
 		if !complete {
 			for _, f := range p.features {
 				if !strings.HasPrefix(f, prefix) {
-					return nil, fmt.Errorf("%s=%s names %s, and the feature file lists only llmgw's features", s.flag, s.v, f)
+					return nil, fmt.Errorf("%s=%s names %s, and the feature file lists only llmgw's features (written by an older coordinator?)", s.flag, s.v, f)
 				}
 			}
 		}

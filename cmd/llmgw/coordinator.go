@@ -68,7 +68,7 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fs.BoolVar(&cfg.Features, "features", cfg.Features, "keep Slurm node features "+placement.FeaturePrefix+"MODEL in step with presence (needs scontrol update rights)")
 	fs.DurationVar(&cfg.FeatureInterval, "feature-interval", cfg.FeatureInterval, "how often to rewrite features when nothing changed (they are wiped by scontrol reconfigure)")
-	fs.StringVar(&cfg.FeatureFile, "feature-file", def(cfg.FeatureFile, coordinator.DefaultFeatureFile), "file publishing each node's partitions and llmgw features, for job_submit.lua")
+	fs.StringVar(&cfg.FeatureFile, "feature-file", def(cfg.FeatureFile, coordinator.DefaultFeatureFile), "file publishing each node's partitions and features, for job_submit.lua")
 	fs.StringVar(&cfg.Scontrol, "scontrol", def(cfg.Scontrol, coordinator.DefaultScontrol), "absolute path of scontrol")
 	fs.StringVar(&cfg.Sinfo, "sinfo", def(cfg.Sinfo, coordinator.DefaultSinfo), "absolute path of sinfo")
 	fs.StringVar(&cfg.SlurmConf, "slurm-conf", cfg.SlurmConf, "SLURM_CONF for scontrol and sinfo (default: inherited)")

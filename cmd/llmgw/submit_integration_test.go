@@ -284,9 +284,8 @@ func (e *e2e) featuresDiffer(t *testing.T, want map[string][]string) []string {
 	return bad
 }
 
-// published is each node's whole feature set as the feature file implies
-// it: its fabric and the llmgw features the file lists; nil when the file
-// cannot be read.
+// published is each node's whole feature set as the feature file lists it;
+// nil when the file cannot be read.
 func (e *e2e) published(t *testing.T) map[string][]string {
 	t.Helper()
 	data, err := os.ReadFile(e.featureFile)
@@ -299,9 +298,9 @@ func (e *e2e) published(t *testing.T) map[string][]string {
 		if len(f) != 3 || strings.HasPrefix(line, "#") || e2eFabric[f[0]] == "" {
 			continue
 		}
-		set := []string{e2eFabric[f[0]]}
+		var set []string
 		if f[2] != "-" {
-			set = append(set, strings.Split(f[2], ",")...)
+			set = strings.Split(f[2], ",")
 		}
 		want[f[0]] = slices.Sorted(slices.Values(set))
 	}
@@ -392,20 +391,15 @@ func (e *e2e) fileSynced(t *testing.T) int64 {
 	return n
 }
 
-// fileSays reports whether the feature file lists want's llmgw features.
+// fileSays reports whether the feature file lists want's features (each
+// node's whole set, sorted, as the coordinator writes it).
 func (e *e2e) fileSays(want map[string][]string) bool {
 	data, err := os.ReadFile(e.featureFile)
 	if err != nil {
 		return false
 	}
 	for n, fs := range want {
-		var own []string
-		for _, f := range fs {
-			if strings.HasPrefix(f, "llmgw.") {
-				own = append(own, f)
-			}
-		}
-		if !bytes.Contains(data, []byte("\n"+n+" debug "+strings.Join(own, ",")+"\n")) {
+		if !bytes.Contains(data, []byte("\n"+n+" debug "+strings.Join(slices.Sorted(slices.Values(fs)), ",")+"\n")) {
 			return false
 		}
 	}
@@ -628,14 +622,20 @@ func TestSubmitEndToEnd(t *testing.T) {
 		if !e.spank {
 			return
 		}
-		// job_submit.lua keeps the constraint too, but adds no preference:
-		// the feature file lists only llmgw's features, so it cannot tell
-		// whether (ib-b)&llmgw.m2 is satisfiable, and an unsatisfiable
-		// preference would reject the job. So the job is in ib-b, on any
-		// node of it.
+		// job_submit.lua does the same from the feature file, which lists
+		// every feature (the fabric too), so it can tell that
+		// (ib-b)&llmgw.m2 is met by n4. (Slurm shows the met preference
+		// as the job's Features: it replaced the constraint, which is why
+		// the constraint is folded into it.)
 		j := e.wait(t, e.plainSbatch(t, "--llmgw-model=m2", "--constraint=ib-b", "--wrap", "true"))
-		if j.State != "COMPLETED" || e2eFabric[j.NodeList] != "ib-b" || j.Features != "ib-b" {
-			t.Errorf("plain sbatch: job %s on %s (Features=%s); want it in ib-b, with the user's constraint as given", j.State, j.NodeList, j.Features)
+		if j.State != "COMPLETED" || j.NodeList != "n4" || j.Features != "(ib-b)&llmgw.m2" || !strings.Contains(j.AdminComment, "prefer=(ib-b)&llmgw.m2") {
+			t.Errorf("plain sbatch: job %s on %s (Features=%s, AdminComment %q); want n4: in ib-b as asked, holding m2, with Features=(ib-b)&llmgw.m2",
+				j.State, j.NodeList, j.Features, j.AdminComment)
+		}
+		// ib-a has no holder of m3: no preference, and the job stays in ib-a.
+		j = e.wait(t, e.plainSbatch(t, "--llmgw-model=m3", "--constraint=ib-a", "--wrap", "true"))
+		if j.State != "COMPLETED" || e2eFabric[j.NodeList] != "ib-a" || !strings.Contains(j.AdminComment, "no preference") {
+			t.Errorf("plain sbatch: job %s on %s (AdminComment %q); want it in ib-a, with no preference", j.State, j.NodeList, j.AdminComment)
 		}
 	})
 
