@@ -754,6 +754,13 @@ func (d *demoRun) findCluster(ctx context.Context) {
 		d.skipWhy = conf + " is not the dev cluster's (ClusterName=llmgw-dev); the demo never writes features or submits jobs on another cluster"
 		return
 	}
+	// sinfo against a slurmctld that is not running waits out its timeout;
+	// the dev cluster's pid file says so at once (scripts/dev-cluster down
+	// keeps slurm.conf, so its presence proves nothing).
+	if why := slurmctldDown(conf); why != "" {
+		d.skipWhy = "the dev cluster is not up (" + why + "); bring it up with `sudo scripts/dev-cluster up`, then run `llmgw demo` again"
+		return
+	}
 	r := &slurm.Runner{Env: []string{"SLURM_CONF=" + conf}, Timeout: 5 * time.Second}
 	nodes, err := r.Nodes(ctx)
 	if err != nil {
@@ -767,6 +774,38 @@ func (d *demoRun) findCluster(ctx context.Context) {
 		}
 	}
 	d.cluster = &demoCluster{conf: conf, runner: r, before: nodes}
+}
+
+// slurmctldDown says why the slurmctld of the slurm.conf at conf is not
+// running on this host, from its SlurmctldPidFile, or "" when it may be.
+// Only a pid file that names no live slurmctld counts as down: a conf
+// without one, or one that cannot be read for another reason, is left to
+// sinfo.
+func slurmctldDown(conf string) string {
+	c, err := slurm.ReadConf(conf)
+	if err != nil {
+		return ""
+	}
+	pidFile, ok := c.Get("SlurmctldPidFile")
+	if !ok || pidFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "no " + pidFile
+	}
+	if err != nil {
+		return ""
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return ""
+	}
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && strings.TrimSpace(string(comm)) != "slurmctld") {
+		return fmt.Sprintf("slurmctld, pid %d in %s, is not running", pid, pidFile)
+	}
+	return ""
 }
 
 func (d *demoRun) stepSbatch(ctx context.Context) error {
