@@ -1,8 +1,6 @@
 package slurm
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -30,39 +28,24 @@ type NodeDef struct {
 // ParseNodeDefs reads the NodeName= lines of a slurm.conf and the files it
 // Includes. It does no I/O: includes are returned for the caller to read.
 //
-// slurm.conf(5) keys are case-insensitive, '#' starts a comment, a trailing
-// backslash continues a line, and "NodeName=DEFAULT" sets defaults for the
-// lines after it rather than naming a node, so it is left out.
+// Lines are read as Slurm reads them (confLines: comments, continued lines,
+// escapes; confPairs: key=value pairs, keys case-insensitive), and
+// "NodeName=DEFAULT" sets defaults for the lines after it rather than naming
+// a node, so it is left out.
 func ParseNodeDefs(conf []byte) (nodes []NodeDef, includes []string) {
-	sc := bufio.NewScanner(bytes.NewReader(conf))
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	var cont string
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		if s, ok := strings.CutSuffix(strings.TrimRight(line, " \t\r"), `\`); ok {
-			cont += s + " "
+	for _, line := range confLines(conf) {
+		if f := strings.Fields(line); strings.EqualFold(f[0], "include") && len(f) > 1 {
+			includes = append(includes, f[1])
 			continue
 		}
-		line, cont = cont+line, ""
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
+		pairs := confPairs(line)
+		if len(pairs) == 0 || !strings.EqualFold(pairs[0].key, "NodeName") || strings.EqualFold(pairs[0].value, "DEFAULT") {
 			continue
 		}
-		if strings.EqualFold(fields[0], "include") && len(fields) > 1 {
-			includes = append(includes, fields[1])
-			continue
-		}
-		key, val, ok := strings.Cut(fields[0], "=")
-		if !ok || !strings.EqualFold(key, "NodeName") || val == "" || strings.EqualFold(val, "DEFAULT") {
-			continue
-		}
-		def := NodeDef{Name: val}
-		for _, f := range fields[1:] {
-			if k, v, ok := strings.Cut(f, "="); ok && strings.EqualFold(k, "NodeHostname") {
-				def.Hostname = v
+		def := NodeDef{Name: pairs[0].value}
+		for _, p := range pairs[1:] {
+			if strings.EqualFold(p.key, "NodeHostname") {
+				def.Hostname = p.value
 			}
 		}
 		nodes = append(nodes, def)

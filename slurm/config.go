@@ -58,34 +58,162 @@ func ParseShowConfig(out []byte) (Config, error) {
 	return c, nil
 }
 
-// confLines returns the logical lines of a Slurm config file: comments
-// ('#' to the end of the line) removed, a line ending in a backslash joined
-// to the next, blank lines dropped.
+// confLines returns the logical lines of a Slurm config file, read as
+// Slurm's own parser reads them (src/common/parse_config.c, _get_next_line),
+// so that llmgw never sees a setting other than the one Slurm runs:
+//
+//   - a '#' ends the line, unless an odd number of backslashes precedes it;
+//   - a line whose end, trailing whitespace aside, is an odd run of
+//     backslashes goes on with the next one: the last backslash and what
+//     follows it are dropped and the next line is appended as it is, its
+//     leading whitespace kept ("A=x \" then "B=y" is "A=x B=y"; "A=x,\"
+//     then "  y" is "A=x,  y", a file Slurm refuses: the value ends at
+//     the kept whitespace);
+//   - then a backslash stands for the character after it ("\#" is '#',
+//     "\\" is a backslash).
+//
+// Blank lines are dropped and each line is trimmed.
 func confLines(b []byte) []string {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	var cont string
+	var joined strings.Builder
 	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		if cont != "" {
-			// A continued value goes on where it stopped:
-			// "A=x,\" + "  y" is "A=x,y".
-			line = strings.TrimLeft(line, " \t")
-		}
-		if s, ok := strings.CutSuffix(strings.TrimRight(line, " \t\r"), `\`); ok {
-			cont += s
+		line := stripComment(sc.Text())
+		if body, ok := cutContinuation(line); ok {
+			joined.WriteString(body)
 			continue
 		}
-		line, cont = strings.TrimSpace(cont+line), ""
-		if line != "" {
-			lines = append(lines, line)
+		joined.WriteString(line)
+		if l := strings.TrimSpace(unescape(joined.String())); l != "" {
+			lines = append(lines, l)
 		}
+		joined.Reset()
+	}
+	if l := strings.TrimSpace(unescape(joined.String())); l != "" {
+		lines = append(lines, l) // a continuation on the last line
 	}
 	return lines
+}
+
+// stripComment cuts line at the first '#' that an even number of
+// backslashes (none included) precedes.
+func stripComment(line string) string {
+	bs := 0
+	for i := 0; i < len(line); i++ {
+		switch line[i] {
+		case '#':
+			if bs%2 == 0 {
+				return line[:i]
+			}
+			bs = 0
+		case '\\':
+			bs++
+		default:
+			bs = 0
+		}
+	}
+	return line
+}
+
+// cutContinuation reports whether line continues on the next one and, if
+// so, returns it without the continuing backslash and the whitespace after
+// it.
+func cutContinuation(line string) (string, bool) {
+	end := strings.TrimRight(line, confSpace)
+	run := len(end) - len(strings.TrimRight(end, `\`))
+	if run%2 == 0 {
+		return line, false
+	}
+	return end[:len(end)-1], true
+}
+
+// unescape drops each backslash and keeps the character after it.
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+			if i == len(s) {
+				break
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// confSpace is what C's isspace() calls whitespace.
+const confSpace = " \t\n\v\f\r"
+
+// A confPair is one key=value of a slurm.conf line.
+type confPair struct{ key, value string }
+
+// confPairs splits a logical line into its key=value pairs as Slurm's
+// key-value pattern does: a key of letters, digits, '_' and '.', an
+// optional operator (-, +, * or /, which is dropped), '=', then a value in
+// double quotes, which may hold whitespace, or a run without whitespace.
+// A node or partition line holds many ("NodeName=n1 CPUs=4"). The split
+// stops at the first text that is not a pair, where Slurm would stop with
+// a parse error.
+func confPairs(line string) []confPair {
+	var out []confPair
+	rest := line
+	for {
+		rest = strings.TrimLeft(rest, confSpace)
+		k := 0
+		for k < len(rest) && isKeyByte(rest[k]) {
+			k++
+		}
+		if k == 0 {
+			return out
+		}
+		key, r := rest[:k], strings.TrimLeft(rest[k:], confSpace)
+		if r != "" && strings.IndexByte("-+*/", r[0]) >= 0 {
+			r = r[1:]
+		}
+		if r == "" || r[0] != '=' {
+			return out
+		}
+		r = strings.TrimLeft(r[1:], confSpace)
+		var value string
+		if quoted, tail, ok := cutQuoted(r); ok {
+			value, r = quoted, tail
+		} else {
+			n := strings.IndexAny(r, confSpace)
+			if n < 0 {
+				n = len(r)
+			}
+			if n == 0 {
+				return out // "Key=" and nothing: Slurm's pattern wants a value
+			}
+			value, r = r[:n], r[n:]
+		}
+		if r != "" && strings.IndexByte(confSpace, r[0]) < 0 {
+			return out
+		}
+		out = append(out, confPair{key, value})
+		rest = r
+	}
+}
+
+// cutQuoted reads a value in double quotes at the start of s.
+func cutQuoted(s string) (value, rest string, ok bool) {
+	if !strings.HasPrefix(s, `"`) {
+		return "", s, false
+	}
+	end := strings.IndexByte(s[1:], '"')
+	if end < 0 {
+		return "", s, false
+	}
+	return s[1 : 1+end], s[2+end:], true
+}
+
+func isKeyByte(c byte) bool {
+	return c == '_' || c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // tableKeys start the lines of slurm.conf that define an entity (a node, a
@@ -94,8 +222,9 @@ var tableKeys = map[string]bool{
 	"nodename": true, "partitionname": true, "nodeset": true, "frontendname": true, "downnodes": true,
 }
 
-// ParseConf reads the parameter lines of a slurm.conf ("Key=value"; a later
-// line wins, as in Slurm) and the files it Includes. It does no I/O: the
+// ParseConf reads the parameter lines of a slurm.conf ("Key=value", one to
+// a line, as Slurm requires; a later line wins, as in Slurm) and the files
+// it Includes. It does no I/O: the
 // includes are returned for the caller to read. Node and partition
 // definitions are left out.
 func ParseConf(b []byte) (c Config, includes []string) {
@@ -105,19 +234,14 @@ func ParseConf(b []byte) (c Config, includes []string) {
 			includes = append(includes, f[1])
 			continue
 		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
+		// Slurm reads one parameter from the line and refuses the file when
+		// anything but whitespace follows it (observed with 22.05's
+		// scontrol); what follows is ignored here.
+		pairs := confPairs(line)
+		if len(pairs) == 0 || tableKeys[strings.ToLower(pairs[0].key)] {
 			continue
 		}
-		k = strings.ToLower(strings.TrimSpace(k))
-		if tableKeys[k] || strings.ContainsAny(k, " \t") {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-			v = v[1 : len(v)-1]
-		}
-		c[k] = v
+		c[strings.ToLower(pairs[0].key)] = pairs[0].value
 	}
 	return c, includes
 }

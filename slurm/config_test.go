@@ -65,7 +65,7 @@ PrologFlags=Contain
 include conf.d/*.conf
 JobSubmitPlugins="lua,require_timelimit"
 SchedulerParameters=batch_sched_delay=0,\
-  bf_interval=30
+bf_interval=30
 NodeName=n[1-2] CPUs=2 Prolog=/not/a/setting
 PartitionName=debug Nodes=n[1-2] Default=YES
 `)
@@ -89,6 +89,46 @@ PartitionName=debug Nodes=n[1-2] Default=YES
 	write("bad.conf", "include /nonexistent/file.conf\n")
 	if _, err := ReadConf(filepath.Join(dir, "bad.conf")); err == nil {
 		t.Error("a missing include (not a glob) was no error")
+	}
+}
+
+// TestConfLines: slurm.conf lines as Slurm's parser reads them. Each rule
+// was checked by appending such lines to a copy of the dev cluster's
+// slurm.conf and running 22.05's `scontrol show hostnames` on it: its parse
+// errors quote the joined line (`line 51: " TCPTimeout=9"` after a line
+// `MessageTimeout=17 \` with a tab after the backslash), a comment's
+// backslash continued nothing, `DebugFlags=\#x` was refused as "#x" and
+// `DebugFlags=Gres\\` as "Gres\".
+func TestConfLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"continued: the next line appended as it is", "SchedulerParameters=batch_sched_delay=0,\\\nbf_interval=30\n",
+			[]string{"SchedulerParameters=batch_sched_delay=0,bf_interval=30"}},
+		// Slurm refuses this file ("Parse error ... '  bf_interval=30'"):
+		// the value ends at the whitespace the continuation kept.
+		{"continued: leading whitespace kept", "SchedulerParameters=a,\\\n  b=1\n",
+			[]string{"SchedulerParameters=a,  b=1"}},
+		{"whitespace after the backslash", "NodeName=n1 \\ \t\n  CPUs=2\n", []string{"NodeName=n1   CPUs=2"}},
+		{"a comment ends the line, the backslash in it too", "A=1 # c\\\nB=2\n", []string{"A=1", "B=2"}},
+		{"an escaped # is a #", "DebugFlags=\\#x\n", []string{"DebugFlags=#x"}},
+		{"an even run of backslashes does not continue", "A=x\\\\\nB=2\n", []string{"A=x\\", "B=2"}},
+		{"a continuation on the last line", "A=1 \\", []string{"A=1"}},
+		{"blank and comment lines", "\n  # x\n\t\n", nil},
+	} {
+		if got := confLines([]byte(tc.in)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: confLines(%q) = %q, want %q", tc.name, tc.in, got, tc.want)
+		}
+	}
+	pairs := confPairs(`NodeName=n[1-2] Features="a b" CPUs = 2 Weight+=3 Bad Gres=gpu:1`)
+	want := []confPair{{"NodeName", "n[1-2]"}, {"Features", "a b"}, {"CPUs", "2"}, {"Weight", "3"}}
+	if !reflect.DeepEqual(pairs, want) {
+		t.Errorf("confPairs = %q, want %q (up to the first text that is no pair)", pairs, want)
+	}
+	c, _ := ParseConf([]byte("SchedulerParameters=a,\\\n  b=1\nPrologFlags=Alloc   \n"))
+	if want := (Config{"schedulerparameters": "a,", "prologflags": "Alloc"}); !reflect.DeepEqual(c, want) {
+		t.Errorf("ParseConf = %v, want %v", c, want)
 	}
 }
 
