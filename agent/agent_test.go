@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -557,12 +558,21 @@ func TestMetricsLintAndServe(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// The socket answers before the first scan ends (start waits for the
+	// socket), and the scan is counted when it ends: read until it is.
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if bytes.Contains(body, []byte("llmgw_agent_scan_duration_seconds_count 1")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{
 		`llmgw_agent_info{version="test"} 1`,
 		`llmgw_agent_weights{complete="true",kind="local"} 0`,

@@ -3,6 +3,7 @@
 package doctor
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -268,15 +269,17 @@ func TestCacheOnSharedFS(t *testing.T) {
 		}
 		cmd.Wait()
 	})
-	var sev Severity
-	var msg string
-	for i := 0; i < 100; i++ {
-		sev, msg = worst(checkCache(context.Background(), Options{CacheDir: mnt, Timeout: 5 * time.Second}), "cache dir")
-		if sev == Error {
+	// bindfs -f mounts in the background: wait until the kernel lists the
+	// mount (a slow start under load must not look like a doctor bug).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(" "+mnt+" ")) {
 			break
 		}
-		time.Sleep(50 * time.Millisecond) // until bindfs has mounted
+		if time.Now().After(deadline) {
+			t.Fatalf("bindfs did not mount %s within 20 s", mnt)
+		}
 	}
+	sev, msg := worst(checkCache(context.Background(), Options{CacheDir: mnt, Timeout: 5 * time.Second}), "cache dir")
 	if sev != Error || !strings.Contains(msg, "shared filesystem (fuse)") || !strings.Contains(msg, "node-local") {
 		t.Errorf("cache on FUSE: %s %q; want an error saying it is shared and the lock node-local", sev, msg)
 	}
