@@ -90,21 +90,19 @@ func runLua(t *testing.T, script string, env ...string) string {
 	return string(out)
 }
 
-// TestLuaComposeMatchesGo runs job_submit.lua's compose on every case of
-// testdata/compose/cases.json and checks it answers as the table (and so
-// Compose) does: the two are one composition in two languages.
-func TestLuaComposeMatchesGo(t *testing.T) {
-	cs := loadComposeCases(t)
+// luaCompose runs job_submit.lua's compose on each input, in one lua5.1
+// process, and returns one composeLine per input.
+func luaCompose(t *testing.T, inputs []ComposeInput) []string {
+	t.Helper()
 	abs, err := filepath.Abs(jobSubmitLua)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)
-	fmt.Fprintf(&b, "dofile(%s)\n", luaString(abs))
-	b.WriteString("local cases = {\n")
-	for _, c := range cs.Cases {
-		fmt.Fprintf(&b, "  %s,\n", luaInput(c.input(cs)))
+	fmt.Fprintf(&b, "dofile(%s)\nlocal cases = {\n", luaString(abs))
+	for _, in := range inputs {
+		fmt.Fprintf(&b, "  %s,\n", luaInput(in))
 	}
 	b.WriteString(`}
 for _, in_ in ipairs(cases) do
@@ -113,12 +111,29 @@ for _, in_ in ipairs(cases) do
 end
 `)
 	lines := strings.Split(strings.TrimSuffix(runLua(t, b.String()), "\n"), "\n")
-	if len(lines) != len(cs.Cases) {
-		t.Fatalf("lua printed %d results for %d cases", len(lines), len(cs.Cases))
+	if len(lines) != len(inputs) {
+		t.Fatalf("lua printed %d results for %d inputs", len(lines), len(inputs))
 	}
+	return lines
+}
+
+// composeLine is a Composition as luaCompose's script prints one.
+func composeLine(c Composition) string {
+	return strings.Join([]string{c.Prefer, strings.Join(c.Exclude, ","), c.Comment, c.SpankModel, strconv.Itoa(c.Holders)}, "\t")
+}
+
+// TestLuaComposeMatchesGo runs job_submit.lua's compose on every case of
+// testdata/compose/cases.json and checks it answers as the table (and so
+// Compose) does: the two are one composition in two languages.
+func TestLuaComposeMatchesGo(t *testing.T) {
+	cs := loadComposeCases(t)
+	inputs := make([]ComposeInput, len(cs.Cases))
 	for i, c := range cs.Cases {
-		want := strings.Join([]string{c.Want.Prefer, strings.Join(c.Want.Exclude, ","), c.Want.Comment, c.Want.SpankModel, strconv.Itoa(c.Want.Holders)}, "\t")
-		if lines[i] != want {
+		inputs[i] = c.input(cs)
+	}
+	lines := luaCompose(t, inputs)
+	for i, c := range cs.Cases {
+		if want := composeLine(c.Want); lines[i] != want {
 			t.Errorf("%s:\n lua  %q\n want %q", c.Name, lines[i], want)
 		}
 	}
@@ -371,28 +386,11 @@ func TestLuaComposeRandomMatchesGo(t *testing.T) {
 		}
 		inputs = append(inputs, in)
 	}
-	abs, _ := filepath.Abs(jobSubmitLua)
-	var b strings.Builder
-	b.WriteString(luaPrelude)
-	fmt.Fprintf(&b, "dofile(%s)\nlocal cases = {\n", luaString(abs))
-	for _, in := range inputs {
-		fmt.Fprintf(&b, "  %s,\n", luaInput(in))
-	}
-	b.WriteString(`}
-for _, in_ in ipairs(cases) do
-	local r = llmgw.compose(in_)
-	io.write(r.prefer or "", "\t", table.concat(r.exclude or {}, ","), "\t", r.comment or "", "\t", r.spank_model or "", "\t", r.holders or 0, "\n")
-end
-`)
-	lines := strings.Split(strings.TrimSuffix(runLua(t, b.String()), "\n"), "\n")
-	if len(lines) != len(inputs) {
-		t.Fatalf("lua printed %d results for %d inputs", len(lines), len(inputs))
-	}
+	lines := luaCompose(t, inputs)
 	prefers := 0
 	for i, in := range inputs {
 		c := Compose(in)
-		want := strings.Join([]string{c.Prefer, strings.Join(c.Exclude, ","), c.Comment, c.SpankModel, strconv.Itoa(c.Holders)}, "\t")
-		if lines[i] != want {
+		if want := composeLine(c); lines[i] != want {
 			t.Errorf("input %+v:\n lua %q\n go  %q", in, lines[i], want)
 		}
 		if c.Prefer != "" {
