@@ -148,10 +148,20 @@ func (s *Server) postGC(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) getGC(w http.ResponseWriter, r *http.Request) error {
+// gcRequestID is the {id} of a /v1/gc/{id} route, checked against the
+// shape of the ids this coordinator gives out before any lookup.
+func gcRequestID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !gcIDRE.MatchString(id) {
-		return api.Errorf(api.CodeInvalid, "gc request id %.80q is not one this coordinator gives out", id)
+		return "", api.Errorf(api.CodeInvalid, "gc request id %.80q is not one this coordinator gives out", id)
+	}
+	return id, nil
+}
+
+func (s *Server) getGC(w http.ResponseWriter, r *http.Request) error {
+	id, err := gcRequestID(r)
+	if err != nil {
+		return err
 	}
 	st, err := s.db.GC(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -166,9 +176,9 @@ func (s *Server) getGC(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) postGCAnswer(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if !gcIDRE.MatchString(id) {
-		return api.Errorf(api.CodeInvalid, "gc request id %.80q is not one this coordinator gives out", id)
+	id, err := gcRequestID(r)
+	if err != nil {
+		return err
 	}
 	var a api.GCAnswer
 	if err := decode(w, r, MaxReportBytes, "gc answer", &a); err != nil {
@@ -179,7 +189,7 @@ func (s *Server) postGCAnswer(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 	defer cancel()
-	err := s.db.AnswerGC(ctx, id, a, s.now())
+	err = s.db.AnswerGC(ctx, id, a, s.now())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return api.Errorf(api.CodeNotFound, "%v", err)

@@ -2,8 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +149,22 @@ func TestGCThroughReports(t *testing.T) {
 	srv2.now = e.clock.now
 	if pg := srv2.gc.take("n2", e.clock.now()); pg == nil || pg.id != one.ID || pg.collect {
 		t.Errorf("after a restart, pending for n2 = %+v, want %s (list only)", pg, one.ID)
+	}
+}
+
+// TestGCRequestIDChecked: both /v1/gc/{id} routes refuse an id this
+// coordinator could not have given out before any lookup.
+func TestGCRequestIDChecked(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, testTokens)
+	var ae *api.Error
+	if _, err := e.admin.GC(ctx, "NOT-AN-ID"); !errors.As(err, &ae) || ae.Code != api.CodeInvalid || !strings.Contains(ae.Message, "is not one this coordinator gives out") {
+		t.Errorf("GET /v1/gc/NOT-AN-ID = %v; want invalid", err)
+	}
+	if err := e.agent.AnswerGC(ctx, "NOT-AN-ID", api.GCAnswer{Node: "n1"}); !errors.As(err, &ae) || ae.Code != api.CodeInvalid || !strings.Contains(ae.Message, "is not one this coordinator gives out") {
+		t.Errorf("POST /v1/gc/NOT-AN-ID/answers = %v; want invalid", err)
+	}
+	if _, err := e.admin.GC(ctx, "0123abcd"); !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Errorf("GET /v1/gc/0123abcd = %v; want not found (a well-formed id nobody asked for)", err)
 	}
 }
