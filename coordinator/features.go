@@ -62,13 +62,6 @@ func (s *Server) desiredFeatures(now, since time.Time) map[string][]string {
 	return out
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // FeatureFile is the feature file's content for nodes as Slurm lists them
 // when a sync that began at synced read them: a header line, then one line
 // per node, in natural name order:
