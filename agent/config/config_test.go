@@ -4,10 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/spf13/pflag"
 )
 
@@ -53,5 +55,25 @@ func TestLoadLayers(t *testing.T) {
 		return ""
 	}); err == nil {
 		t.Error("LLMGW_CONFIG naming a missing file: no error")
+	}
+}
+
+// TestSettingEnv holds nodeconf.SettingEnv, which the hook binary reads to
+// know when only llmgw's loader will do, equal to the variables ApplyEnv
+// applies.
+func TestSettingEnv(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.String("config", "", "")
+	var cfg Agent
+	Flags(fs, &cfg)
+	var want []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !notSettings[f.Name] {
+			want = append(want, EnvName(f.Name))
+		}
+	})
+	slices.Sort(want)
+	if got := slices.Sorted(slices.Values(nodeconf.SettingEnv)); !slices.Equal(got, want) {
+		t.Errorf("nodeconf.SettingEnv = %q\nApplyEnv applies %q", got, want)
 	}
 }

@@ -27,6 +27,23 @@ import (
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
+// SettingEnv are the environment variables that set one of the agent's
+// settings: LLMGW_<FLAG> for every flag config.Flags defines that is a
+// setting (config.ApplyEnv, which applies them when not empty; a test in
+// agent/config holds the two lists equal). The hook binary hands a job to
+// llmgw when one is set, since only llmgw's loader applies them. Other
+// LLMGW_* variables leave the configuration as the file says: among them
+// LLMGW_MODEL and LLMGW_MODEL_PATH, which the SPANK plugin and the
+// TaskProlog put in every model job's environment.
+var SettingEnv = []string{
+	"LLMGW_COORDINATOR", "LLMGW_TOKEN_FILE", "LLMGW_NODE", "LLMGW_FABRIC",
+	"LLMGW_WEIGHTS_DIR", "LLMGW_CACHE_DIR", "LLMGW_STATE_DIR", "LLMGW_RUN_DIR",
+	"LLMGW_SOCKET", "LLMGW_METRICS_LISTEN", "LLMGW_SCAN_INTERVAL",
+	"LLMGW_REPORT_INTERVAL", "LLMGW_DIR_TIMEOUT", "LLMGW_CONNECTIONS",
+	"LLMGW_NVIDIA_SMI", "LLMGW_FETCH_DEADLINE", "LLMGW_GC_INTERVAL",
+	"LLMGW_GC_TIMEOUT",
+}
+
 // Default settings.
 const (
 	DefaultFile     = "/etc/llmgw/agent.toml"

@@ -112,10 +112,12 @@ func plainArgs(args []string) bool {
 }
 
 // settingsInEnv reports an LLMGW_* variable that would set a setting
-// (slurmd passes none; a hook run by hand may have some).
+// (nodeconf.SettingEnv; slurmd passes none, a hook run by hand may have
+// some). The job's own LLMGW_MODEL, in a TaskProlog's environment, is not
+// one.
 func settingsInEnv() bool {
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "LLMGW_") && !strings.HasPrefix(kv, "LLMGW_CONFIG=") && !strings.HasPrefix(kv, fullEnv+"=") {
+	for _, name := range nodeconf.SettingEnv {
+		if os.Getenv(name) != "" {
 			return true
 		}
 	}

@@ -75,6 +75,16 @@ func TestHookBinary(t *testing.T) {
 	if want := "export LLMGW_MODEL=a\nexport LLMGW_MODEL_PATH=" + catalog.CachePathFor(cache, present) + "\n"; err != nil || out != want {
 		t.Errorf("task-prolog: %v, %q; want %q", err, out, want)
 	}
+	// A later step's TaskProlog sees what the first one exported, and the
+	// SPANK plugin sets LLMGW_MODEL: neither is a setting, so the fast path
+	// answers.
+	out, err = hook("task-prolog", "LLMGW_MODEL=a", "LLMGW_MODEL_PATH=/x")
+	if want := "export LLMGW_MODEL=a\nexport LLMGW_MODEL_PATH=" + catalog.CachePathFor(cache, present) + "\n"; err != nil || out != want {
+		t.Errorf("task-prolog in a step: %v, %q; want %q", err, out, want)
+	}
+	if _, err := os.Stat(handed); err == nil {
+		t.Error("LLMGW_MODEL in the job's environment handed the TaskProlog off")
+	}
 
 	out, err = hook("prolog", "SPANK_LLMGW_MODEL=b")
 	got, _ := os.ReadFile(handed)
