@@ -107,7 +107,8 @@ func ReadJobRecord(runDir, job string) (JobRecord, error) {
 	if err != nil {
 		return r, err
 	}
-	b, err := os.ReadFile(p)
+	// The TaskProlog's fast path reads it: outside Go's poller (OpenRegular).
+	b, err := ReadRegular(p)
 	if err != nil {
 		return r, err
 	}
