@@ -22,8 +22,6 @@ const (
 	DefaultReportInterval = config.DefaultReportInterval
 	DefaultScanInterval   = config.DefaultScanInterval
 	DefaultConnections    = config.DefaultConnections
-	DefaultNvidiaSMI      = config.DefaultNvidiaSMI
-	DefaultRunDir         = config.DefaultRunDir
 )
 
 // Config is the agent's configuration. It lives in package config because

@@ -234,9 +234,6 @@ func Features(n *Node, now time.Time, staleAfter time.Duration) []string {
 	return out
 }
 
-// IsFeature says whether feature is one llmgw owns.
-func IsFeature(feature string) bool { return strings.HasPrefix(feature, FeaturePrefix) }
-
 // FindFetch returns n's fetch of source, or nil.
 func (n *Node) FindFetch(source string) *Fetch {
 	for i := range n.Fetches {
@@ -308,13 +305,6 @@ func NewCatalog(models []catalog.Model) *Catalog {
 // Index returns the index of the model named name.
 func (c *Catalog) Index(name string) (int, bool) {
 	i, ok := c.index[name]
-	return i, ok
-}
-
-// BySource returns the index of the model whose source is source: a fetch
-// names its source, not its model.
-func (c *Catalog) BySource(source string) (int, bool) {
-	i, ok := c.bySource[source]
 	return i, ok
 }
 

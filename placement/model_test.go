@@ -62,7 +62,7 @@ func TestHoldingAndFeatures(t *testing.T) {
 			t.Errorf("%s: Features = %q, want %q", tt.name, got, tt.features)
 		}
 		for _, f := range Features(tt.node, now, staleAfter) {
-			if !IsFeature(f) || catalog.ValidModelName(strings.TrimPrefix(f, FeaturePrefix)) != nil {
+			if !strings.HasPrefix(f, FeaturePrefix) || catalog.ValidModelName(strings.TrimPrefix(f, FeaturePrefix)) != nil {
 				t.Errorf("%s: feature %q", tt.name, f)
 			}
 		}

@@ -266,17 +266,6 @@ func hasToken(comment, token string) bool {
 	return slices.Contains(strings.Fields(comment), token)
 }
 
-// ModelFromComment returns the model a job comment names with CommentTag,
-// or "" when it names none.
-func ModelFromComment(comment string) string {
-	for _, f := range strings.Fields(comment) {
-		if m, ok := strings.CutPrefix(f, CommentTag); ok && m != "" {
-			return m
-		}
-	}
-	return ""
-}
-
 // joinAnd ANDs the non-empty parts, each of the user's in parentheses so &
 // binds it whole (the last part, llmgw's term, needs none), except one
 // holding a matching OR

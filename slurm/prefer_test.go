@@ -76,17 +76,3 @@ func TestCompose(t *testing.T) {
 		})
 	}
 }
-
-func TestModelFromComment(t *testing.T) {
-	for comment, want := range map[string]string{
-		"llmgw:model=m1":          "m1",
-		"run 7 llmgw:model=qwen2": "qwen2",
-		"llmgw:model=":            "",
-		"nothing here":            "",
-		"":                        "",
-	} {
-		if got := ModelFromComment(comment); got != want {
-			t.Errorf("ModelFromComment(%q) = %q, want %q", comment, got, want)
-		}
-	}
-}

@@ -10,10 +10,6 @@ import (
 	"github.com/llmgw/llmgw/internal/jsonlite"
 )
 
-// DefaultCopyPath is where the agent keeps its copy of the catalog and the
-// hooks look for it: the agent's state directory.
-const DefaultCopyPath = "/var/lib/llmgw/catalog.json"
-
 // Copy is the file the agent writes to its state directory each time it
 // reads the catalog from the coordinator, so the hooks can resolve a model
 // name while the coordinator is down, and the hook's fast path can resolve
