@@ -206,3 +206,12 @@ func TestEpilogGate(t *testing.T) {
 		t.Errorf("gc did not run again after the interval (%d runs)", runs.Load())
 	}
 }
+
+// TestCommentTag: the hooks (prolog, which may not link slurm) read the
+// comment tag that llmgw sbatch and job_submit.lua write (slurm); one
+// spelling each, held equal here, where both are linked.
+func TestCommentTag(t *testing.T) {
+	if prolog.CommentTag != slurm.CommentTag {
+		t.Errorf("prolog.CommentTag %q, slurm.CommentTag %q", prolog.CommentTag, slurm.CommentTag)
+	}
+}
