@@ -279,12 +279,7 @@ func (s *Server) unwanted(ctx context.Context, node string) ([]string, error) {
 	if n != nil {
 		cacheDir = filepath.Clean(n.cacheDir)
 	}
-	wanted := map[string]bool{}
-	for _, m := range s.view.cat.Models {
-		if catalog.KindOf(m.Source) == catalog.KindRemote {
-			wanted[catalog.CacheName(m.Source)] = true
-		}
-	}
+	wanted := catalog.WantedCacheNames(s.view.cat.Models)
 	s.view.mu.RUnlock()
 	names := []string{}
 	if n == nil || n.cacheDir == "" {
@@ -296,7 +291,7 @@ func (s *Server) unwanted(ctx context.Context, node string) ([]string, error) {
 	}
 	for _, p := range ps {
 		dir, name := filepath.Split(filepath.Clean(p.Path))
-		if filepath.Clean(dir) == cacheDir && catalog.IsCacheName(name) && !wanted[name] {
+		if _, want := wanted[name]; filepath.Clean(dir) == cacheDir && catalog.IsCacheName(name) && !want {
 			names = append(names, name)
 		}
 	}

@@ -56,7 +56,7 @@ func validModel(m *api.Model) error {
 	case catalog.KindRemote:
 		// Fetched into a cache file named after the source's file; a name
 		// no scan takes for weights would be fetched and never seen as held.
-		if name := filepath.Base(catalog.CachePathFor("/", m.Source)); !catalog.IsWeightName(name) {
+		if name := catalog.CacheName(m.Source); !catalog.IsWeightName(name) {
 			return bad("source %q does not name a weight file (.gguf, .safetensors, .bin, .pt or .pth), so a fetched copy would never count as held; name the file itself", m.Source)
 		}
 	}

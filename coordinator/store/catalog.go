@@ -50,7 +50,7 @@ func newMatcher(models []api.Model) *matcher {
 				}
 			}
 		case catalog.KindRemote:
-			m.byCacheName[filepath.Base(catalog.CachePathFor("/", mod.Source))] = mod.Name
+			m.byCacheName[catalog.CacheName(mod.Source)] = mod.Name
 		case catalog.KindModelID:
 			m.byModelID[mod.Source] = mod.Name
 		}

@@ -299,7 +299,7 @@ func needles(m api.Model) []string {
 		return out
 	case catalog.KindRemote:
 		// The file in any node's cache dir: the path ends with its name.
-		base := filepath.Base(catalog.CachePathFor("/", m.Source))
+		base := catalog.CacheName(m.Source)
 		return []string{"/" + string(appendStringBody(nil, base)) + `"`}
 	case catalog.KindModelID:
 		// Either the id itself or "id@revision": the model_id field starts

@@ -87,6 +87,20 @@ func CachePathFor(cacheDir, source string) string {
 	return filepath.Join(cacheDir, CacheName(source))
 }
 
+// WantedCacheNames maps the cache name of every remote source among models
+// to its model's name: the cache files the catalog wants. Path and model-id
+// sources are never fetched, so they want no cache file. Node gc keeps
+// these, and the coordinator asks a node to remove only others.
+func WantedCacheNames(models []Model) map[string]string {
+	w := make(map[string]string, len(models))
+	for _, m := range models {
+		if KindOf(m.Source) == KindRemote {
+			w[CacheName(m.Source)] = m.Name
+		}
+	}
+	return w
+}
+
 // CacheName is the file name CachePathFor gives source, without a directory.
 func CacheName(source string) string {
 	sum := sha256.Sum256([]byte(source))

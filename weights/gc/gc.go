@@ -170,7 +170,7 @@ func Run(opt Options) Result {
 	}
 	defer root.Close()
 
-	wanted := wantedNames(opt.Catalog)
+	wanted := catalog.WantedCacheNames(opt.Catalog.Models)
 	g := &run{opt: opt, root: root, wanted: wanted}
 
 	// The names to judge: those asked, or every cache name in the directory.
@@ -230,19 +230,6 @@ type run struct {
 	root   *os.Root
 	wanted map[string]string // cache name → model that wants it
 	inUse  map[string]string // cache name or weight path → job using it
-}
-
-// wantedNames maps the cache name of every remote source in the catalog to
-// its model. Path and model-id sources are never fetched, so they want no
-// cache file.
-func wantedNames(c catalog.Copy) map[string]string {
-	w := make(map[string]string, len(c.Models))
-	for _, m := range c.Models {
-		if catalog.KindOf(m.Source) == catalog.KindRemote {
-			w[catalog.CacheName(m.Source)] = m.Name
-		}
-	}
-	return w
 }
 
 // inUse indexes the job records by every spelling of what they use: the

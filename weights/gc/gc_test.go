@@ -357,7 +357,7 @@ func TestSwappedCacheDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	g := &run{opt: n.opts(true), root: root, wanted: wantedNames(n.cat), inUse: map[string]string{}}
+	g := &run{opt: n.opts(true), root: root, wanted: catalog.WantedCacheNames(n.cat.Models), inUse: map[string]string{}}
 	moved := n.cache + ".moved"
 	if err := os.Rename(n.cache, moved); err != nil {
 		t.Fatal(err)
