@@ -194,10 +194,15 @@ func Run(opt Options) Result {
 		res.Held = fmt.Sprintf("the catalog copy cannot be read (%v), so gc cannot tell what is wanted; nothing is removed", opt.CatalogErr)
 	case len(opt.Catalog.Models) == 0:
 		// Only matters when the node holds fetched weights; with none there
-		// is nothing to remove anyway, and the run says nothing.
-		if held, err := g.holdsCacheNames(); err != nil {
+		// is nothing to remove anyway, and the run says nothing. Unasked,
+		// names is the listing already.
+		listed, err := names, error(nil)
+		if asked {
+			listed, err = g.cacheNames()
+		}
+		if err != nil {
 			res.Held = fmt.Sprintf("cache directory cannot be listed (%v); nothing is removed", err)
-		} else if held {
+		} else if len(listed) > 0 {
 			res.Held = "the catalog copy reads as empty while this node holds fetched weights; that is more likely a fault than a wish to remove every model, so nothing is removed"
 		}
 	}
@@ -267,12 +272,6 @@ func (g *run) cacheNames() ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// holdsCacheNames says whether the cache directory holds any cache name.
-func (g *run) holdsCacheNames() (bool, error) {
-	names, err := g.cacheNames()
-	return len(names) > 0, err
 }
 
 // judge applies the rules to one name and, when it may go and the run
