@@ -253,6 +253,11 @@ func (s *Server) gcAsk(ctx context.Context, node string) *api.GCAsk {
 	if pg == nil {
 		return nil
 	}
+	// The request is taken: its reads and its record must not be cut short
+	// by the agent hanging up. The timer is made only here, not for every
+	// report.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	names, err := s.unwanted(ctx, node)
 	log := s.log.WithFields(map[string]any{"gc": pg.id, "node": node})
 	if err != nil {

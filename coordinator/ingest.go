@@ -236,9 +236,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 		} else {
 			// A gc request waiting for this node rides on the answer: the
 			// coordinator has no other way to reach it.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
-			ans.GC = s.gcAsk(ctx, rep.Node)
-			cancel()
+			ans.GC = s.gcAsk(r.Context(), rep.Node)
 		}
 		writeJSON(w, http.StatusAccepted, ans)
 		return nil
