@@ -83,11 +83,10 @@ func (e *CommandError) Unwrap() error { return e.Err }
 // the log line that prints it, unreadable.
 const maxStderr = 2048
 
-// Run runs the Slurm command name (a bare name such as "sinfo", found in
-// r.Dir) with args and returns its stdout. A non-zero exit, a failure to
-// start and a timeout are returned as *CommandError with the trimmed stderr,
-// together with whatever the command wrote to stdout before it failed.
-func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+// command is the Slurm command name with args as Run and Pipe start it:
+// by absolute path (r.Paths[name], else r.Dir/name), r's WaitDelay and
+// environment, bounded by ctx.
+func (r *Runner) command(ctx context.Context, name string, args []string) (*exec.Cmd, error) {
 	all := append([]string{name}, args...)
 	if name == "" || strings.ContainsRune(name, '/') {
 		return nil, &CommandError{Args: all, Err: errors.New("want a bare command name, found in Runner.Dir")}
@@ -96,13 +95,6 @@ func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, 
 	if dir == "" {
 		dir = DefaultDir
 	}
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
 	path := filepath.Join(dir, name)
 	if p, ok := r.Paths[name]; ok {
 		if !filepath.IsAbs(p) {
@@ -118,10 +110,29 @@ func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, 
 	if r.Env != nil {
 		cmd.Env = append(os.Environ(), r.Env...)
 	}
+	return cmd, nil
+}
+
+// Run runs the Slurm command name (a bare name such as "sinfo", found in
+// r.Dir) with args and returns its stdout. A non-zero exit, a failure to
+// start and a timeout are returned as *CommandError with the trimmed stderr,
+// together with whatever the command wrote to stdout before it failed.
+func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	all := append([]string{name}, args...)
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd, err := r.command(ctx, name, args)
+	if err != nil {
+		return nil, err
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	if err == nil {
 		return stdout.Bytes(), nil
 	}

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -380,23 +378,12 @@ func (r *Runner) SpankOption(ctx context.Context) bool {
 // A command that could not be started is an error; one that ran and
 // exited non-zero is not.
 func (r *Runner) Pipe(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, name string, args ...string) (int, error) {
-	if name == "" || strings.ContainsRune(name, '/') {
-		return -1, &CommandError{Args: append([]string{name}, args...), Err: errors.New("want a bare command name, found in Runner.Dir")}
-	}
-	dir := r.Dir
-	if dir == "" {
-		dir = DefaultDir
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, name), args...)
-	cmd.WaitDelay = r.WaitDelay
-	if cmd.WaitDelay <= 0 {
-		cmd.WaitDelay = DefaultWaitDelay
-	}
-	if r.Env != nil {
-		cmd.Env = append(os.Environ(), r.Env...)
+	cmd, err := r.command(ctx, name, args)
+	if err != nil {
+		return -1, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
