@@ -26,6 +26,7 @@ import (
 	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/cmd/llmgw/demo"
+	"github.com/llmgw/llmgw/placement"
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -820,7 +821,7 @@ func (d *demoRun) stepSbatch(ctx context.Context) error {
 	// idle node, n1, so a job that runs on n3 went there because of the
 	// preference, not by chance.
 	model, holder := demo.Local.Model, demo.LocalHolder
-	feature := "llmgw." + model
+	feature := placement.FeaturePrefix + model
 	if err := d.waitFor(ctx, "Slurm to show feature "+feature+" on "+holder, func() (bool, error) {
 		nodes, err := c.runner.Nodes(ctx)
 		if err != nil {
@@ -910,8 +911,8 @@ func (c *demoCluster) restoreFeatures(ctx context.Context) error {
 		if i < 0 || (slices.Equal(now[i].Active, was.Active) && slices.Equal(now[i].Available, was.Available)) {
 			continue
 		}
-		if _, err := c.runner.Run(ctx, "scontrol", "update", "NodeName="+was.Name,
-			"AvailableFeatures="+strings.Join(was.Available, ","), "ActiveFeatures="+strings.Join(was.Active, ",")); err != nil {
+		put := slurm.FeatureUpdate{Nodes: []string{was.Name}, Available: was.Available, Active: was.Active}
+		if _, err := c.runner.Run(ctx, "scontrol", put.Args()...); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -115,7 +115,7 @@ func Run(ctx context.Context, o Options) []Finding {
 	var fs []Finding
 	s := gatherSlurm(ctx, o)
 	fs = append(fs, s.findings...)
-	fs = append(fs, checkSlurm(s, o.withDefaults())...)
+	fs = append(fs, checkSlurm(s, o)...)
 	fs = append(fs, checkAgentConfig(o)...)
 	fs = append(fs, checkAgent(ctx, o)...)
 	fs = append(fs, checkCoordinator(ctx, o)...)
