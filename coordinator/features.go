@@ -132,7 +132,6 @@ type features struct {
 	run      *slurm.Runner
 	interval time.Duration
 	file     string
-	debounce time.Duration
 
 	kick chan struct{}
 	done chan struct{}
@@ -147,8 +146,7 @@ type features struct {
 	retry  time.Time
 	m      featureMetrics
 
-	startOnce sync.Once
-	started   bool // under mu
+	started bool // under mu: the loop runs (start is once)
 }
 
 type featureMetrics struct {
@@ -169,7 +167,7 @@ func newFeatures(s *Server) *features {
 		r.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
 	}
 	f := &features{
-		s: s, run: r, interval: cfg.FeatureInterval, file: cfg.FeatureFile, debounce: featureDebounce,
+		s: s, run: r, interval: cfg.FeatureInterval, file: cfg.FeatureFile,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	f.m = featureMetrics{
@@ -215,12 +213,13 @@ func (f *features) poke() {
 
 // start runs the loop in a goroutine of its own, once.
 func (f *features) start(stop <-chan struct{}) {
-	f.startOnce.Do(func() {
-		f.mu.Lock()
-		f.started = true
-		f.mu.Unlock()
-		go f.loop(stop)
-	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started {
+		return
+	}
+	f.started = true
+	go f.loop(stop)
 }
 
 // wait waits for a started loop to end (after stop closed).
@@ -264,7 +263,7 @@ func (f *features) loop(stop <-chan struct{}) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(f.debounce):
+			case <-time.After(featureDebounce):
 			}
 			select {
 			case <-f.kick:
