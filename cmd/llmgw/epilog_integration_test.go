@@ -127,7 +127,5 @@ func TestEpilogCollects(t *testing.T) {
 			t.Errorf("%s is gone: %v", p, err)
 		}
 	}
-	if out, err := sl.Run(ctx, "sinfo", "-R", "-h"); err != nil || strings.TrimSpace(string(out)) != "" {
-		t.Errorf("sinfo -R: %q, %v; want no drained node", out, err)
-	}
+	noneDrained(t, sl)
 }

@@ -36,6 +36,15 @@ func clusterBin(t *testing.T) (string, *slurm.Runner) {
 	return bin, &slurm.Runner{Timeout: time.Minute}
 }
 
+// noneDrained fails t when Slurm lists a drained or down node with a
+// reason (sinfo -R): no llmgw hook may ever take a node out of service.
+func noneDrained(t *testing.T, sl *slurm.Runner) {
+	t.Helper()
+	if out, err := sl.Run(context.Background(), "sinfo", "-R", "-h"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("sinfo -R: %q, %v; want no drained node", out, err)
+	}
+}
+
 // daemon starts bin with args, logging to a file in the test's temp dir,
 // and stops it (SIGTERM, by its pid) when the test ends.
 func daemon(t *testing.T, bin string, env []string, args ...string) *exec.Cmd {
@@ -334,9 +343,7 @@ func TestClusterGC(t *testing.T) {
 	}
 
 	// No node was drained along the way.
-	if out, err := sl.Run(ctx, "sinfo", "-R", "-h"); err != nil || strings.TrimSpace(string(out)) != "" {
-		t.Errorf("sinfo -R: %q, %v; want no drained node", out, err)
-	}
+	noneDrained(t, sl)
 }
 
 func fileAction(r gc.Result, name string) string {

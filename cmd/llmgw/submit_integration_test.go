@@ -154,9 +154,7 @@ func startE2E(t *testing.T) *e2e {
 				t.Errorf("scontrol reconfigure: %v", err)
 			}
 		}
-		if out, err := sl.Run(context.Background(), "sinfo", "-R", "-h"); err != nil || strings.TrimSpace(string(out)) != "" {
-			t.Errorf("sinfo -R: %q, %v; want no drained node", out, err)
-		}
+		noneDrained(t, sl)
 	})
 
 	scontrol, err1 := exec.LookPath("scontrol")
