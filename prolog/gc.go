@@ -41,9 +41,8 @@ func ClaimGC(runDir string, interval time.Duration, now time.Time) (release func
 		release()
 		return nil, false, err
 	}
-	// A stamp just created has the time of now; one from a clock that went
-	// backwards is in the future and is not trusted.
-	fresh := st.Size() > 0 && now.Sub(st.ModTime()) < interval && !st.ModTime().After(now)
+	// A stamp just created has the time of now (its size tells it apart).
+	fresh := st.Size() > 0 && stampRecent(st.ModTime(), interval, now)
 	if fresh {
 		release()
 		return nil, false, nil
@@ -58,4 +57,11 @@ func ClaimGC(runDir string, interval time.Duration, now time.Time) (release func
 		return nil, false, err
 	}
 	return release, true, nil
+}
+
+// stampRecent says whether a gc stamp set at mt was set within interval
+// before now. A stamp in the future (a clock that went backwards) is not
+// trusted: gc is then due. GCDue and ClaimGC must agree on this.
+func stampRecent(mt time.Time, interval time.Duration, now time.Time) bool {
+	return now.Sub(mt) < interval && !mt.After(now)
 }

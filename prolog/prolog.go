@@ -202,5 +202,5 @@ const GCStampFile = "gc.stamp"
 // job end; the claim is ClaimGC's.
 func GCDue(runDir string, interval time.Duration, now time.Time) bool {
 	st, err := os.Stat(filepath.Join(runDir, GCStampFile))
-	return err != nil || now.Sub(st.ModTime()) >= interval || st.ModTime().After(now)
+	return err != nil || !stampRecent(st.ModTime(), interval, now)
 }

@@ -136,10 +136,8 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		models, err := p.Coordinator.Models(cctx)
 		cancel()
 		if err == nil {
-			for _, m := range models {
-				if m.Name == job.Model {
-					return m, nil
-				}
+			if m, ok := (catalog.Copy{Models: models}).Lookup(job.Model); ok {
+				return m, nil
 			}
 			return catalog.Model{}, fmt.Errorf("model %s is not in the catalog at %s; see 'llmgw models list'", job.Model, p.Coordinator.BaseURL)
 		}
