@@ -20,6 +20,7 @@ package jsonlite
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -391,27 +392,10 @@ func Unknown(name string, known ...string) bool {
 			return false
 		}
 	}
+	// Both are ASCII here (known are field names), where EqualFold is
+	// ASCII case folding.
 	for _, k := range known {
-		if equalFoldASCII(name, k) {
-			return false
-		}
-	}
-	return true
-}
-
-func equalFoldASCII(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
+		if strings.EqualFold(name, k) {
 			return false
 		}
 	}
