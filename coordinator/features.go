@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -414,31 +413,6 @@ func (f *features) status() *api.FeatureStatus {
 		st.Last = &last
 	}
 	return st
-}
-
-// SlurmStates returns each node's Slurm state (sinfo's long form: "idle",
-// "drained", "down*", ...) as the feature reconciler last read it, and when;
-// nil when the reconciler is off or has not read Slurm yet. Placement uses
-// it not to count a node Slurm will not start jobs on as a holder
-// (placement.Schedulable says which).
-func (s *Server) SlurmStates() (map[string]string, time.Time) {
-	f := s.features
-	if f == nil {
-		return nil, time.Time{}
-	}
-	s.view.mu.RLock()
-	states := maps.Clone(s.view.slurm)
-	s.view.mu.RUnlock()
-	if len(states) == 0 {
-		return nil, time.Time{}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var at time.Time
-	if f.last != nil {
-		at = f.last.Time
-	}
-	return states, at
 }
 
 // postFeatures is POST /v1/features[?dry_run=1]: reconcile now and answer

@@ -4,6 +4,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -226,7 +227,10 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	if err != nil || res.Calls != 0 {
 		t.Errorf("sync with n1 drained: %+v, %v; want no call", res, err)
 	}
-	states, _ := srv.SlurmStates()
+	// What placement reads: the view's copy of the states the reconciler read.
+	srv.view.mu.RLock()
+	states := maps.Clone(srv.view.slurm)
+	srv.view.mu.RUnlock()
 	if states["n1"] != "drained" || placement.Schedulable(states["n1"]) || states["n2"] != "idle" {
 		t.Errorf("Slurm states: %v", states)
 	}
