@@ -253,7 +253,7 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 	}
 	steps := []step{
 		{"first submission after the load", 1000, " synced=999 interval=30", "1", "llmgw:model=m1", "rebuilt its tables (scontrol reconfigure, a restart or a new script) at 1000, and the feature file was last synced at 999"},
-		{"a sync in the same second is not after", 1000, " synced=1000 interval=30", "1", "llmgw:model=m1", "last synced at 1000, not after"},
+		{"a sync in the same second is not after", 1000, " synced=1000 interval=30", "1", "llmgw:model=m1", "last synced at 1000 (0 s ago), not after"},
 		{"a sync after it", 1002, " synced=1001 interval=30", "1", "llmgw:model=m1", "prefer=llmgw.m1"},
 		{"scontrol reconfigure: new records", 1010, " synced=1001 interval=30", "2", "llmgw:model=m1", "at 1010, and the feature file was last synced at 1001"},
 		{"a sync between the rebuild and its sighting is not trusted", 1011, " synced=1005 interval=30", "2", "llmgw:model=m1", "at 1010"},
@@ -265,6 +265,9 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 		{"a job without a model sees a rebuild too", 1200, " synced=1199 interval=30", "3", "hello", ""},
 		{"so the next has to wait", 1201, " synced=1200 interval=30", "3", "llmgw:model=m1", "at 1200, and the feature file was last synced at 1200"},
 		{"and the sync after takes it", 1202, " synced=1201 interval=30", "3", "llmgw:model=m1", "prefer=llmgw.m1"},
+		// slurmctld was down long enough for the file to be stale as well:
+		// the rebuild is named, with the file's age.
+		{"a restart with a stale file names the restart", 1300, " synced=1201 interval=30", "4", "llmgw:model=m1", "at 1300, and the feature file was last synced at 1201 (99 s ago), not after"},
 	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)
