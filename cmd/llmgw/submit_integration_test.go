@@ -60,6 +60,13 @@ var e2eFabric = map[string]string{"n1": "ib-a", "n2": "ib-a", "n3": "ib-b", "n4"
 // reconfigure's wipe is repaired within the test.
 const e2eFeatureInterval = 3 * time.Second
 
+// e2eReportInterval is the coordinator's --report-interval (the agents
+// report every second): a node is stale after e2eStaleAfter.
+const (
+	e2eReportInterval = 2 * time.Second
+	e2eStaleAfter     = coordinator.StaleIntervals * e2eReportInterval
+)
+
 // e2e is the running stack.
 type e2e struct {
 	bin, url    string
@@ -162,8 +169,7 @@ func startE2E(t *testing.T) *e2e {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
 	}
-	// Stale after 3 × 2 s; the agents report every second.
-	c := startCoordinator(t, bin, base, "--report-interval", "2s",
+	c := startCoordinator(t, bin, base, "--report-interval", e2eReportInterval.String(),
 		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
 	e.url, e.admin, e.coord = c.url, c.admin, c.cmd
@@ -702,7 +708,7 @@ func TestSubmitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("plain sbatch right after scontrol reconfigure is never rejected", func(t *testing.T) {
-		e.neverRejectedAfter(t, "scontrol reconfigure", 3, func() {
+		e.neverRejectedAfter(t, "scontrol reconfigure", 3, 0, func() {
 			if _, err := e.sl.Run(ctx, "scontrol", "reconfigure"); err != nil {
 				t.Fatal(err)
 			}
@@ -710,18 +716,12 @@ func TestSubmitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("plain sbatch right after a slurmctld restart is never rejected", func(t *testing.T) {
-		// The coordinator's sync retries every second or two while slurmctld
-		// is down, and was seen to put the features back before the first
-		// submission after the restart. So it is paused (SIGSTOP) through
-		// the restart and 2 s after, to be sure to submit in the window.
-		e.neverRejectedAfter(t, "a slurmctld restart", 3, func() {
-			resume := func() { e.coord.Process.Signal(syscall.SIGCONT) }
-			t.Cleanup(resume)
-			if err := e.coord.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+		// The coordinator stays stopped for longer than its stale window
+		// (e2eStaleAfter): at its first run after waking, before it has read the
+		// reports queued meanwhile, it must not take the features off every
+		// node as if they had all gone quiet.
+		e.neverRejectedAfter(t, "a slurmctld restart", 3, e2eStaleAfter+2*time.Second, func() {
 			restartSlurmctld(t, e.sl)
-			time.AfterFunc(2*time.Second, resume)
 		})
 	})
 }
@@ -730,7 +730,7 @@ func TestSubmitEndToEnd(t *testing.T) {
 // Slurm's scontrol-set features (a reconfigure, a restart of slurmctld):
 // plain sbatch --llmgw-model=m1 every ~0.15 s from then until the
 // preference is back, each checked against sinfo for whether Slurm lacked
-// llmgw.m1 around it; at least minInWindow must have been.
+// llmgw.m1 around it.
 //
 // The bug: Slurm has lost every llmgw feature while the feature file still
 // lists them until the next sync, and a preference job_submit.lua built
@@ -738,8 +738,18 @@ func TestSubmitEndToEnd(t *testing.T) {
 // specification"). Now the script sees slurmctld rebuild its tables and
 // adds no preference until a sync that began after that. Jobs are held:
 // only the submission matters here.
-func (e *e2e) neverRejectedAfter(t *testing.T, what string, minInWindow int, disrupt func()) {
+//
+// The window is made, not waited for: the coordinator is stopped (SIGSTOP)
+// from before disrupt until minInWindow submissions were made while Slurm
+// lacked llmgw.m1 and it has been stopped for minPause; its sync would
+// otherwise put the features back after a time this machine's load
+// decides. After it wakes, the next submission waits for the sync that
+// puts the features back, so that no submission straddles it.
+func (e *e2e) neverRejectedAfter(t *testing.T, what string, minInWindow int, minPause time.Duration, disrupt func()) {
 	t.Helper()
+	// One second at least: the feature file's synced= has whole seconds,
+	// and the wake's sync must show as a later one.
+	minPause = max(minPause, 1500*time.Millisecond)
 	ctx := context.Background()
 	args := []string{"--parsable", "-H", "--output=/dev/null", "--llmgw-model=m1", "--wrap", "true"}
 	if !e.spank {
@@ -795,13 +805,33 @@ func (e *e2e) neverRejectedAfter(t *testing.T, what string, minInWindow int, dis
 		t.Fatalf("before %s: Prefer=%q, AdminComment %q; want llmgw.m1", what, s.prefer, s.admin)
 	}
 
+	stopped := time.Now()
+	if err := e.coord.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	awake := false
+	wake := func() {
+		if !awake {
+			awake = true
+			e.coord.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(wake)
 	disrupt()
 	start := time.Now()
 	var inWindow, withheld int
 	var back *submission
 	for back == nil {
-		if time.Since(start) > 4*e2eFeatureInterval {
-			t.Fatalf("no preference %s after %s: the next syncs should have brought it back", time.Since(start).Round(time.Millisecond), what)
+		if time.Since(start) > minPause+4*e2eFeatureInterval {
+			t.Fatalf("no preference %s after %s: the syncs since the coordinator woke should have brought it back", time.Since(start).Round(time.Millisecond), what)
+		}
+		if !awake && inWindow >= minInWindow && time.Since(stopped) >= minPause {
+			synced := e.fileSynced(t)
+			wake()
+			t.Logf("%5.2f s: the coordinator woke after %.1f s stopped", time.Since(start).Seconds(), time.Since(stopped).Seconds())
+			waitFor(t, 2*e2eFeatureInterval, "the coordinator's first sync after it woke", func() bool {
+				return e.fileSynced(t) > synced
+			})
 		}
 		s := submit(start)
 		if s.lackedBefore && s.lacked {
