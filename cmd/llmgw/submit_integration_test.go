@@ -747,8 +747,9 @@ func TestSubmitEndToEnd(t *testing.T) {
 // puts the features back, so that no submission straddles it.
 func (e *e2e) neverRejectedAfter(t *testing.T, what string, minInWindow int, minPause time.Duration, disrupt func()) {
 	t.Helper()
-	// One second at least: the feature file's synced= has whole seconds,
-	// and the wake's sync must show as a later one.
+	// Over a second, with room: synced= has whole seconds, and only then
+	// is the wake's sync sure to carry a later one than the sync before the
+	// pause, which the wait after the wake looks for.
 	minPause = max(minPause, 1500*time.Millisecond)
 	ctx := context.Background()
 	args := []string{"--parsable", "-H", "--output=/dev/null", "--llmgw-model=m1", "--wrap", "true"}

@@ -605,9 +605,9 @@ function llmgw.fresh(header, now)
 	end
 	-- The rebuild first: after a slurmctld restart the file is often too
 	-- old as well (the coordinator cannot sync while slurmctld is down),
-	-- and the rebuild is the cause the user can act on least but should
-	-- know. Whole seconds: a sync that began in the same second as the
-	-- rebuild may have read Slurm before it.
+	-- and then the restart, not the coordinator, is why. Whole seconds: a
+	-- sync that began in the same second as the rebuild may have read
+	-- Slurm before it.
 	if synced <= rebuilt_at then
 		return nil, string.format("slurmctld rebuilt its tables (scontrol reconfigure, a restart or a new script) at %d, and the feature file was last synced at %d (%d s ago), not after: until the coordinator's next sync, Slurm may lack the features it lists",
 			rebuilt_at, synced, now - synced)
