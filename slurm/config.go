@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,46 @@ type Config map[string]string
 func (c Config) Get(key string) (string, bool) {
 	v, ok := c[strings.ToLower(key)]
 	return v, ok && v != ""
+}
+
+// All returns every value of a key that Slurm takes more than once (see
+// listKeys), in Slurm's order, and nil when it is not set. From 24.05
+// slurm.conf may hold several Prolog= (and Epilog=) lines, each run in
+// turn, and `scontrol show config` prints them as Prolog[0], Prolog[1]...;
+// 22.05 prints one "Prolog". Both are kept under "key[N]", a lone value
+// under "key".
+func (c Config) All(key string) []string {
+	k := strings.ToLower(key)
+	var out []string
+	if v, ok := c.Get(k); ok {
+		out = append(out, v)
+	}
+	for i := 0; ; i++ {
+		v, ok := c[k+"["+strconv.Itoa(i)+"]"]
+		if !ok {
+			return out
+		}
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+}
+
+// listKeys are the slurm.conf keys that may be given more than once, each
+// line adding a value (slurm.conf(5) of 24.05 and later) rather than
+// replacing the last.
+var listKeys = map[string]bool{"prolog": true, "epilog": true, "prologslurmctld": true, "epilogslurmctld": true}
+
+// PrologTimeout returns how long slurmd lets the Prolog run, in the words
+// of the setting that decides it: PrologTimeout (25.05 and later) when set,
+// which then overrides PrologEpilogTimeout; else PrologEpilogTimeout; ""
+// when neither is set (no limit).
+func (c Config) PrologTimeout() (value, key string) {
+	if v, ok := c.Get("PrologTimeout"); ok {
+		return v, "PrologTimeout"
+	}
+	v, _ := c.Get("PrologEpilogTimeout")
+	return v, "PrologEpilogTimeout"
 }
 
 // ShowConfig asks the running slurmctld for its configuration
@@ -241,7 +282,11 @@ func ParseConf(b []byte) (c Config, includes []string) {
 		if len(pairs) == 0 || tableKeys[strings.ToLower(pairs[0].key)] {
 			continue
 		}
-		c[strings.ToLower(pairs[0].key)] = pairs[0].value
+		k := strings.ToLower(pairs[0].key)
+		if listKeys[k] {
+			k += "[" + strconv.Itoa(len(c.All(k))) + "]"
+		}
+		c[k] = pairs[0].value
 	}
 	return c, includes
 }
@@ -253,7 +298,15 @@ func ReadConf(path string) (Config, error) {
 	err := readIncluding(path, 0, func(file string, b []byte) []string {
 		part, incs := ParseConf(b)
 		for k, v := range part {
+			if base, _, indexed := strings.Cut(k, "["); indexed && listKeys[base] {
+				continue // appended below, in order, after the files before
+			}
 			c[k] = v
+		}
+		for base := range listKeys {
+			for _, v := range part.All(base) {
+				c[base+"["+strconv.Itoa(len(c.All(base)))+"]"] = v
+			}
 		}
 		return incs
 	})

@@ -75,8 +75,8 @@ PartitionName=debug Nodes=n[1-2] Default=YES
 	}
 	want := Config{
 		"clustername":         "c",
-		"prologflags":         "Alloc,Contain", // the include comes later and wins
-		"prolog":              "/usr/libexec/llmgw/prolog",
+		"prologflags":         "Alloc,Contain",             // the include comes later and wins
+		"prolog[0]":           "/usr/libexec/llmgw/prolog", // a list from 24.05 (Config.All)
 		"jobsubmitplugins":    "lua,require_timelimit",
 		"schedulerparameters": "batch_sched_delay=0,bf_interval=30",
 	}
@@ -158,5 +158,30 @@ func TestReadPlugstack(t *testing.T) {
 	}
 	if _, _, err := ParsePlugstack([]byte("optinal /x.so\n")); err == nil {
 		t.Error("a misspelt plugstack line was accepted")
+	}
+}
+
+// TestReadConfSeveralPrologs: from 24.05 every Prolog= line of slurm.conf
+// and its includes is run, in order; none replaces another.
+func TestReadConfSeveralPrologs(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "slurm.conf"), []byte("Prolog=/site/prolog\nInclude llmgw.conf\nEpilog=/site/epilog\nPrologTimeout=60\nPrologEpilogTimeout=600\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "llmgw.conf"), []byte("Prolog=/usr/libexec/llmgw/prolog\nProlog=/etc/slurm/prolog.d/*\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadConf(filepath.Join(dir, "slurm.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.All("Prolog"), []string{"/site/prolog", "/usr/libexec/llmgw/prolog", "/etc/slurm/prolog.d/*"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("All(Prolog) = %q, want %q", got, want)
+	}
+	if got, want := c.All("epilog"), []string{"/site/epilog"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("All(Epilog) = %q, want %q", got, want)
+	}
+	if v, k := c.PrologTimeout(); v != "60" || k != "PrologTimeout" {
+		t.Errorf("PrologTimeout() = %q from %s, want 60 from PrologTimeout", v, k)
 	}
 }
