@@ -75,8 +75,8 @@ PartitionName=debug Nodes=n[1-2] Default=YES
 	}
 	want := Config{
 		"clustername":         "c",
-		"prologflags":         "Alloc,Contain",             // the include comes later and wins
-		"prolog[0]":           "/usr/libexec/llmgw/prolog", // a list from 24.05 (Config.All)
+		"prologflags":         "Alloc,Contain", // the include comes later and wins
+		"prolog":              "/usr/libexec/llmgw/prolog",
 		"jobsubmitplugins":    "lua,require_timelimit",
 		"schedulerparameters": "batch_sched_delay=0,bf_interval=30",
 	}
@@ -183,5 +183,22 @@ func TestReadConfSeveralPrologs(t *testing.T) {
 	}
 	if v, k := c.PrologTimeout(); v != "60" || k != "PrologTimeout" {
 		t.Errorf("PrologTimeout() = %q from %s, want 60 from PrologTimeout", v, k)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for _, dir := range releaseDirs(t) {
+		v, err := ParseVersion(readFixture(t, dir, "version.txt"))
+		if err != nil || v.Release() != filepath.Base(dir) {
+			t.Errorf("%s/version.txt: %v, %v; want release %s", dir, v, err, filepath.Base(dir))
+		}
+	}
+	if v, err := ParseVersion([]byte("slurm 25.05.0-0rc1\n")); err != nil || v != (Version{25, 5, 0}) {
+		t.Errorf("a pre-release: %v, %v", v, err)
+	}
+	for _, bad := range []string{"", "scontrol: fatal: Could not establish a configuration source", "slurm 24"} {
+		if _, err := ParseVersion([]byte(bad)); err == nil {
+			t.Errorf("ParseVersion(%q) took it for a version", bad)
+		}
 	}
 }
