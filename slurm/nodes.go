@@ -66,17 +66,17 @@ func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
 const nodeFormat = "%N|%f|%b|%T"
 
 // release names the running Slurm for an error message, from `sinfo
-// --version` ("slurm 22.05.8", Debian's "slurm-wlm 24.11.5").
+// --version`.
 func (r *Runner) release(ctx context.Context) string {
 	out, err := r.Run(ctx, "sinfo", "--version")
 	if err != nil {
 		return "release unknown: sinfo --version failed"
 	}
-	f := strings.Fields(string(out))
-	if len(f) == 0 {
+	v, err := ParseVersion(out)
+	if err != nil {
 		return "release unknown"
 	}
-	return f[len(f)-1]
+	return v.String()
 }
 
 // nodesJSON is the part of Slurm's node listings that llmgw reads, in every
