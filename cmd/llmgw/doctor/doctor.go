@@ -352,7 +352,13 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 	// turn (Prolog[0], Prolog[1]... in scontrol show config): llmgw's may be
 	// any of them, and each must be runnable. The list is held joined by
 	// newlines, which no path Slurm splits on holds.
-	vs := v.valuesBy(func(c slurm.Config) string { return strings.Join(c.All(key), "\n") }, same)
+	vs := v.valuesBy(func(c slurm.Config) string {
+		all := c.All(key)
+		if len(all) > 1 && v.version != (slurm.Version{}) && !v.version.AtLeast(24, 5) {
+			all = all[len(all)-1:] // before 24.05 the last line wins, as for any key
+		}
+		return strings.Join(all, "\n")
+	}, same)
 	fs := differs(key, vs)
 	fix := fmt.Sprintf("set %s=%s in slurm.conf, then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)", key, ours)
 	for _, s := range vs {
