@@ -69,8 +69,9 @@ const (
 )
 
 // DefaultConfCache are the copies of slurm.conf a configless slurmd keeps:
-// /run/slurm/conf from 23.02 (slurmd's conf cache under RunDir), and
-// SlurmdSpoolDir/conf-cache before it (22.05 on Debian's default spool).
+// its cache SlurmdSpoolDir/conf-cache (the default spool /var/spool/slurmd),
+// and /run/slurm/conf, the link slurmd makes to it; so in 22.05, 24.11 and
+// 26.05 alike (the paths in their slurmd binaries).
 var DefaultConfCache = []string{"/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf"}
 
 // PrologMargin is how much longer than the fetch deadline the Prolog may be
