@@ -3,7 +3,9 @@ package slurm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 )
@@ -47,8 +49,9 @@ func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
 			return nodes, nil
 		}
 		err = perr
-	}
-	if ctx.Err() != nil {
+	} else if !noJSON(err) {
+		// A controller that does not answer would not answer the text
+		// form either: asking again would only double the wait.
 		return nil, err
 	}
 	text, terr := r.Run(ctx, "sinfo", "-N", "-h", "-o", nodeFormat)
@@ -60,6 +63,22 @@ func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
 		return nil, fmt.Errorf("%w; the text form too: %v (Slurm %s)", err, terr, r.release(ctx))
 	}
 	return nodes, nil
+}
+
+// noJSON reports whether sinfo failed for want of its JSON output (a Slurm
+// built without the serializer or data_parser plugins), not for want of a
+// controller.
+func noJSON(err error) bool {
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	var exit *exec.ExitError
+	if !errors.As(ce.Err, &exit) {
+		return false // not started, or out of time
+	}
+	msg := strings.ToLower(ce.Stderr)
+	return strings.Contains(msg, "json") || strings.Contains(msg, "serializer") || strings.Contains(msg, "data_parser")
 }
 
 // nodeFormat is the text form ParseNodes reads.

@@ -263,3 +263,20 @@ func TestParseFeatureNodesEveryRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerNodesNoSecondWait: when the controller does not answer, the
+// text form is not tried (it would wait as long again); when sinfo lacks
+// its JSON plugin, it is.
+func TestRunnerNodesNoSecondWait(t *testing.T) {
+	calls := filepath.Join(t.TempDir(), "calls")
+	r := &Runner{Dir: fakeSlurm(t, map[string]string{
+		"sinfo": `echo "$*" >>'` + calls + `'
+echo "slurm_load_partitions: Unable to contact slurm controller (connect failure)" >&2; exit 1`,
+	})}
+	if _, err := r.Nodes(context.Background()); err == nil || !strings.Contains(err.Error(), "Unable to contact") {
+		t.Fatalf("Nodes() error = %v", err)
+	}
+	if b, _ := os.ReadFile(calls); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("sinfo was run %q; want once", b)
+	}
+}
