@@ -214,7 +214,7 @@ func TestParseNodesJSONStates(t *testing.T) {
 func TestParseNodesJSONErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, errPart string }{
 		{"not JSON", "slurm_load_node: Unable to contact slurm controller", "parse sinfo --json"},
-		{"no nodes list", `{"meta":{}}`, `no "nodes" list`},
+		{"no nodes list", `{"meta":{"slurm":{"release":"24.11.5"}}}`, `(Slurm 24.11.5): neither a "nodes" nor a "sinfo" list`},
 		{"errors from Slurm", `{"errors":[{"error":"boom"}],"nodes":[]}`, "boom"},
 		{"node without a name", `{"nodes":[{"state":"idle"}]}`, "no name"},
 	} {
@@ -249,6 +249,20 @@ func TestStateLong(t *testing.T) {
 		{"allocated", []string{"FAIL"}, "failing"},
 		{"idle", []string{"COMPLETING"}, "completing"},
 		{"mixed", nil, "mixed"},
+		// Slurm's node_state_string, which %T prints, for the flags that
+		// decide placement.Schedulable:
+		{"idle", []string{"INVALID_REG"}, "inval"},
+		{"idle", []string{"REBOOT_REQUESTED"}, "reboot"},
+		{"down", []string{"REBOOT_ISSUED"}, "reboot^"},
+		{"mixed", []string{"REBOOT_REQUESTED"}, "mixed@"},
+		{"idle", []string{"MAINTENANCE"}, "maint"},
+		{"allocated", []string{"MAINTENANCE"}, "allocated$"},
+		{"idle", []string{"POWERED_DOWN"}, "idle~"},
+		{"idle", []string{"POWERING_UP"}, "idle#"},
+		{"idle", []string{"DRAIN", "POWERED_DOWN"}, "drained~"},
+		{"allocated", []string{"COMPLETING"}, "allocated+"},
+		{"down", []string{"COMPLETING"}, "down"},
+		{"idle", []string{"POWERED_DOWN", "NOT_RESPONDING"}, "idle~"},
 	} {
 		if got := stateLong(tc.base, tc.flags); got != tc.want {
 			t.Errorf("stateLong(%q, %q) = %q, want %q", tc.base, tc.flags, got, tc.want)
