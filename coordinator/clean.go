@@ -26,3 +26,44 @@ func stripReportText(r *api.Report) {
 		d.FSType = api.StripControl(d.FSType)
 	}
 }
+
+// The redact functions show an answer's sources through
+// api.RedactSource to a caller not trusted to fetch them (see
+// Server.mayFetch): status and placement name the model's source and the
+// fetches in progress, and both are as open as the catalog.
+
+func redactFetch(f *api.FetchStatus) {
+	if f != nil {
+		f.Source = api.RedactSource(f.Source)
+	}
+}
+
+func redactFabrics(fs []api.FabricPresence) {
+	for i := range fs {
+		for j := range fs[i].Fetching {
+			redactFetch(&fs[i].Fetching[j])
+		}
+	}
+}
+
+func redactStatus(st *api.Status) {
+	for i := range st.Models {
+		st.Models[i].Model.Source = api.RedactSource(st.Models[i].Model.Source)
+		redactFabrics(st.Models[i].Fabrics)
+	}
+}
+
+func redactModelNodes(st *api.ModelNodes) {
+	st.Model.Source = api.RedactSource(st.Model.Source)
+	redactFabrics(st.Fabrics)
+	for i := range st.Nodes {
+		redactFetch(st.Nodes[i].Fetch)
+	}
+}
+
+func redactPlacement(p *api.Placement) {
+	p.Model.Source = api.RedactSource(p.Model.Source)
+	for i := range p.Nodes {
+		redactFetch(p.Nodes[i].Fetch)
+	}
+}
