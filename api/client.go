@@ -26,9 +26,13 @@ type Client struct {
 }
 
 // ReadToken reads a bearer token from a file, trimming surrounding space.
+// A file others may read is refused (CheckPrivate).
 // An empty file is an error: a token that is silently empty would turn every
 // write into a confusing 401.
 func ReadToken(path string) (string, error) {
+	if err := CheckPrivate("token file", path); err != nil {
+		return "", err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
