@@ -6,11 +6,16 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/api/table"
+	"github.com/llmgw/llmgw/coordinator/store"
 )
 
 // TestControlCharactersInAReport posts what a hostile agent would: an ESC
@@ -158,5 +163,62 @@ func TestSignedQueryOnlyToFetchers(t *testing.T) {
 		if resp.StatusCode != 200 || strings.Contains(string(raw), "deadbeef") || !strings.Contains(string(raw), "REDACTED") {
 			t.Errorf("the open GET %s = %d %s; want the source without its signature", path, resp.StatusCode, raw)
 		}
+	}
+}
+
+// TestReadyzOnAReadOnlyDatabase starts a coordinator on a database file
+// it may read and not write: sqlite then opens it read-only, reads work and
+// every write fails, and readiness must say so. The tests run as root,
+// which file modes do not stop, so the file is made immutable
+// (chattr +i), which stops root too. (A read-only mount is refused earlier:
+// sqlite cannot open a WAL database there at all, and the coordinator does
+// not start.)
+func TestReadyzOnAReadOnlyDatabase(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "coordinator.db")
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.PutModel(ctx, api.Model{Name: "m", Source: "/m"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if os.Geteuid() == 0 {
+		if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
+			t.Skipf("chattr +i %s: %v %s", path, err, out)
+		}
+		t.Cleanup(func() { exec.Command("chattr", "-i", path).Run() })
+	} else if err := os.Chmod(path, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	db, err = store.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open a read-only database: %v", err)
+	}
+	srv, err := New(ctx, Config{}, testTokens, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { ts.Close(); srv.Close(); db.Close() })
+	// Reads work: the catalog is there.
+	if models, err := (&api.Client{BaseURL: ts.URL}).Models(ctx); err != nil || len(models) != 1 {
+		t.Fatalf("catalog from a read-only database = %v, %v", models, err)
+	}
+	resp, err := http.Get(ts.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "cannot be written") {
+		t.Errorf("/readyz on a read-only database = %d %s; want 503 saying it cannot be written", resp.StatusCode, body)
+	}
+	// And it is right: a report fails.
+	agent := &api.Client{BaseURL: ts.URL, Token: testTokens.Agent}
+	if _, err := agent.PostReport(ctx, report("n1", "f", 1)); err == nil {
+		t.Error("a report to a read-only database was accepted")
 	}
 }

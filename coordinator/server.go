@@ -395,6 +395,11 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 		s.log.WithError(err).Error("database unusable")
 		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
 	}
+	if err := s.db.CanWrite(ctx); err != nil {
+		s.metrics.dbErrors.WithLabelValues("ping").Inc()
+		s.log.WithError(err).Error("database read-only")
+		return api.Errorf(api.CodeUnavailable, "%v; reports and catalog changes would fail", err)
+	}
 	if !s.dbOK.Load() {
 		return api.Errorf(api.CodeUnavailable, "the last database write failed; see the coordinator's log")
 	}
