@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +57,9 @@ type Server struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// tls is the server's TLS configuration; nil serves plain HTTP.
+	tls *tls.Config
+
 	// features is the Slurm feature reconciler; nil when it is off.
 	features *features
 	// notifySocket is $NOTIFY_SOCKET: under systemd (Type=notify) Serve
@@ -83,6 +87,11 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
 	}
+	tlsConf, err := loadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.tls = tlsConf
 	// An agent whose clock went back is heard again once its node is stale.
 	db.ReplaceAfter = s.staleAfter
 	if err := s.view.load(ctx, db); err != nil {
@@ -157,8 +166,17 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve is Run on a listener the caller opened.
+// Serve is Run on a listener the caller opened; with TLS configured it
+// speaks TLS on it.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.checkPlainHTTP(ln.Addr()); err != nil {
+		ln.Close()
+		s.Close()
+		return err
+	}
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	srv := &http.Server{
 		Handler: s.Handler(),
 		// Slow clients must not hold connections open: agents send small
