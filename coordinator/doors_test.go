@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/api/table"
@@ -220,5 +225,152 @@ func TestReadyzOnAReadOnlyDatabase(t *testing.T) {
 	agent := &api.Client{BaseURL: ts.URL, Token: testTokens.Agent}
 	if _, err := agent.PostReport(ctx, report("n1", "f", 1)); err == nil {
 		t.Error("a report to a read-only database was accepted")
+	}
+}
+
+// TestFabricLabelsAreBounded posts 3,000 reports that each name a fabric of
+// their own, as an attacker with a token would: /metrics must not grow a
+// series per name. Fabrics of the nodes Slurm knows keep their labels.
+func TestFabricLabelsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, testTokens)
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "llama", Source: "/lustre/llama"}); err != nil {
+		t.Fatal(err)
+	}
+	held := api.Weight{Path: "/lustre/llama", Shared: true, Complete: true}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := e.agent.PostReport(ctx, report(n, "ib-a", 1, held)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const fakes = 3000
+	var wg sync.WaitGroup
+	errs := make(chan error, fakes)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < fakes; i += 8 {
+				if _, err := e.agent.PostReport(ctx, report(fmt.Sprintf("fake%d", i), fmt.Sprintf("fab%d", i), 1, held)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	series := func() int {
+		return testutil.CollectAndCount(e.srv.metrics.reg, "llmgw_coordinator_model_holders")
+	}
+	// Before Slurm's node list is known: at most MaxFabricLabels fabrics
+	// and "other", two kinds each, for the one model.
+	if got, limit := series(), 2*(MaxFabricLabels+1); got > limit {
+		t.Errorf("%d fabricated fabrics made %d holder series; want at most %d", fakes, got, limit)
+	}
+	// With Slurm's list, only the fabric its nodes report is labelled,
+	// and nothing is lost: the fabricated holders are counted as "other".
+	e.srv.SetSlurmStates(map[string]string{"n1": "idle", "n2": "idle"})
+	if got := series(); got != 4 {
+		t.Errorf("with Slurm's node list, %d holder series; want 4 (ib-a and other, shared and local)", got)
+	}
+	if got := testutil.ToFloat64(metricWith(t, e, "ib-a")); got != 2 {
+		t.Errorf("ib-a shared holders = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(metricWith(t, e, otherFabric)); got != fakes {
+		t.Errorf("other shared holders = %v, want %d", got, fakes)
+	}
+}
+
+// metricWith is the shared-holders gauge of llama in fabric, as scraped.
+func metricWith(t *testing.T, e *testEnv, fabric string) prometheus.Collector {
+	t.Helper()
+	mfs, err := e.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+	for _, mf := range mfs {
+		if mf.GetName() != "llmgw_coordinator_model_holders" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["fabric"] == fabric && l["kind"] == api.HoldShared {
+				g.Set(m.GetGauge().GetValue())
+			}
+		}
+	}
+	return g
+}
+
+// TestPlacementNodeListIsCapped asks for placement over n[0-99999], the
+// 50 MB answer of the issue: the list is refused beyond the nodes the
+// coordinator knows, and a list within them is answered.
+func TestPlacementNodeListIsCapped(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, testTokens)
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "llama", Source: "/lustre/llama"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := e.agent.PostReport(ctx, report(fmt.Sprintf("n%d", i), "ib-a", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get(e.url + "/v1/placement?model=llama&nodes=n[0-99999]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || len(body) > 4096 || !strings.Contains(string(body), "knows 10") {
+		t.Errorf("placement over n[0-99999] = %d, %d bytes: %.200s; want a short 400 naming the 10 nodes known", resp.StatusCode, len(body), body)
+	}
+	// Slurm's node list counts as known too.
+	states := map[string]string{}
+	for i := range 200 {
+		states[fmt.Sprintf("n%d", i)] = "idle"
+	}
+	e.srv.SetSlurmStates(states)
+	p, err := e.anon.Placement(ctx, api.PlacementQuery{Model: "llama", Nodes: "n[0-199]"})
+	if err != nil || len(p.Nodes) != 200 {
+		t.Errorf("placement over the 200 nodes Slurm lists: %v nodes, %v", len(p.Nodes), err)
+	}
+}
+
+// TestExpensiveReadsAreBounded fills every read slot, as that many slow
+// status reads would: the next read is answered 503 with Retry-After at
+// once rather than piling up, a report still goes through, and reads are
+// answered again as soon as a slot is free.
+func TestExpensiveReadsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, testTokens)
+	e.srv.readWait = 0
+	for range cap(e.srv.reads) {
+		e.srv.reads <- struct{}{}
+	}
+	for _, path := range []string{"/v1/status", "/v1/placement?model=x", "/v1/status/x"} {
+		resp, err := http.Get(e.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("GET %s with every read slot taken = %d, Retry-After %q; want 503 with Retry-After", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	if _, err := e.agent.PostReport(ctx, report("n1", "ib-a", 1)); err != nil {
+		t.Errorf("a report while reads are saturated: %v", err)
+	}
+	<-e.srv.reads
+	if _, err := e.anon.Status(ctx); err != nil {
+		t.Errorf("status with a slot free: %v", err)
 	}
 }
