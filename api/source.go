@@ -146,17 +146,14 @@ func checkModelID(source string) error {
 	return nil
 }
 
-// redactedQuery stands in for an http(s) source's query string wherever the
-// source is shown to someone who may not fetch it (see RedactSource).
-const redactedQuery = "REDACTED"
-
-// RedactSource returns source with the query string of an http(s) URL
-// replaced by "REDACTED" and any user:password@ removed. A query string is
-// where signed URLs (S3, GCS, Azure SAS) carry their signature, and
-// whoever reads it can fetch the object until it expires; the catalog is
-// served to anyone who can reach the coordinator, so the open read shows
-// the source this way, and only a caller trusted to fetch (an agent or an
-// admin) is sent the whole. Other sources are returned as they are.
+// RedactSource returns source as someone who may not fetch it sees it: an
+// http(s) URL without user:password@ and with its query string replaced by
+// catalog.RedactQuery's digest. A query string is where signed URLs (S3,
+// GCS, Azure SAS) carry their signature, and whoever reads it can fetch the
+// object until it expires; the catalog, status and placement are served to
+// anyone who can reach the coordinator, so only a caller trusted to fetch
+// (an agent or an admin) is sent the whole. Other sources are returned as
+// they are.
 func RedactSource(source string) string {
 	if !strings.HasPrefix(source, "http://") && !strings.HasPrefix(source, "https://") {
 		return source
@@ -166,13 +163,11 @@ func RedactSource(source string) string {
 		// Not a URL anything would fetch, and where its parts end is
 		// unknown: show only its scheme.
 		scheme, _, _ := strings.Cut(source, "://")
-		return scheme + "://" + redactedQuery
+		return scheme + "://REDACTED"
 	}
 	if u.User != nil {
 		u.User = nil
+		source = u.String()
 	}
-	if u.RawQuery != "" || u.ForceQuery {
-		u.RawQuery, u.ForceQuery = redactedQuery, false
-	}
-	return u.String()
+	return catalog.RedactQuery(source)
 }

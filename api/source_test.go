@@ -66,18 +66,31 @@ func TestCheckSource(t *testing.T) {
 }
 
 func TestRedactSource(t *testing.T) {
+	signed := RedactSource("https://b.example/m.gguf?X-Amz-Signature=abc")
 	for in, want := range map[string]string{
-		"https://b.example/m.gguf?X-Amz-Signature=abc": "https://b.example/m.gguf?REDACTED",
-		"https://b.example/m.gguf?":                    "https://b.example/m.gguf?REDACTED",
+		"https://b.example/m.gguf?X-Amz-Signature=abc": signed,
 		"https://u:p@b.example/m.gguf":                 "https://b.example/m.gguf",
 		"https://b.example/m.gguf":                     "https://b.example/m.gguf",
 		"hf:org/repo/m.gguf":                           "hf:org/repo/m.gguf",
 		"/models/a?b":                                  "/models/a?b",
 		"http://[::1%zz/m?sig=1":                       "http://REDACTED",
+		signed:                                         signed,
 	} {
 		if got := RedactSource(in); got != want {
 			t.Errorf("RedactSource(%q) = %q, want %q", in, got, want)
 		}
+	}
+	if !strings.HasPrefix(signed, "https://b.example/m.gguf?REDACTED-") || strings.Contains(signed, "abc") {
+		t.Errorf("a signed URL is shown as %q", signed)
+	}
+	if RedactSource("https://b.example/m.gguf?sig=1") == RedactSource("https://b.example/m.gguf?sig=2") {
+		t.Error("two queries redact alike; their cache files would collide")
+	}
+	// The redacted form names the same cache file as the whole source, so
+	// a reader of the redacted catalog finds what the fetcher wrote.
+	full := "https://b.example/m.gguf?X-Amz-Signature=abc"
+	if catalog.CacheName(full) != catalog.CacheName(catalog.RedactQuery(full)) {
+		t.Error("a source and its redaction name different cache files")
 	}
 }
 
