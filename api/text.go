@@ -26,14 +26,7 @@ func isControl(r rune) bool {
 // fake table row is removed at the door. White space becomes one space, so
 // words stay apart; invalid UTF-8 becomes U+FFFD.
 func StripControl(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || isControl(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
+	if !hasControl(s) {
 		return s
 	}
 	var b strings.Builder
@@ -56,14 +49,7 @@ func StripControl(s string) string {
 // cannot be stripped at ingest, and whatever a coordinator answers must not
 // move the cursor, recolour the screen or start a new table row.
 func EscapeControl(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || isControl(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
+	if !hasControl(s) {
 		return s
 	}
 	var b strings.Builder
@@ -85,4 +71,14 @@ func EscapeControl(s string) string {
 		i += n
 	}
 	return b.String()
+}
+
+// hasControl reports whether s holds a control character or is not UTF-8.
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || isControl(r) {
+			return true
+		}
+	}
+	return false
 }
