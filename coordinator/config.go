@@ -40,6 +40,18 @@ type Config struct {
 	// DB is the sqlite database file (default DefaultDB).
 	DB string `toml:"db"`
 
+	// TLSCert and TLSKey, both or neither, make the coordinator serve
+	// HTTPS: its answers tell root on every node what to fetch and jobs
+	// what to load, and over plain HTTP anyone on the path can rewrite them
+	// and read every token. Agents and clients verify it with tls_ca. The
+	// key file must be readable by its owner only.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// InsecureHTTP allows serving plain HTTP on an address other than
+	// loopback. Without it such a listen address and no TLS is refused at
+	// start; `llmgw doctor` reports it as an error either way.
+	InsecureHTTP bool `toml:"insecure_http"`
+
 	// AgentTokenFile holds the token agents send with reports. Without it
 	// (and without an admin token) the coordinator refuses every report with
 	// 403, even on loopback: an open report endpoint would let anyone on the

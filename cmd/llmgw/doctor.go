@@ -81,6 +81,7 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 		CacheDir:         cfg.CacheDir,
 		Coordinator:      cfg.Coordinator,
 		TokenFile:        cfg.TokenFile,
+		TLSCA:            cfg.TLSCA,
 		FetchDeadline:    fetchDeadline(cfg),
 	})
 	if *jsonOut {

@@ -87,7 +87,7 @@ func prologCmd(ctx context.Context, e *env, args []string) error {
 		Log:   e.stderr,
 	}
 	if cfg.Coordinator != "" {
-		p.Coordinator = &api.Client{BaseURL: cfg.Coordinator, UserAgent: "llmgw-prolog/" + version}
+		p.Coordinator = &api.Client{BaseURL: cfg.Coordinator, TLSCA: cfg.TLSCA, UserAgent: "llmgw-prolog/" + version}
 		if cfg.TokenFile != "" {
 			// The agent's token reads the catalog; without it, a coordinator
 			// that requires one for reads is down as far as this job is

@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -114,6 +116,8 @@ type Options struct {
 	CacheDir    string
 	Coordinator string
 	TokenFile   string
+	// TLSCA is the CA file the agent verifies the coordinator with.
+	TLSCA string
 	// FetchDeadline is how long the Prolog waits for weights.
 	FetchDeadline time.Duration
 
@@ -131,6 +135,7 @@ func Run(ctx context.Context, o Options) []Finding {
 	fs = append(fs, checkSlurm(s, o)...)
 	fs = append(fs, checkAgentConfig(o)...)
 	fs = append(fs, checkAgent(ctx, o)...)
+	fs = append(fs, checkTransport(o)...)
 	fs = append(fs, checkCoordinator(ctx, o)...)
 	fs = append(fs, checkFeatures(ctx, o)...)
 	fs = append(fs, checkCache(ctx, o)...)
@@ -669,6 +674,23 @@ func orNone(s string) string {
 	return s
 }
 
+// checkTransport reports a coordinator reached over plain HTTP beyond
+// loopback as an error: the coordinator can only be serving it with
+// insecure_http = true, and anyone on the path can then read the node's
+// token and rewrite the catalog that root fetches from.
+func checkTransport(o Options) []Finding {
+	u, err := url.Parse(o.Coordinator)
+	if o.Coordinator == "" || err != nil || u.Scheme != "http" {
+		return nil
+	}
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsLoopback() || u.Hostname() == "localhost" {
+		return nil
+	}
+	return []Finding{{Check: "coordinator TLS", Severity: Error,
+		Message: o.Coordinator + " is plain HTTP beyond this host (the coordinator runs with insecure_http = true): anyone on the network can read this node's token and rewrite the catalog, which decides what root fetches and jobs load",
+		Fix:     "give the coordinator tls_cert and tls_key in coordinator.toml and drop insecure_http; here set coordinator = \"https://...\" and tls_ca to the CA that signed the certificate"}}
+}
+
 func checkCoordinator(ctx context.Context, o Options) []Finding {
 	if o.Coordinator == "" {
 		return []Finding{{Check: "coordinator", Severity: Warn,
@@ -677,7 +699,7 @@ func checkCoordinator(ctx context.Context, o Options) []Finding {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	c := &api.Client{BaseURL: o.Coordinator, UserAgent: "llmgw-doctor"}
+	c := &api.Client{BaseURL: o.Coordinator, TLSCA: o.TLSCA, UserAgent: "llmgw-doctor"}
 	if err := c.Do(ctx, "GET", "/healthz", nil, nil); err != nil {
 		return []Finding{{Check: "coordinator", Severity: Warn,
 			Message: fmt.Sprintf("%v: this node's weights are not reported, and its catalog copy goes stale", err),
