@@ -11,7 +11,7 @@ import (
 // Node features are set with `scontrol update NodeName=LIST
 // AvailableFeatures=… ActiveFeatures=…`, which replaces the node's whole
 // set, slurm.conf's Feature= included; `scontrol reconfigure` and a plain
-// slurmctld restart put slurm.conf's back (slurm/FACTS.md §2). So whoever
+// slurmctld restart put slurm.conf's back (docs/slurm/behaviour.md §2). So whoever
 // owns some features must rewrite them together with everyone else's, and
 // do it again whenever Slurm forgets. PlanFeatures computes those calls,
 // ApplyFeatures makes them.
@@ -27,7 +27,7 @@ type FeatureUpdate struct {
 
 // Args is the argument vector of the call, after "scontrol". The node list
 // is one compressed hostlist: 1000 nodes in one call take 0.06 s, one call
-// per node 5.5 s (FACTS §3).
+// per node 5.5 s (docs/slurm/behaviour.md §3).
 func (u FeatureUpdate) Args() []string {
 	return []string{"update", "NodeName=" + Compress(u.Nodes),
 		"AvailableFeatures=" + strings.Join(u.Available, ","),
@@ -181,7 +181,7 @@ type FeatureResult struct {
 	Calls int
 	// Errors has one entry per failed call. A failed call may still have
 	// changed some of its nodes: a bad name in a list fails the call but
-	// the valid nodes are updated (FACTS §2), so Nodes says what holds.
+	// the valid nodes are updated (docs/slurm/behaviour.md §2), so Nodes says what holds.
 	Errors []error
 	// Nodes is Slurm's state read back after the calls (nil when no call
 	// was made, or the read failed: then ReadErr says why).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # features.sh: syncing Slurm node features on 1,000 nodes, llmgw's way
-# against the naive one (DESIGN.md §6, issue 8: <= 0.5 s, one scontrol call
+# against the naive one (docs/design.md §6, issue 8: <= 0.5 s, one scontrol call
 # per distinct feature set).
 #
 # Both start from nodes whose llmgw features were wiped (as after scontrol
@@ -17,7 +17,7 @@
 #   naive:  a bash loop, one scontrol update per node.
 #
 # It needs the dev cluster with 1000 extra nodes (never registered, no
-# slurmd; they accept feature updates, slurm/FACTS.md §3), under the
+# slurmd; they accept feature updates, docs/slurm/behaviour.md §3), under the
 # cluster lock:
 #   flock /tmp/llmgw-cluster.lock bash -c 'scripts/dev-cluster down >/dev/null 2>&1;
 #     LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up >/dev/null &&

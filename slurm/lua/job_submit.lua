@@ -8,7 +8,7 @@ it does what `llmgw sbatch --model M` does (slurm/prefer.go, Compose): it adds
 --prefer=llmgw.M (the user's --constraint and --prefer folded in, llmgw.M*k
 when the job wants more nodes than hold it) only when the nodes can satisfy
 it, because Slurm 22.05 rejects a job whose preference no node set can meet,
-and lets a satisfiable preference replace --constraint (slurm/FACTS.md §1, §6).
+and lets a satisfiable preference replace --constraint (docs/slurm/behaviour.md §1, §6).
 
 It never rejects a job on llmgw's account: every error ends in slurm.SUCCESS
 and a log line. What it did is noted in the job's AdminComment.
@@ -21,7 +21,7 @@ such as ib-b is checked as llmgw sbatch checks it: (ib-b)&llmgw.M is added
 only when a node in the partition has both.
 
 The file must say what Slurm has now. `scontrol reconfigure` or a slurmctld
-restart wipes scontrol-set features (FACTS §2); until the coordinator's next
+restart wipes scontrol-set features (docs/slurm/behaviour.md §2); until the coordinator's next
 sync puts them back (one interval), a file still listing them would yield a
 preference Slurm refuses, and this script cannot retry. So the file's header
 carries the time its sync began (synced=, the coordinator's clock; keep the
@@ -70,7 +70,7 @@ slurm/prefer.go: slurm/lua_test.go runs both on the same table.
 local FEATURE_FILE = os.getenv("LLMGW_FEATURE_FILE") or "/var/lib/llmgw/features"
 -- The prefix of every node feature llmgw owns (slurm.FeaturePrefix).
 local PREFIX = "llmgw."
--- Slurm rejects a --prefer or --comment longer than this (FACTS §2).
+-- Slurm rejects a --prefer or --comment longer than this (docs/slurm/behaviour.md §2).
 local MAX_EXPRESSION = 1024
 local COMMENT_TAG = "llmgw:model="
 -- llmgw sbatch composed the job from fresher data (slurm.ComposedTag).
@@ -624,7 +624,7 @@ end
 function llmgw.model_from_job(job_desc)
 	local env = job_desc.spank_job_env
 	if type(env) == "table" then
-		-- Keys run from 0 (slurm/FACTS.md §6).
+		-- Keys run from 0 (docs/slurm/behaviour.md §6).
 		local i = 0
 		while env[i] ~= nil or env[i + 1] ~= nil do
 			local kv = env[i]
