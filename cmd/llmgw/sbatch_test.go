@@ -184,16 +184,16 @@ func TestSbatchUsage(t *testing.T) {
 	}
 }
 
-// job_submit.lua cannot import the Go constant, so it repeats it; this keeps
-// the two from drifting apart, which would make the script prefer features
-// no node carries (a rejected job) or none at all.
+// The job_submit module cannot import the Go constant, so it repeats it;
+// this keeps the two from drifting apart, which would make it prefer
+// features no node carries (a rejected job) or none at all.
 func TestLuaPrefixIsPlacements(t *testing.T) {
-	b, err := os.ReadFile("../../slurm/lua/job_submit.lua")
+	b, err := os.ReadFile("../../slurm/lua/llmgw_submit.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `PREFIX = "` + placement.FeaturePrefix + `"`
 	if !strings.Contains(string(b), want) {
-		t.Errorf("job_submit.lua does not set %s", want)
+		t.Errorf("llmgw_submit.lua does not set %s", want)
 	}
 }
