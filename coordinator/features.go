@@ -142,6 +142,7 @@ type features struct {
 	run      *slurm.Runner
 	interval time.Duration
 	file     string
+	maxSets  int // boundFeatureSets' max
 
 	kick chan struct{}
 	done chan struct{}
@@ -178,7 +179,7 @@ func newFeatures(s *Server) *features {
 		r.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
 	}
 	f := &features{
-		s: s, run: r, interval: cfg.FeatureInterval, file: cfg.FeatureFile,
+		s: s, run: r, interval: cfg.FeatureInterval, file: cfg.FeatureFile, maxSets: cfg.FeatureSetsMax,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		heard: hearing{gap: s.staleAfter / 2},
 	}
@@ -360,7 +361,7 @@ func (f *features) sync(ctx context.Context, dryRun bool) api.FeatureSync {
 	}
 	f.mu.Unlock()
 	log := f.s.log.WithFields(logrus.Fields{"nodes": out.Nodes, "drifted": out.Drifted, "calls": out.Calls,
-		"duration_ms": int64(out.Duration * 1000)})
+		"duration_ms": int64(out.Duration * 1000), "withheld": out.Withheld})
 	switch {
 	case err != nil:
 		log.WithError(err).Error("feature reconciliation failed")
@@ -382,6 +383,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		return fmt.Errorf("reading Slurm's nodes: %w", err)
 	}
 	f.setStates(nodes)
+	desired, out.Withheld = boundFeatureSets(nodes, placement.FeaturePrefix, desired, f.maxSets)
 	plan := slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired)
 	out.Nodes, out.Unchanged, out.Drifted = len(nodes), plan.Unchanged, plan.Drifted()
 	out.Commands = plan.Commands()
