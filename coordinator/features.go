@@ -153,6 +153,7 @@ type features struct {
 	heard hearing
 
 	mu     sync.Mutex
+	seen   *api.FeatureView // under mu: what the last published file says (view)
 	last   *api.FeatureSync
 	lastOK time.Time
 	retry  time.Time
@@ -410,7 +411,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		f.setStates(current)
 		err = res.Err()
 	}
-	if ferr := f.publish(current, now); ferr != nil {
+	if ferr := f.publish(current, now, f.defaultPartition(ctx)); ferr != nil {
 		f.m.errors.WithLabelValues("file").Inc()
 		err = errors.Join(err, ferr)
 	}
@@ -424,7 +425,12 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 // of slurmctld, and a file that stops being rewritten goes stale there. One
 // small file per interval costs little. synced is when the run began,
 // before it read Slurm: the lines are at least that recent.
-func (f *features) publish(nodes []slurm.Node, synced time.Time) error {
+//
+// The same nodes, with the default partition, become the view llmgw sbatch
+// asks for (GET /v1/placement?view=1), so that a submission does not ask
+// slurmctld for every node as the submitting user.
+func (f *features) publish(nodes []slurm.Node, synced time.Time, defaultPartition string) error {
+	f.keepView(nodes, synced, defaultPartition)
 	data := FeatureFile(nodes, synced, f.interval)
 	if err := catalog.WriteAtomic(f.file, data, 0o644); err != nil {
 		return fmt.Errorf("writing the feature file %s: %w", f.file, err)

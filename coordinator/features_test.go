@@ -127,7 +127,7 @@ func TestFeatureFileRewrittenEverySync(t *testing.T) {
 	f := &features{file: file, interval: 30 * time.Second}
 	nodes := []slurm.Node{{Name: "n1", Active: []string{"llmgw.m1"}, Partitions: []string{"debug"}}}
 	for _, at := range []int64{1000, 1031} {
-		if err := f.publish(nodes, time.Unix(at, 0)); err != nil {
+		if err := f.publish(nodes, time.Unix(at, 0), "debug"); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(file)

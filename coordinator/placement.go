@@ -137,6 +137,9 @@ func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return api.Errorf(api.CodeNotFound, "model %s is not in the catalog; 'llmgw models list' shows it", name)
 	}
+	if q.Get("view") != "" {
+		p.View = s.features.view()
+	}
 	writeJSON(w, http.StatusOK, p)
 	return nil
 }

@@ -29,9 +29,9 @@ carries the time its sync began (synced=, the coordinator's clock; keep the
 two hosts' clocks in step with NTP) and the interval, and no preference is
 added while the file is older than the last time this script saw slurmctld
 rebuild its tables, or older than two intervals (the coordinator is down or
-stuck); AdminComment says why. llmgw sbatch has no such window: it reads
-sinfo and retries without the preference; its jobs carry llmgw:composed in
-the comment and are left alone here.
+stuck); AdminComment says why. llmgw sbatch has no such window: it
+retries without the preference when Slurm refuses it; its jobs carry
+llmgw:composed in the comment and are left alone here.
 
 How the script sees a reconfigure (Slurm 22.05.8 on the dev cluster, and
 its source; the reproduction is below):
