@@ -73,7 +73,7 @@ const (
 
 	// DefaultFetchDeadline bounds how long a Prolog waits for weights. It
 	// must stay below slurm.conf's PrologEpilogTimeout: a Prolog killed by
-	// that timeout counts as failed and drains the node (slurm/FACTS.md §5),
+	// that timeout counts as failed and drains the node (docs/slurm/behaviour.md §5),
 	// whereas one that gives up by itself records why and exits 0. Slurm's
 	// default PrologEpilogTimeout is 65534 s; sites that set one usually set
 	// minutes, so the default is well under the usual ten.
