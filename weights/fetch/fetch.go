@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -272,7 +273,10 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
 	target := catalog.CachePathFor(f.CacheDir, source)
-	if p, ok, err := present(ctx, target, want); err != nil {
+	// Only the cheap check here: a file that must be hashed first is hashed
+	// by the shared call below, once however many callers ask at the same
+	// time.
+	if p, ok, _, err := present(ctx, target, want, false); err != nil {
 		return "", &Error{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
@@ -337,34 +341,38 @@ func (f *Fetcher) leave(target string, c *call) {
 // wants it. A file under the real name was verified against what its fetch
 // knew before it was renamed there, so the size is checked again cheaply.
 // A digest the caller expects is checked too, against the sha256 recorded
-// on the file when it was fetched, or, where none is recorded (fetched
-// without a digest, or a filesystem without user xattrs), by hashing the
-// file once and recording the result. A size or digest that differs means
-// the origin has published a new file, which is fetched (and renamed over
-// the old one only once it verifies).
-func present(ctx context.Context, target string, want Want) (string, bool, error) {
+// on the file when it was fetched (trusted only while the file's size and
+// mtime are those that were hashed), or, where none is, by hashing the file
+// once and recording the result — only when hash is set; without it a file
+// that would need hashing is reported absent, for the caller that hashes. A
+// size or digest that differs means the origin has published a new file,
+// which is fetched (and renamed over the old one only once it verifies).
+// sum is the file's digest when it was known or computed.
+func present(ctx context.Context, target string, want Want, hash bool) (path string, ok bool, sum string, err error) {
 	st, err := os.Stat(target)
 	switch {
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return "", false, nil // and MkdirAll will say what is wrong with the directory
+		return "", false, "", nil // and MkdirAll will say what is wrong with the directory
 	case err != nil:
-		return "", false, err
+		return "", false, "", err
 	case !st.Mode().IsRegular():
-		return "", false, fmt.Errorf("%s is in the cache but is not a regular file; remove it", target)
+		return "", false, "", fmt.Errorf("%s is in the cache but is not a regular file; remove it", target)
 	case want.Size > 0 && st.Size() != want.Size:
-		return "", false, nil
+		return "", false, "", nil
 	}
 	if want.SHA256 == "" {
-		return target, true, nil
+		return target, true, "", nil
 	}
-	sum := recordedSum(target)
+	sum = recordedSum(target)
 	if sum == "" {
-		if sum, err = fileSHA256(ctx, target); err != nil {
-			return "", false, err
+		if !hash {
+			return "", false, "", nil
 		}
-		recordSumAt(target, sum)
+		if sum, err = fileSHA256(ctx, target); err != nil {
+			return "", false, "", err
+		}
 	}
-	return target, sum == want.SHA256, nil
+	return target, sum == want.SHA256, sum, nil
 }
 
 // checkWant checks a fetched file against one caller's expectations. sum is
@@ -409,19 +417,32 @@ func (f *Fetcher) fetch(ctx context.Context, rem remote, target string, want Wan
 		return fail("lock", err)
 	}
 	defer unlock()
-	// Another process may have finished it while this one waited.
-	if p, ok, err := present(ctx, target, want); err != nil {
-		return fail("check", err)
-	} else if ok {
-		return p, "", nil
+	part := target + catalog.PartSuffix
+	for {
+		// Another process may have finished it while this one waited.
+		if p, ok, sum, err := present(ctx, target, want, true); err != nil {
+			return fail("check", err)
+		} else if ok {
+			return p, sum, nil
+		}
+		fh, err := f.lockPart(ctx, part)
+		if errors.Is(err, errPartMoved) {
+			continue
+		}
+		if err != nil {
+			return fail("lock", err)
+		}
+		d := &download{f: f, rem: rem, target: target, want: want, fh: fh, log: f.logger().WithField("source", rem.source)}
+		sum, err = d.run(ctx)
+		if err != nil {
+			d.dropEmptyPart()
+		}
+		fh.Close()
+		if err != nil {
+			return "", "", err
+		}
+		return target, sum, nil
 	}
-
-	d := &download{f: f, rem: rem, target: target, want: want, log: f.logger().WithField("source", rem.source)}
-	sum, err = d.run(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	return target, sum, nil
 }
 
 func (f *Fetcher) logger() logrus.FieldLogger {
@@ -502,21 +523,48 @@ func newClient(conns int, idle time.Duration) *http.Client {
 	}}
 }
 
-// fileSHA256 hashes a file, stopping early when ctx ends.
+// fileSHA256 hashes a file through one descriptor, stopping early when ctx
+// ends, and records the digest on it when the file did not change while it
+// was read.
 func fileSHA256(ctx context.Context, path string) (string, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer fh.Close()
+	before, err := fh.Stat()
+	if err != nil {
+		return "", err
+	}
+	sum, err := hashFD(ctx, fh)
+	if err != nil {
+		return "", err
+	}
+	if after, err := fh.Stat(); err == nil && after.Size() == before.Size() && after.ModTime().Equal(before.ModTime()) {
+		recordSum(fh, sum)
+	}
+	return sum, nil
+}
+
+// hashes counts whole-file hashes, so tests can see that a file is hashed
+// once however many callers want it checked.
+var hashes atomic.Int64
+
+// hashFD hashes the file open as fh from its start, stopping early when ctx
+// ends. Through the descriptor, not the name: what is hashed is then the
+// inode that is tagged and renamed, whatever the name points at meanwhile.
+func hashFD(ctx context.Context, fh *os.File) (string, error) {
+	hashes.Add(1)
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
+	var off int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		n, err := fh.Read(buf)
+		n, err := fh.ReadAt(buf, off)
 		h.Write(buf[:n])
+		off += int64(n)
 		if err == io.EOF {
 			return hex.EncodeToString(h.Sum(nil)), nil
 		}

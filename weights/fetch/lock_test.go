@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestHelperFetchProcess(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := f.Ensure(ctx, os.Getenv("LLMGW_TEST_SOURCE"), Want{})
+	p, err := f.Ensure(ctx, os.Getenv("LLMGW_TEST_SOURCE"), Want{SHA256: os.Getenv("LLMGW_TEST_SHA256")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
@@ -82,6 +83,80 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 		t.Errorf("neither process waited on the lock; the test did not overlap them:\n%s\n%s", outs[0], outs[1])
 	}
 	assertFile(t, strings.TrimPrefix(want, "PATH="), o.data)
+}
+
+// TestEnsureRaceOneCacheTwoSpellings: two processes fetch one source with
+// its sha256 into one cache directory, one through a symlink to it; and,
+// separately, with the same spelling but different lock directories (the
+// agent with its own run_dir beside a hand-run llmgw fetch). Both must
+// succeed with the right bytes, and the file the cache keeps must be the
+// right one, tagged as such. Before the lock was keyed on the directory's
+// identity and the .part itself guarded, the two wrote one .part at once
+// and one of them renamed or discarded it under the other.
+func TestEnsureRaceOneCacheTwoSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		symlink     bool
+		twoLockDirs bool
+	}{
+		{"dir and a symlink to it", true, false},
+		{"two lock directories", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newFakeOrigin(t, 1<<20)
+			o.set(func(o *fakeOrigin) { o.writeDelay = 20 * time.Millisecond })
+			dir := t.TempDir()
+			cache := filepath.Join(dir, "cache")
+			if err := os.Mkdir(cache, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			caches := []string{cache, cache}
+			if tc.symlink {
+				caches[1] = filepath.Join(dir, "cache-link")
+				if err := os.Symlink(cache, caches[1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			locks := []string{filepath.Join(dir, "locks"), filepath.Join(dir, "locks")}
+			if tc.twoLockDirs {
+				locks[1] = filepath.Join(dir, "run2", "locks")
+			}
+			start := func(i int) (*exec.Cmd, *bytes.Buffer) {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
+				cmd.Env = append(os.Environ(),
+					"LLMGW_TEST_FETCH_CHILD=1",
+					"LLMGW_TEST_CACHE="+caches[i],
+					"LLMGW_TEST_LOCKS="+locks[i],
+					"LLMGW_TEST_SOURCE="+o.url(),
+					"LLMGW_TEST_SHA256="+sha256Hex(o.data),
+				)
+				out := new(bytes.Buffer)
+				cmd.Stdout, cmd.Stderr = out, out
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				return cmd, out
+			}
+			first, out1 := start(0)
+			// The second starts once the first is well under way.
+			waitFor(t, "the first process to be past the middle", func() bool { return o.served.Load() > 3<<18 })
+			second, out2 := start(1)
+			if err := first.Wait(); err != nil {
+				t.Fatalf("first process: %v\n%s", err, out1)
+			}
+			target := catalog.CachePathFor(cache, o.url())
+			// Read at once: what a job given this path would read.
+			assertFile(t, target, o.data)
+			if err := second.Wait(); err != nil {
+				t.Fatalf("second process: %v\n%s", err, out2)
+			}
+			assertFile(t, target, o.data)
+			// Tagged as verified, and the tag is true.
+			if p, ok, _, err := present(context.Background(), target, Want{SHA256: sha256Hex(o.data)}, false); err != nil || !ok || p != target {
+				t.Errorf("present after the race = %q, %v, %v; want the file verified by its tag", p, ok, err)
+			}
+		})
+	}
 }
 
 // TestLockWaitsAndHonoursContext: a process waiting on another's lock gives
@@ -141,4 +216,50 @@ func TestPickLockDir(t *testing.T) {
 			t.Errorf("pickLockDir followed a planted symlink to %q", got)
 		}
 	})
+}
+
+// TestEnsureTagTrustedOnlyWhileUnchanged: a verified file that is written
+// afterwards (same size, new bytes) is not vouched for by its old tag; the
+// caller expecting the digest gets the right file again.
+func TestEnsureTagTrustedOnlyWhileUnchanged(t *testing.T) {
+	o := newFakeOrigin(t, 200<<10)
+	f := testFetcher(t)
+	want := Want{SHA256: sha256Hex(o.data)}
+	target := mustEnsure(t, f, o.url(), want)
+	fh, err := os.OpenFile(target, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt(make([]byte, 4096), 8192); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	assertFile(t, mustEnsure(t, f, o.url(), want), o.data)
+}
+
+// TestEnsureHashesOnceForConcurrentCallers: a cached file without a
+// recorded digest, asked for by eight callers expecting one, is read once.
+func TestEnsureHashesOnceForConcurrentCallers(t *testing.T) {
+	o := newFakeOrigin(t, 4<<20)
+	f := testFetcher(t)
+	target := mustEnsure(t, f, o.url(), Want{}) // no digest: no tag
+	before := hashes.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.Ensure(context.Background(), o.url(), Want{SHA256: sha256Hex(o.data)})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	if n := hashes.Load() - before; n != 1 {
+		t.Errorf("eight concurrent callers hashed %s %d times, want once", target, n)
+	}
 }

@@ -226,19 +226,15 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 		return "", &Error{Source: d.rem.source, Op: op, Err: err}
 	}
 	fresh := len(st.Done) == 0
+	fh := d.fh
 	if fresh {
-		if err := os.Remove(d.part); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := fh.Truncate(0); err != nil {
 			return fail("write", err)
 		}
 	}
-	if err := checkSpace(dir, st.Size-allocated(d.part)); err != nil {
+	if err := checkSpace(dir, st.Size-allocated(fh)); err != nil {
 		return fail("get", err)
 	}
-	fh, err := os.OpenFile(d.part, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fail("write", err)
-	}
-	defer fh.Close()
 	if err := preallocate(fh, st.Size); err != nil {
 		return fail("write", noSpace(err, dir, st.Size))
 	}
@@ -399,7 +395,7 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	if gaps := st.missing(); len(gaps) > 0 {
 		return "", fmt.Errorf("internal: %d ranges still missing", len(gaps))
 	}
-	return d.seal(ctx, fh, hashed, st.Size)
+	return d.seal(ctx, hashed, st.Size)
 }
 
 // fetchChunk fetches the bytes of c into fh at their offsets, resuming within

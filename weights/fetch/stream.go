@@ -28,15 +28,12 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	if err := checkSpace(filepath.Dir(d.part), st.Size-off); err != nil {
 		return "", &Error{Source: d.rem.source, Op: "get", Err: err}
 	}
-	flags := os.O_RDWR | os.O_CREATE
+	fh := d.fh
 	if off == 0 {
-		flags |= os.O_TRUNC
+		if err := fh.Truncate(0); err != nil {
+			return "", &Error{Source: d.rem.source, Op: "write", Err: err}
+		}
 	}
-	fh, err := os.OpenFile(d.part, flags, 0o644)
-	if err != nil {
-		return "", &Error{Source: d.rem.source, Op: "write", Err: err}
-	}
-	defer fh.Close()
 	// The state is written before any byte, so bytes on disk always have a
 	// recorded provenance. Without a validator there is nothing to record.
 	if st.validator() != "" {
@@ -122,7 +119,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		default:
 		}
 	}
-	return d.seal(ctx, fh, hashed, off)
+	return d.seal(ctx, hashed, off)
 }
 
 type hashResult struct {
