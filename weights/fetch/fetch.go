@@ -193,9 +193,16 @@ type Fetcher struct {
 	HFEndpoint string
 
 	// HFToken is sent to the hub for gated and private models (default
-	// $HF_TOKEN, else the token file huggingface-cli login writes; see
-	// hfToken). It is sent only to the hub's host, never logged.
+	// $HF_TOKEN, else $HF_TOKEN_PATH, else HFTokenFile, else the token file
+	// huggingface-cli login writes; see hfToken). It is sent only to the
+	// hub's scheme, host and port, never logged.
 	HFToken string
+
+	// HFTokenFile is a file holding the hub token (agent.toml's
+	// hf_token_file), read when neither $HF_TOKEN nor $HF_TOKEN_PATH is
+	// set: slurmd runs a Prolog with no $HOME, where huggingface-cli's
+	// file cannot be found.
+	HFTokenFile string
 
 	mu            sync.Mutex
 	inflight      map[string]*call

@@ -46,6 +46,7 @@ type fakeOrigin struct {
 	override      http.HandlerFunc
 	hub           bool   // act as the hub: /org/repo/resolve/REV/FILE redirects to the file
 	linkedEtag    string // the digest the hub publishes in X-Linked-Etag
+	redirectTo    string // the hub redirects to this base URL instead of its own
 
 	conns   atomic.Int32
 	served  atomic.Int64 // body bytes written
@@ -55,6 +56,7 @@ type fakeOrigin struct {
 
 type originReq struct {
 	Range, IfRange, Auth string
+	URI, AcceptEncoding  string // as sent: the path still escaped
 	Status               int
 }
 
@@ -116,7 +118,8 @@ func (o *fakeOrigin) set(f func(o *fakeOrigin)) {
 func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	data, etag, mod := o.data, o.etag, o.mod
-	rec := originReq{Range: r.Header.Get("Range"), IfRange: r.Header.Get("If-Range"), Auth: r.Header.Get("Authorization")}
+	rec := originReq{Range: r.Header.Get("Range"), IfRange: r.Header.Get("If-Range"), Auth: r.Header.Get("Authorization"),
+		URI: r.RequestURI, AcceptEncoding: r.Header.Get("Accept-Encoding")}
 	status := 0
 	if len(o.status) > 0 {
 		status, o.status = o.status[0], o.status[1:]
@@ -132,7 +135,7 @@ func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ignoreRange, ignoreIfRange, noLength, override := o.ignoreRange, o.ignoreIfRange, o.noLength, o.override
 	retryAfter, delay := o.retryAfter, o.writeDelay
-	hub, linkedEtag := o.hub, o.linkedEtag
+	hub, linkedEtag, redirectTo := o.hub, o.linkedEtag, o.redirectTo
 	idx := len(o.reqs)
 	o.reqs = append(o.reqs, rec)
 	o.mu.Unlock()
@@ -166,7 +169,7 @@ func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Linked-Etag", `"`+linkedEtag+`"`)
 		}
 		setStatus(http.StatusFound)
-		http.Redirect(w, r, "/cdn/model.gguf", http.StatusFound)
+		http.Redirect(w, r, redirectTo+"/cdn/model.gguf", http.StatusFound)
 		return
 	}
 	if r.URL.Path != "/model.gguf" && r.URL.Path != "/cdn/model.gguf" {

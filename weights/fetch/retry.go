@@ -128,7 +128,7 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 	// The timer covers the wait for headers too, so a custom Client without
 	// ResponseHeaderTimeout still cannot hang on a silent server.
 	b.timer = time.AfterFunc(b.idle, func() { b.idled.Store(true); cancel() })
-	resp, err := d.f.client().Do(req)
+	resp, err := d.client().Do(req)
 	if err != nil {
 		b.timer.Stop()
 		cancel()
@@ -138,6 +138,13 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 		return nil, err
 	}
 	b.resp = resp
+	// Accept-Encoding: identity asked for the stored bytes; an encoded body
+	// is not them, and its length and ranges are of something else.
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		b.Close()
+		return nil, fmt.Errorf("the origin answered with Content-Encoding: %s although asked for identity; "+
+			"its bytes are not the file's. Serve the file without encoding (e.g. exclude it from the server's gzip)", ce)
+	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
 		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode)}
 		if d.rem.url != d.rem.source {
@@ -153,6 +160,28 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 		return nil, se
 	}
 	return b, nil
+}
+
+// client is the Fetcher's client with one redirect rule added: the token
+// does not follow a redirect to another scheme, host or port
+// (stripCredentials). A shallow copy, so the configured client is not
+// changed and its transport and its own redirect policy still apply.
+func (d *download) client() *http.Client {
+	c := *d.f.client()
+	policy := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if stripCredentials(via[0].URL, req.URL) {
+			req.Header.Del("Authorization")
+		}
+		if policy != nil {
+			return policy(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // retryable reports whether asking again might work: the network, a server

@@ -75,7 +75,14 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}()
 	}
 	for retry := 0; ; {
-		n, err := d.copyAt(fh, b, off, -1, wrote)
+		// With a known size, a body that ends short of it is cut, whether
+		// the client noticed (Content-Length) or not (chunked): one rule
+		// with the parallel path, retried from where it stopped.
+		limit := int64(-1)
+		if st.Size >= 0 {
+			limit = st.Size - off
+		}
+		n, err := d.copyAt(fh, b, off, limit, wrote)
 		off += n
 		if err == nil {
 			break
