@@ -104,6 +104,24 @@ func (d *download) discard() {
 	d.done.Store(0)
 }
 
+// giveBack removes the .part of a fetch that ran out of space, and returns
+// err saying so. A fetch that cannot finish must not keep the disk full:
+// every other writer on the node, jobs and logs included, fails until the
+// space comes back, and waiting for an operator to free room for a resume
+// is worse than fetching those bytes again. Other errors pass through.
+func (d *download) giveBack(err error) error {
+	if !isNoSpace(err) {
+		return err
+	}
+	d.fh.Truncate(0)
+	if sameFile(d.fh, d.part) {
+		os.Remove(d.part)
+	}
+	os.Remove(d.statePath)
+	d.done.Store(0)
+	return fmt.Errorf("%w; the partial download was removed to give the space back", err)
+}
+
 // dropEmptyPart removes a .part that holds nothing, after a fetch that
 // failed: an empty file is no progress to resume from. It holds the .part's
 // flock, and removes the name only while it still points at the inode this

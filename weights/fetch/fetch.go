@@ -105,10 +105,14 @@ type Want struct {
 // returns it wrapped; test for it with errors.Is.
 var ErrNotLocal = errors.New("the weights are not on this node and the source is a path, which is never fetched")
 
-// ErrNoSpace reports that the cache's filesystem cannot hold a fetch, found
-// either before it started (from the announced size) or by ENOSPC during it.
-// Ensure returns it wrapped, with the sizes and the mount; test for it with
-// errors.Is. The partial file is kept, so freeing space and retrying resumes.
+// ErrNoSpace reports that the cache's filesystem cannot hold a fetch: found
+// before it started (the announced size against the free space less what
+// the fetches in flight on the node have claimed), by ENOSPC during it, or,
+// for an origin that gives no length, by reaching cache_reserve. Ensure
+// returns it wrapped, with the sizes and the mount; test for it with
+// errors.Is. A fetch refused up front keeps an earlier attempt's partial
+// file; one that ran out of space during the fetch removes its own, to give
+// the space back.
 var ErrNoSpace = errors.New("not enough disk space")
 
 // Error records a failed Ensure and the step that failed. Op is one of
@@ -203,6 +207,13 @@ type Fetcher struct {
 	// set: slurmd runs a Prolog with no $HOME, where huggingface-cli's
 	// file cannot be found.
 	HFTokenFile string
+
+	// CacheReserve is the free space, in bytes, a fetch from an origin that
+	// gives no length leaves on the cache's filesystem: it stops there
+	// rather than grow into the last blocks (default: 5% of the
+	// filesystem, at most 10 GB; negative: none). Fetches of a known size
+	// are checked against the space itself, before their first byte.
+	CacheReserve int64
 
 	mu            sync.Mutex
 	inflight      map[string]*call

@@ -34,14 +34,9 @@ const lockPoll = 100 * time.Millisecond
 // and two processes that spelled it differently must still exclude each
 // other, or one truncates the .part the other is writing.
 func (f *Fetcher) lock(ctx context.Context, target string) (func(), error) {
-	dir := f.LockDir
-	if dir == "" {
-		var err error
-		if dir, err = defaultLockDir(); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("lock directory: %w", err)
+	dir, err := f.lockDir()
+	if err != nil {
+		return nil, err
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(filepath.Dir(target), &st); err != nil {
@@ -64,6 +59,17 @@ func (f *Fetcher) lock(ctx context.Context, target string) (func(), error) {
 		unix.Flock(int(fh.Fd()), unix.LOCK_UN)
 		fh.Close()
 	}, nil
+}
+
+// lockDir is LockDir, created if need be, or the default.
+func (f *Fetcher) lockDir() (string, error) {
+	if f.LockDir == "" {
+		return defaultLockDir()
+	}
+	if err := os.MkdirAll(f.LockDir, 0o755); err != nil {
+		return "", fmt.Errorf("lock directory: %w", err)
+	}
+	return f.LockDir, nil
 }
 
 // flockWait takes an exclusive flock on fh, polling until ctx ends, and logs

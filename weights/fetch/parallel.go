@@ -232,11 +232,13 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 			return fail("write", err)
 		}
 	}
-	if err := checkSpace(dir, st.Size-allocated(fh)); err != nil {
+	release, err := d.claimSpace(ctx, st.Size-allocated(fh), st.Size)
+	if err != nil {
 		return fail("get", err)
 	}
+	defer release()
 	if err := preallocate(fh, st.Size); err != nil {
-		return fail("write", noSpace(err, dir, st.Size))
+		return fail("write", d.giveBack(noSpace(err, dir, st.Size)))
 	}
 	st.Parallel = true
 	if err := st.save(d.statePath); err != nil {
@@ -388,7 +390,7 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	if firstErr != nil {
 		var we *writeError
 		if errors.As(firstErr, &we) {
-			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, dir, st.Size-st.doneBytes())}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: d.giveBack(noSpace(we.err, dir, st.Size-st.doneBytes()))}
 		}
 		return "", firstErr
 	}

@@ -25,8 +25,16 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}
 	}()
 	d.total.Store(st.Size)
-	if err := checkSpace(filepath.Dir(d.part), st.Size-off); err != nil {
+	release, err := d.claimSpace(ctx, st.Size-off, st.Size)
+	if err != nil {
 		return "", &Error{Source: d.rem.source, Op: "get", Err: err}
+	}
+	defer release()
+	// Without a length nothing could be claimed up front: the stream
+	// watches the free space instead, and stops at the reserve.
+	reserve := int64(-1)
+	if st.Size < 0 {
+		reserve = d.f.reserve(filepath.Dir(d.part))
 	}
 	fh := d.fh
 	if off == 0 {
@@ -55,13 +63,17 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	)
 	frontier.Store(off)
 	wb := &writeBehind{fd: int(fh.Fd()), from: off}
-	wrote := func(end int64) {
+	wrote := func(end int64) error {
 		wb.wrote(end)
 		frontier.Store(end)
 		select {
 		case poke <- struct{}{}:
 		default:
 		}
+		if reserve >= 0 {
+			return d.checkReserve(reserve)
+		}
+		return nil
 	}
 	if d.expectedSum() != "" {
 		hctx, hcancel := context.WithCancel(ctx)
@@ -92,7 +104,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}
 		var we *writeError
 		if errors.As(err, &we) {
-			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, filepath.Dir(d.part), st.Size-off)}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: d.giveBack(noSpace(we.err, filepath.Dir(d.part), st.Size-off))}
 		}
 		if n > 0 {
 			retry = 0 // progress: the budget is for a connection that gets nowhere

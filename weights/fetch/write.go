@@ -20,7 +20,9 @@ func (e *writeError) Unwrap() error { return e.err }
 // large writes (a pwrite per network read would be tens of
 // thousands of syscalls a second). It returns the bytes written; a body that
 // ends before limit is io.ErrUnexpectedEOF.
-func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end int64)) (int64, error) {
+//
+// An error from wrote stops the copy as a failed write.
+func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end int64) error) (int64, error) {
 	buf := make([]byte, 1<<20)
 	var written int64
 	for {
@@ -39,7 +41,9 @@ func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end
 			written += int64(n)
 			d.done.Add(int64(n))
 			if wrote != nil {
-				wrote(off + written)
+				if err := wrote(off + written); err != nil {
+					return written, &writeError{err}
+				}
 			}
 		}
 		if rerr == io.EOF {
