@@ -44,10 +44,13 @@ func TestHelperFetchProcess(t *testing.T) {
 
 // TestEnsureOneFetchPerNode runs two processes fetching the same source into
 // the same cache, as two Slurm prologs on one node do: the origin must see
-// one download, and both must get the file.
+// one download, and both must get the file. The origin holds the first
+// download half way until the second process says it is waiting on the
+// lock, so the two overlap by construction, not by timing.
 func TestEnsureOneFetchPerNode(t *testing.T) {
 	o := newFakeOrigin(t, 1<<20)
-	o.set(func(o *fakeOrigin) { o.writeDelay = 30 * time.Millisecond }) // ~1 s, so the two overlap
+	release := make(chan struct{})
+	o.set(func(o *fakeOrigin) { o.override = heldOrigin(o, 512<<10, release) })
 	dir := t.TempDir()
 	env := append(os.Environ(),
 		"LLMGW_TEST_FETCH_CHILD=1",
@@ -56,17 +59,24 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 		"LLMGW_TEST_SOURCE="+o.url(),
 	)
 	var cmds []*exec.Cmd
-	var outs []*bytes.Buffer
-	for range 2 {
+	var outs []*lockedBuffer
+	start := func() {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
 		cmd.Env = env
-		out := new(bytes.Buffer)
+		out := new(lockedBuffer)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
+	start()
+	waitFor(t, "the first process to be half way", func() bool { return o.served.Load() >= 512<<10 })
+	start()
+	waitFor(t, "the second process to wait on the lock", func() bool {
+		return strings.Contains(outs[1].String(), "another process on this node is fetching")
+	})
+	close(release)
 	want := "PATH=" + catalog.CachePathFor(filepath.Join(dir, "cache"), o.url())
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
@@ -79,10 +89,26 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 	if n := len(o.requests()); n != 1 {
 		t.Errorf("two processes made %d requests; the second must wait and find the file", n)
 	}
-	if !strings.Contains(outs[0].String()+outs[1].String(), "another process on this node is fetching") {
-		t.Errorf("neither process waited on the lock; the test did not overlap them:\n%s\n%s", outs[0], outs[1])
-	}
 	assertFile(t, strings.TrimPrefix(want, "PATH="), o.data)
+}
+
+// lockedBuffer is a bytes.Buffer a child process writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestEnsureRaceOneCacheTwoSpellings: two processes fetch one source with

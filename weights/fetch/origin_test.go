@@ -340,3 +340,27 @@ func assertAbsent(t *testing.T, path string) {
 		t.Fatalf("%s exists; a failed fetch must leave nothing under the real name", path)
 	}
 }
+
+// heldOrigin serves the whole file (200, with its length and ETag), holding
+// it after the first at bytes until release is closed or the client goes
+// away: a fetch that is under way for exactly as long as the test needs.
+func heldOrigin(o *fakeOrigin, at int, release <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		data := o.data
+		o.mu.Unlock()
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(200)
+		m, _ := w.Write(data[:at])
+		o.served.Add(int64(m))
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		m, _ = w.Write(data[at:])
+		o.served.Add(int64(m))
+	}
+}
