@@ -83,6 +83,7 @@ func prologCmd(ctx context.Context, e *env, args []string) error {
 			Connections:  cfg.Connections,
 			HFTokenFile:  cfg.HFTokenFile,
 			CacheReserve: cfg.CacheReserve,
+			MinSpeed:     cfg.FetchMinSpeed,
 			Log:          hookLogger(e),
 		},
 		Slurm: &slurm.Runner{},

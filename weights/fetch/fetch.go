@@ -60,6 +60,12 @@ const (
 	// DefaultParallelMin is the smallest file fetched with more than one
 	// connection. Below it the extra requests cost more than they save.
 	DefaultParallelMin = 64 << 20
+	// DefaultMinSpeed is the slowest a connection may be, over an
+	// IdleTimeout window, before it is dropped: 64 KiB/s. A connection that
+	// slow on a cluster's link is a stuck CDN node or a trickling proxy, not
+	// a slow network, and a fresh connection usually does better; it is low
+	// enough that a genuinely slow origin is still fetched.
+	DefaultMinSpeed = 64 << 10
 	// DefaultProgressInterval is how often OnProgress is called.
 	DefaultProgressInterval = time.Second
 )
@@ -214,6 +220,13 @@ type Fetcher struct {
 	// filesystem, at most 10 GB; negative: none). Fetches of a known size
 	// are checked against the space itself, before their first byte.
 	CacheReserve int64
+
+	// MinSpeed drops a connection that delivers fewer bytes a second than
+	// this over an IdleTimeout window, like aria2's --lowest-speed-limit
+	// (default DefaultMinSpeed; negative: never). A parallel fetch hands
+	// the dropped connection's range to the next free connection; a single
+	// stream reconnects and resumes.
+	MinSpeed int64
 
 	mu            sync.Mutex
 	inflight      map[string]*call
@@ -493,6 +506,13 @@ func (f *Fetcher) retries() int {
 		return DefaultRetries
 	}
 	return f.Retries
+}
+
+func (f *Fetcher) minSpeed() int64 {
+	if f.MinSpeed < 0 {
+		return 0
+	}
+	return positiveOr(f.MinSpeed, DefaultMinSpeed)
 }
 
 func (f *Fetcher) retryWait() time.Duration { return positiveOr(f.RetryWait, DefaultRetryWait) }

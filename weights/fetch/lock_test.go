@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,11 +27,15 @@ func TestHelperFetchProcess(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
+	num := func(k string) int64 { n, _ := strconv.ParseInt(os.Getenv(k), 10, 64); return n }
 	f := &Fetcher{
 		CacheDir:    os.Getenv("LLMGW_TEST_CACHE"),
 		LockDir:     os.Getenv("LLMGW_TEST_LOCKS"),
 		IdleTimeout: 5 * time.Second,
 		Log:         log,
+		Connections: int(num("LLMGW_TEST_CONNS")),
+		ParallelMin: num("LLMGW_TEST_PARALLEL_MIN"),
+		ChunkSize:   num("LLMGW_TEST_CHUNK"),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -287,5 +292,60 @@ func TestEnsureHashesOnceForConcurrentCallers(t *testing.T) {
 	}
 	if n := hashes.Load() - before; n != 1 {
 		t.Errorf("eight concurrent callers hashed %s %d times, want once", target, n)
+	}
+}
+
+// TestEnsureResumeKeepsProgressWithinChunks kills a fetch (kill -9, as the
+// Prolog's timeout or an OOM does) half way, single-stream and parallel,
+// with every connection in the middle of its only chunk, and lets a second
+// process finish it. The origin must have served at most 1.05× the file in
+// all: a resume that kept only whole chunks served 1.5× here.
+func TestEnsureResumeKeepsProgressWithinChunks(t *testing.T) {
+	const size = 64 << 20
+	for _, tc := range []struct {
+		name  string
+		conns int
+	}{
+		{"single stream", 1},
+		{"parallel", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newFakeOrigin(t, size)
+			o.set(func(o *fakeOrigin) { o.writeDelay = 2 * time.Millisecond })
+			dir := t.TempDir()
+			env := append(os.Environ(),
+				"LLMGW_TEST_FETCH_CHILD=1",
+				"LLMGW_TEST_CACHE="+filepath.Join(dir, "cache"),
+				"LLMGW_TEST_LOCKS="+filepath.Join(dir, "locks"),
+				"LLMGW_TEST_SOURCE="+o.url(),
+				"LLMGW_TEST_SHA256="+sha256Hex(o.data),
+				fmt.Sprint("LLMGW_TEST_CONNS=", tc.conns),
+				fmt.Sprint("LLMGW_TEST_PARALLEL_MIN=", 1<<20),
+				fmt.Sprint("LLMGW_TEST_CHUNK=", size/4),
+			)
+			run := func() *exec.Cmd {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
+				cmd.Env = env
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				return cmd
+			}
+			first := run()
+			waitFor(t, "half the file served", func() bool { return o.served.Load() >= size/2 })
+			first.Process.Kill()
+			first.Wait()
+			killedAt := o.served.Load()
+			second := run()
+			if err := second.Wait(); err != nil {
+				t.Fatalf("resuming process: %v", err)
+			}
+			assertFile(t, catalog.CachePathFor(filepath.Join(dir, "cache"), o.url()), o.data)
+			served := o.served.Load()
+			t.Logf("killed at %.2f of the file; served %.3f× the file in all", float64(killedAt)/size, float64(served)/size)
+			if float64(served) > 1.05*size {
+				t.Errorf("the origin served %d bytes for a %d-byte file after one kill (%.2f×); want at most 1.05×", served, size, float64(served)/size)
+			}
+		})
 	}
 }

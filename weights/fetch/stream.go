@@ -106,8 +106,9 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		if errors.As(err, &we) {
 			return "", &Error{Source: d.rem.source, Op: "write", Err: d.giveBack(noSpace(we.err, filepath.Dir(d.part), st.Size-off))}
 		}
-		if n > 0 {
-			retry = 0 // progress: the budget is for a connection that gets nowhere
+		var slow errSlow
+		if n > 0 && !errors.As(err, &slow) {
+			retry = 0 // progress: the budget is for a connection that gets nowhere, or a trickle
 		}
 		if retry++; retry > d.f.retries() {
 			return "", err
