@@ -186,23 +186,24 @@ func (f *Fetcher) reserve(dir string) int64 {
 	return min(int64(float64(r.Total)*DefaultReserveShare), DefaultReserveMax)
 }
 
-// checkReserve stops a stream without a length that has reached the reserve.
-func (d *download) checkReserve(reserve int64) error {
+// checkReserve stops a stream without a length that has reached the
+// reserve; otherwise it returns how far off the reserve is.
+func (d *download) checkReserve(reserve int64) (margin int64, err error) {
 	dir := filepath.Dir(d.part)
 	free, mount, err := statfsFree(dir)
 	if err != nil {
-		return nil
+		return 0, nil
 	}
 	others := int64(0)
 	if b, err := d.f.openBook(context.Background(), dir); err == nil {
 		others, _ = b.others(d.part)
 		b.close()
 	}
-	if free-others <= reserve {
-		return fmt.Errorf("%w: the origin gave no length and %s is down to its cache_reserve of %s (%s free, %s claimed by other fetches)",
+	if margin = free - others - reserve; margin <= 0 {
+		return 0, fmt.Errorf("%w: the origin gave no length and %s is down to its cache_reserve of %s (%s free, %s claimed by other fetches)",
 			ErrNoSpace, mount, catalog.FormatBytes(reserve), catalog.FormatBytes(free), catalog.FormatBytes(others))
 	}
-	return nil
+	return margin, nil
 }
 
 // isNoSpace reports whether err is the disk running out: ENOSPC, or a

@@ -32,7 +32,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	defer release()
 	// Without a length nothing could be claimed up front: the stream
 	// watches the free space instead, and stops at the reserve.
-	reserve := int64(-1)
+	reserve, nextCheck := int64(-1), int64(0)
 	if st.Size < 0 {
 		reserve = d.f.reserve(filepath.Dir(d.part))
 	}
@@ -70,8 +70,12 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		case poke <- struct{}{}:
 		default:
 		}
-		if reserve >= 0 {
-			return d.checkReserve(reserve)
+		if reserve >= 0 && end >= nextCheck {
+			margin, err := d.checkReserve(reserve)
+			// Far from the reserve, look again only when half the margin
+			// is used; close to it, at every write.
+			nextCheck = end + margin/2
+			return err
 		}
 		return nil
 	}
