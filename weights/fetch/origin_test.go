@@ -47,6 +47,9 @@ type fakeOrigin struct {
 	hub           bool   // act as the hub: /org/repo/resolve/REV/FILE redirects to the file
 	linkedEtag    string // the digest the hub publishes in X-Linked-Etag
 	redirectTo    string // the hub redirects to this base URL instead of its own
+	// smallSendBuf gives each new connection a 64 KiB send buffer, so that
+	// "served" counts little that is still in the kernel, not yet received.
+	smallSendBuf bool
 
 	conns   atomic.Int32
 	served  atomic.Int64 // body bytes written
@@ -65,9 +68,15 @@ func newFakeOrigin(t *testing.T, size int) *fakeOrigin {
 	o := &fakeOrigin{t: t, release: make(chan struct{})}
 	o.setData(randomBytes(t, size), `"v1"`)
 	o.srv = httptest.NewUnstartedServer(http.HandlerFunc(o.serve))
-	o.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+	o.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			o.conns.Add(1)
+			o.mu.Lock()
+			small := o.smallSendBuf
+			o.mu.Unlock()
+			if tc, ok := c.(*net.TCPConn); ok && small {
+				tc.SetWriteBuffer(64 << 10)
+			}
 		}
 	}
 	o.srv.Start()
