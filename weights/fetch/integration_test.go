@@ -48,19 +48,23 @@ func TestFetchIntegrationNoSpace(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		noLength bool
+		reserve  int64
 		say      string
 	}{
 		// The origin announces 2 MiB: refused before the download.
-		{"announced size", false, "needs 2.1 MB, 1.0 MB free on " + mnt},
+		{"announced size", false, -1, "needs 2.1 MB, 1.0 MB free on " + mnt},
 		// No length and no reserve: the disk fills during the fetch.
-		{"ENOSPC during the fetch", true, "the disk filled during the fetch, 0 B free on " + mnt},
+		{"ENOSPC during the fetch", true, -1, "the disk filled during the fetch, 0 B free on " + mnt},
+		// No length, a reserve: the stream stops there, short of ENOSPC,
+		// instead of growing into the last blocks.
+		{"no length stops at the reserve", true, 512 << 10, mnt + " is down to its cache_reserve of 524 kB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := newFakeOrigin(t, 2<<20)
 			o.noLength = tc.noLength
 			f := testFetcher(t)
 			f.CacheDir = filepath.Join(mnt, tc.name)
-			f.CacheReserve = -1
+			f.CacheReserve = tc.reserve
 			if err := os.Mkdir(f.CacheDir, 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -125,34 +129,5 @@ func TestFetchIntegrationSpaceClaimed(t *testing.T) {
 	assertAbsent(t, catalog.CachePathFor(fb.CacheDir, b.url())+catalog.PartSuffix)
 	if free, want := bavail(t, mnt), int64(3<<20)-int64(2<<20); free < want-64<<10 {
 		t.Errorf("%d bytes free after, want about %d: only the first file may hold space", free, want)
-	}
-}
-
-// TestFetchIntegrationNoLengthStopsAtReserve: a stream without a length
-// stops when the filesystem is down to cache_reserve, instead of growing into
-// the last blocks, and gives its space back.
-func TestFetchIntegrationNoLengthStopsAtReserve(t *testing.T) {
-	mnt := fetchDisk(t, "4m")
-	o := newFakeOrigin(t, 8<<20)
-	o.noLength = true
-	f := testFetcher(t)
-	f.CacheDir = filepath.Join(mnt, "cache")
-	f.CacheReserve = 1 << 20
-	if err := os.Mkdir(f.CacheDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	before := bavail(t, mnt)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, err := f.Ensure(ctx, o.url(), Want{})
-	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "cache_reserve") {
-		t.Fatalf("Ensure = %v; want ErrNoSpace naming cache_reserve", err)
-	}
-	if after := bavail(t, mnt); after != before {
-		t.Errorf("free space %d before, %d after; the stopped fetch must give its space back", before, after)
-	}
-	// It stopped at the reserve, not at ENOSPC.
-	if strings.Contains(err.Error(), "the disk filled") {
-		t.Errorf("the stream ran the disk full: %v", err)
 	}
 }

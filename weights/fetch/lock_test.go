@@ -66,13 +66,7 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 	var cmds []*exec.Cmd
 	var outs []*lockedBuffer
 	start := func() {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
-		cmd.Env = env
-		out := new(lockedBuffer)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, out := startChild(t, env)
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
 	start()
@@ -95,6 +89,21 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 		t.Errorf("two processes made %d requests; the second must wait and find the file", n)
 	}
 	assertFile(t, strings.TrimPrefix(want, "PATH="), o.data)
+}
+
+// startChild runs TestHelperFetchProcess in a new process with env (which
+// must set LLMGW_TEST_FETCH_CHILD=1 and the LLMGW_TEST_* it reads), its
+// output collected.
+func startChild(t *testing.T, env []string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
+	cmd.Env = env
+	out := new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
 }
 
 // lockedBuffer is a bytes.Buffer a child process writes while the test
@@ -152,21 +161,14 @@ func TestEnsureRaceOneCacheTwoSpellings(t *testing.T) {
 			if tc.twoLockDirs {
 				locks[1] = filepath.Join(dir, "run2", "locks")
 			}
-			start := func(i int) (*exec.Cmd, *bytes.Buffer) {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
-				cmd.Env = append(os.Environ(),
+			start := func(i int) (*exec.Cmd, *lockedBuffer) {
+				return startChild(t, append(os.Environ(),
 					"LLMGW_TEST_FETCH_CHILD=1",
 					"LLMGW_TEST_CACHE="+caches[i],
 					"LLMGW_TEST_LOCKS="+locks[i],
 					"LLMGW_TEST_SOURCE="+o.url(),
 					"LLMGW_TEST_SHA256="+sha256Hex(o.data),
-				)
-				out := new(bytes.Buffer)
-				cmd.Stdout, cmd.Stderr = out, out
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return cmd, out
+				))
 			}
 			first, out1 := start(0)
 			// The second starts once the first is well under way.
@@ -328,22 +330,14 @@ func TestEnsureResumeKeepsProgressWithinChunks(t *testing.T) {
 				fmt.Sprint("LLMGW_TEST_PARALLEL_MIN=", 1<<20),
 				fmt.Sprint("LLMGW_TEST_CHUNK=", size/4),
 			)
-			run := func() *exec.Cmd {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
-				cmd.Env = env
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return cmd
-			}
-			first := run()
+			first, _ := startChild(t, env)
 			waitFor(t, "half the file served", func() bool { return o.served.Load() >= size/2 })
 			first.Process.Kill()
 			first.Wait()
 			killedAt := o.served.Load()
-			second := run()
+			second, out := startChild(t, env)
 			if err := second.Wait(); err != nil {
-				t.Fatalf("resuming process: %v", err)
+				t.Fatalf("resuming process: %v\n%s", err, out)
 			}
 			assertFile(t, catalog.CachePathFor(filepath.Join(dir, "cache"), o.url()), o.data)
 			served := o.served.Load()
