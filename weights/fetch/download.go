@@ -140,9 +140,14 @@ func (d *download) attempt(ctx context.Context) (string, error) {
 	if fi, err := d.fh.Stat(); err == nil {
 		partSize = fi.Size()
 	}
-	if st == nil || partSize < 0 || (!st.Parallel && partSize > st.Size && st.Size >= 0) {
+	if st == nil || partSize < 0 || (!st.Parallel && partSize > st.Size && st.Size >= 0) ||
+		(st.Parallel && partSize != st.Size) {
 		// Bytes of unknown provenance: without a validator there is no way
-		// to ask the origin whether they are still the file's.
+		// to ask the origin whether they are still the file's. A parallel
+		// .part is preallocated to its size before its record is first
+		// saved, so one of another length is not the .part the record
+		// describes (it was removed, or emptied by giveBack, and created
+		// anew): its "finished" ranges would be zeros.
 		st = nil
 		d.discard()
 	}

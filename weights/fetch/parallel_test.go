@@ -309,3 +309,30 @@ func TestEnsureParallelDropsTrickle(t *testing.T) {
 		t.Fatal("the trickle never ran; the test tested nothing")
 	}
 }
+
+// TestEnsureParallelStateWithoutItsPart: the record of finished chunks is
+// about the bytes of one .part. When that .part is gone (an operator removed
+// it to force a fresh fetch, or a kill fell between the two removals of
+// giveBack or dropEmptyPart), a new empty .part holds none of them, and a
+// fetch that trusted the record would fill only the other ranges and rename
+// a file whose "finished" ranges are zeros: with no digest to check, that
+// corrupt file would be served as the model.
+func TestEnsureParallelStateWithoutItsPart(t *testing.T) {
+	o := newFakeOrigin(t, 8<<20)
+	o.stallAt, o.stalls = 5<<20+100, -1
+	f := testFetcher(t)
+	f.Connections, f.ParallelMin, f.ChunkSize = 4, 1<<20, 1<<20
+	f.IdleTimeout, f.Retries, f.MinSpeed = 300*time.Millisecond, -1, -1
+	failedFetch(t, f, o.url(), Want{}, "no data received")
+
+	target := catalog.CachePathFor(f.CacheDir, o.url())
+	if _, err := os.Stat(target + catalog.RangesSuffix); err != nil {
+		t.Fatalf("no range state after a failed parallel fetch: %v", err)
+	}
+	if err := os.Remove(target + catalog.PartSuffix); err != nil {
+		t.Fatal(err)
+	}
+
+	o.set(func(o *fakeOrigin) { o.stalls = 0 })
+	assertFile(t, mustEnsure(t, f, o.url(), Want{}), o.data)
+}
