@@ -56,6 +56,9 @@ type Server struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// trust judges MUNGE credentials (auth.go); nil when munge is off.
+	trust *trust
+
 	// features is the Slurm feature reconciler; nil when it is off.
 	features *features
 	// notifySocket is $NOTIFY_SOCKET: under systemd (Type=notify) Serve
@@ -93,6 +96,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	}
 	s.dbOK.Store(true)
 	s.metrics = newMetrics(s)
+	if err := s.initTrust(ctx); err != nil {
+		return nil, err
+	}
 	if cfg.Features {
 		s.features = newFeatures(s)
 	}
@@ -241,7 +247,7 @@ func (s *Server) route(mux *http.ServeMux, pattern string, need role, h handlerF
 		id := uuid.NewString()
 		w.Header().Set("X-Request-Id", id)
 		sw := &statusWriter{ResponseWriter: w}
-		err := s.authorize(r, need)
+		r, err := s.authenticate(r, need)
 		if err == nil {
 			err = h(sw, r)
 		}

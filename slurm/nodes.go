@@ -22,6 +22,9 @@ type Node struct {
 	// (without the '*' sinfo's text output marks the default one with).
 	// Nil when it is in none.
 	Partitions []string
+	// Addr and Hostname are the node's NodeAddr and NodeHostname: where
+	// its daemons, and so its munged, speak from.
+	Addr, Hostname string
 }
 
 // Nodes lists the cluster's nodes, each once, in sinfo's order, from
@@ -48,6 +51,8 @@ type sinfoJSON struct {
 		State          string   `json:"state"`
 		StateFlags     []string `json:"state_flags"`
 		Partitions     []string `json:"partitions"`
+		Address        string   `json:"address"`
+		Hostname       string   `json:"hostname"`
 	} `json:"nodes"`
 }
 
@@ -85,6 +90,8 @@ func ParseNodesJSON(out []byte) ([]Node, error) {
 			Active:     splitFeatures(n.ActiveFeatures),
 			State:      stateLong(n.State, n.StateFlags),
 			Partitions: parts,
+			Addr:       n.Address,
+			Hostname:   n.Hostname,
 		})
 	}
 	return nodes, nil

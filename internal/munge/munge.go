@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/llmgw/llmgw/api"
 )
 
 // DefaultSocket is munged's socket when nothing else is configured.
@@ -75,4 +77,17 @@ func New(socket string) Codec {
 		return c
 	}
 	return &Programs{Path: socket}
+}
+
+// Authenticator authenticates API requests with a credential from Codec:
+// an api.Authenticator.
+type Authenticator struct{ Codec Codec }
+
+// Authorization encodes the request's api.MungePayload.
+func (a Authenticator) Authorization(ctx context.Context, method, requestURI string, body []byte) (string, error) {
+	cred, err := a.Codec.Encode(ctx, api.MungePayload(method, requestURI, body))
+	if err != nil {
+		return "", err
+	}
+	return api.MungeScheme + " " + cred, nil
 }

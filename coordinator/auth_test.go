@@ -1,0 +1,216 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/internal/munge/mungetest"
+)
+
+// fixedNodes stands in for Slurm's node list, which needs a cluster: the
+// list is pure data, the credentials checked against it are real.
+type fixedNodes struct {
+	nodes []KnownNode
+	reads atomic.Int64
+}
+
+func (f *fixedNodes) KnownNodes(context.Context) ([]KnownNode, error) {
+	f.reads.Add(1)
+	return f.nodes, nil
+}
+
+// mungeEnv is a coordinator with MUNGE on, its own munged at 127.0.0.1,
+// and two nodes, n1 at 127.0.0.2 and n2 at 127.0.0.3, each with its own
+// munged (one key for all, as in a cluster).
+type mungeEnv struct {
+	*testEnv
+	n1, n2 munge.Codec
+	nodes  *fixedNodes
+}
+
+// slurmUserUID is the test's SlurmUser: daemon, uid 1 on Debian.
+const slurmUserUID = 1
+
+func newMungeEnv(t *testing.T) *mungeEnv {
+	realm := mungetest.New(t)
+	coord := realm.Start("127.0.0.1")
+	m := &mungeEnv{n1: realm.Start("127.0.0.2"), n2: realm.Start("127.0.0.3")}
+	m.nodes = &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}, {"n2", []string{"127.0.0.3", "localhost-none.invalid"}}}}
+	cfg := Config{MungeSocket: coord.Socket(), Nodes: m.nodes, SlurmUser: fmt.Sprint(slurmUserUID)}
+	m.testEnv = newEnv(t, cfg, testTokens)
+	return m
+}
+
+// as is a client authenticating with codec's munged as root.
+func (m *mungeEnv) as(codec munge.Codec) *api.Client {
+	return &api.Client{BaseURL: m.url, Auth: munge.Authenticator{Codec: codec}}
+}
+
+// raw sends one request with the Authorization header given.
+func (m *mungeEnv) raw(t *testing.T, method, path string, body []byte, auth string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, m.url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// credFor makes a credential as uid on codec's host for exactly this request.
+func credFor(t *testing.T, codec munge.Codec, uid uint32, method, path string, body []byte) string {
+	return api.MungeScheme + " " + mungetest.EncodeAs(t, codec, uid, uid, api.MungePayload(method, path, body))
+}
+
+func (m *mungeEnv) nodeNames(t *testing.T) []string {
+	t.Helper()
+	nodes, err := m.db.Nodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// wantDenied checks err is the one refusal every failed check gives.
+func wantDenied(t *testing.T, what string, err error) {
+	t.Helper()
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != 401 || ae.Message != errDenied.Message {
+		t.Errorf("%s: %v, want the one refusal (401 %q)", what, err, errDenied.Message)
+	}
+}
+
+func TestMungeReportFromItsOwnNode(t *testing.T) {
+	m := newMungeEnv(t)
+	ans, err := m.as(m.n1).PostReport(context.Background(), report("n1", "", 1))
+	if err != nil || ans.Result != "stored" {
+		t.Fatalf("n1's report with n1's credential: %+v, %v", ans, err)
+	}
+	if got := m.nodeNames(t); len(got) != 1 || got[0] != "n1" {
+		t.Errorf("nodes stored: %v, want [n1]", got)
+	}
+}
+
+func TestMungeNodeCannotSpeakForAnother(t *testing.T) {
+	m := newMungeEnv(t)
+	_, err := m.as(m.n1).PostReport(context.Background(), report("n2", "", 1))
+	wantDenied(t, "n1's root credential posting n2's report", err)
+	if got := m.nodeNames(t); len(got) != 0 {
+		t.Errorf("nodes stored: %v, want none", got)
+	}
+	// And a gc answer for n2 from n1 is refused the same way.
+	body, _ := json.Marshal(api.GCAnswer{Node: "n2"})
+	path := "/v1/gc/00000000-0000-0000-0000-000000000000/answers"
+	code, text := m.raw(t, http.MethodPost, path, body, credFor(t, m.n1, 0, http.MethodPost, path, body))
+	if code != 401 {
+		t.Errorf("n1 answering gc for n2: %d %s, want 401", code, text)
+	}
+}
+
+func TestMungeReplayedCredentialRefused(t *testing.T) {
+	m := newMungeEnv(t)
+	body, _ := json.Marshal(report("n1", "", 1))
+	auth := credFor(t, m.n1, 0, http.MethodPost, "/v1/reports", body)
+	if code, text := m.raw(t, http.MethodPost, "/v1/reports", body, auth); code != http.StatusAccepted {
+		t.Fatalf("first use of the credential: %d %s", code, text)
+	}
+	// A later report (seq 2) would be stored if the credential were taken.
+	code, text := m.raw(t, http.MethodPost, "/v1/reports", body, auth)
+	if code != 401 {
+		t.Errorf("the same credential again: %d %s, want 401", code, text)
+	}
+	// Nor may a captured credential carry another body.
+	body2, _ := json.Marshal(report("n1", "", 2))
+	auth2 := credFor(t, m.n1, 0, http.MethodPost, "/v1/reports", body)
+	if code, text := m.raw(t, http.MethodPost, "/v1/reports", body2, auth2); code != 401 {
+		t.Errorf("a fresh credential made for another body: %d %s, want 401", code, text)
+	}
+}
+
+func TestMungeNonRootCannotReport(t *testing.T) {
+	m := newMungeEnv(t)
+	body, _ := json.Marshal(report("n1", "", 1))
+	code, text := m.raw(t, http.MethodPost, "/v1/reports", body, credFor(t, m.n1, 65534, http.MethodPost, "/v1/reports", body))
+	if code != 401 || !bytes.Contains([]byte(text), []byte(errDenied.Message)) {
+		t.Errorf("nobody's credential on n1 posting n1's report: %d %s, want 401 and the one refusal", code, text)
+	}
+	if got := m.nodeNames(t); len(got) != 0 {
+		t.Errorf("nodes stored: %v, want none", got)
+	}
+}
+
+func TestMungeAdminByUID(t *testing.T) {
+	m := newMungeEnv(t)
+	model := api.Model{Name: "llama", Source: "/models/llama.gguf"}
+	body, _ := json.Marshal(model)
+	path := "/v1/models/llama"
+	code, text := m.raw(t, http.MethodPut, path, body, credFor(t, m.n1, 65534, http.MethodPut, path, body))
+	if code != 401 || !bytes.Contains([]byte(text), []byte(errDenied.Message)) {
+		t.Errorf("catalog change by nobody: %d %s, want 401 and the one refusal", code, text)
+	}
+	if models, _ := m.db.Models(context.Background()); len(models) != 0 {
+		t.Fatalf("catalog after a refused change: %v", models)
+	}
+	// SlurmUser is an admin by default, from any host.
+	if code, text := m.raw(t, http.MethodPut, path, body, credFor(t, m.n2, slurmUserUID, http.MethodPut, path, body)); code != http.StatusCreated {
+		t.Errorf("catalog change by SlurmUser: %d %s, want 201", code, text)
+	}
+	// Root too, through the client.
+	if err := m.as(m.n1).DeleteModel(context.Background(), "llama"); err != nil {
+		t.Errorf("catalog change by root: %v", err)
+	}
+}
+
+func TestMungeReadsNeedACredential(t *testing.T) {
+	m := newMungeEnv(t)
+	code, _ := m.raw(t, http.MethodGet, "/v1/status", nil, "")
+	if code != 401 {
+		t.Errorf("status without a credential: %d, want 401", code)
+	}
+	code, text := m.raw(t, http.MethodGet, "/v1/status", nil, credFor(t, m.n2, 65534, http.MethodGet, "/v1/status", nil))
+	if code != 200 {
+		t.Errorf("status with nobody's credential: %d %s, want 200", code, text)
+	}
+}
+
+// TestMungeFabricatedNodesRefused: 2,000 made-up names, each with a real
+// root credential, store nothing and read Slurm's list only a few times.
+func TestMungeFabricatedNodesRefused(t *testing.T) {
+	m := newMungeEnv(t)
+	c := m.as(m.n1)
+	for i := range 2000 {
+		_, err := c.PostReport(context.Background(), report(fmt.Sprintf("fake%04d", i), "", 1))
+		if err == nil {
+			t.Fatalf("report for fake%04d was taken", i)
+		}
+		if i == 0 {
+			wantDenied(t, "a made-up node", err)
+		}
+	}
+	if got := m.nodeNames(t); len(got) != 0 {
+		t.Errorf("%d nodes stored, want none", len(got))
+	}
+	if n := m.nodes.reads.Load(); n > 3 {
+		t.Errorf("the node list was read %d times for 2,000 made-up names; want it read at most every %v", n, knownNodesMinAge)
+	}
+}
