@@ -76,6 +76,11 @@ func (c *Client) DeleteModel(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/models/"+url.PathEscape(name), nil, nil)
 }
 
+// DeleteNode makes the coordinator forget a node (admin).
+func (c *Client) DeleteNode(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil)
+}
+
 // maxResponse bounds what a client reads from the coordinator; a status over
 // ten thousand nodes is a few megabytes.
 const maxResponse = 256 << 20

@@ -272,6 +272,9 @@ func (s *Server) initTrust(ctx context.Context) error {
 	})
 	s.metrics.reg.MustRegister(t.refused)
 	s.trust = t
+	t.nodes.onRead = s.forgetLeft
+	// The server's clock, which tests set, judges the list's age too.
+	t.nodes.now = func() time.Time { return s.now() }
 	s.log.WithFields(logrus.Fields{"munge_socket": t.codec.Socket(), "slurm_user": cfg.SlurmUser}).Info("MUNGE authentication on")
 	return nil
 }

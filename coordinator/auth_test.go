@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
@@ -19,13 +23,16 @@ import (
 // fixedNodes stands in for Slurm's node list, which needs a cluster: the
 // list is pure data, the credentials checked against it are real.
 type fixedNodes struct {
+	mu    sync.Mutex
 	nodes []KnownNode
 	reads atomic.Int64
 }
 
 func (f *fixedNodes) KnownNodes(context.Context) ([]KnownNode, error) {
 	f.reads.Add(1)
-	return f.nodes, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]KnownNode{}, f.nodes...), nil
 }
 
 // mungeEnv is a coordinator with MUNGE on, its own munged at 127.0.0.1,
@@ -78,9 +85,11 @@ func credFor(t *testing.T, codec munge.Codec, uid uint32, method, path string, b
 	return api.MungeScheme + " " + mungetest.EncodeAs(t, codec, uid, uid, api.MungePayload(method, path, body))
 }
 
-func (m *mungeEnv) nodeNames(t *testing.T) []string {
+func (m *mungeEnv) nodeNames(t *testing.T) []string { return nodeNames(t, m.db) }
+
+func nodeNames(t *testing.T, db *store.DB) []string {
 	t.Helper()
-	nodes, err := m.db.Nodes(context.Background())
+	nodes, err := db.Nodes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,5 +221,84 @@ func TestMungeFabricatedNodesRefused(t *testing.T) {
 	}
 	if n := m.nodes.reads.Load(); n > 3 {
 		t.Errorf("the node list was read %d times for 2,000 made-up names; want it read at most every %v", n, knownNodesMinAge)
+	}
+}
+
+func TestNodesRm(t *testing.T) {
+	e := newEnv(t, Config{}, testTokens)
+	ctx := context.Background()
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := e.agent.PostReport(ctx, report(n, "", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := e.agent.DeleteNode(ctx, "n1")
+	if code, _ := apiCode(err); code != 403 && code != 401 {
+		t.Errorf("nodes rm with the agent token: %v, want refused", err)
+	}
+	if err := e.admin.DeleteNode(ctx, "n1"); err != nil {
+		t.Fatalf("nodes rm n1: %v", err)
+	}
+	if got := nodeNames(t, e.db); len(got) != 1 || got[0] != "n2" {
+		t.Errorf("nodes after nodes rm n1: %v, want n2 alone", got)
+	}
+	e.srv.view.mu.RLock()
+	_, inView := e.srv.view.nodes["n1"]
+	e.srv.view.mu.RUnlock()
+	if inView {
+		t.Errorf("n1 is still in the view that status and placement read")
+	}
+	if code, _ := apiCode(e.admin.DeleteNode(ctx, "n1")); code != 404 {
+		t.Errorf("nodes rm of a node not there: %d, want 404", code)
+	}
+	// It comes back with its next report, even one that counts lower.
+	if ans, err := e.agent.PostReport(ctx, report("n1", "", 0)); err != nil || ans.Result != "stored" {
+		t.Errorf("n1 reporting after nodes rm: %+v, %v; want stored", ans, err)
+	}
+}
+
+func TestNodesThatLeftSlurmAreForgotten(t *testing.T) {
+	m := newMungeEnv(t)
+	ctx := context.Background()
+	for _, n := range []struct {
+		name  string
+		codec munge.Codec
+	}{{"n1", m.n1}, {"n2", m.n2}} {
+		if _, err := m.as(n.codec).PostReport(ctx, report(n.name, "", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// n2 leaves Slurm's list; n1 keeps reporting.
+	m.nodes.mu.Lock()
+	m.nodes.nodes = m.nodes.nodes[:1]
+	m.nodes.mu.Unlock()
+	m.clock.set(t0.Add(DefaultForgetAfter / 2))
+	if _, err := m.as(m.n1).PostReport(ctx, report("n1", "", 2)); err != nil {
+		t.Fatal(err)
+	}
+	waitNodes(t, m, "n1,n2") // silent for less than forget_after: kept
+	m.clock.set(t0.Add(DefaultForgetAfter + time.Minute))
+	if _, err := m.as(m.n1).PostReport(ctx, report("n1", "", 3)); err != nil {
+		t.Fatal(err)
+	}
+	waitNodes(t, m, "n1")
+}
+
+// waitNodes waits until the stored nodes are want (names joined by ','),
+// for the forgetting that runs beside the report which read the list.
+func waitNodes(t *testing.T, m *mungeEnv, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The forgetting runs after the list is read; it holds forgetting
+		// while it works.
+		got := strings.Join(m.nodeNames(t), ",")
+		if got == want && !m.srv.forgetting.Load() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stored nodes: %s, want %s", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

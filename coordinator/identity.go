@@ -60,6 +60,10 @@ type knownNodes struct {
 	read    time.Time
 	err     error
 	now     func() time.Time
+	// onRead, when set, is given every list read successfully (the
+	// coordinator forgets nodes that left it); it runs in a goroutine of
+	// its own, so the report that caused the read does not wait.
+	onRead func(names map[string]bool)
 }
 
 func newKnownNodes(src NodeSource) *knownNodes {
@@ -131,22 +135,66 @@ func (k *knownNodes) reload(ctx context.Context) {
 		return
 	}
 	k.list = make(map[string][]string, len(nodes))
+	names := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		k.list[n.Name] = n.Addrs
+		names[n.Name] = true
 	}
 	k.addrs = make(map[string][]netip.Addr, len(nodes))
+	if k.onRead != nil {
+		go k.onRead(names)
+	}
 }
 
-// names returns the current list's names, and false when it was never read.
-func (k *knownNodes) names() (map[string]bool, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.list == nil || k.err != nil {
-		return nil, false
+// forgetLeft forgets the nodes that are not in Slurm's list (names) and
+// have not reported for ForgetAfter: a node removed from the cluster would
+// otherwise stay in status, and a made-up one that got in before the list
+// was checked would stay for ever. One run at a time; a run that finds
+// another going leaves the work to it.
+func (s *Server) forgetLeft(names map[string]bool) {
+	if !s.forgetting.CompareAndSwap(false, true) {
+		return
 	}
-	out := make(map[string]bool, len(k.list))
-	for n := range k.list {
-		out[n] = true
+	defer s.forgetting.Store(false)
+	now := s.now()
+	var gone []string
+	s.view.mu.RLock()
+	for name, n := range s.view.nodes {
+		if !names[name] && now.Sub(n.Received) > s.cfg.ForgetAfter {
+			gone = append(gone, name)
+		}
 	}
-	return out, true
+	s.view.mu.RUnlock()
+	if len(gone) == 0 {
+		return
+	}
+	forgot, err := s.forget(context.Background(), gone)
+	if err != nil {
+		s.log.WithError(err).Error("forgetting nodes that left Slurm's node list failed")
+		return
+	}
+	s.log.WithField("nodes", forgot).WithField("silent_for", s.cfg.ForgetAfter.String()).Info("forgot nodes that left Slurm's node list")
+}
+
+// forget removes nodes from the store and the view, under writeMu like
+// every write, and returns those that were there.
+func (s *Server) forget(ctx context.Context, names []string) ([]string, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	gone, err := s.db.DeleteNodes(ctx, names)
+	if err != nil || len(gone) == 0 {
+		return gone, err
+	}
+	s.view.mu.Lock()
+	for _, n := range gone {
+		delete(s.view.keys, n)
+	}
+	s.view.mu.Unlock()
+	if err := s.view.load(ctx, s.db); err != nil {
+		return gone, err
+	}
+	s.features.poke()
+	return gone, nil
 }

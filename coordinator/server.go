@@ -58,6 +58,8 @@ type Server struct {
 
 	// trust judges MUNGE credentials (auth.go); nil when munge is off.
 	trust *trust
+	// forgetting is true while forgetLeft runs.
+	forgetting atomic.Bool
 
 	// features is the Slurm feature reconciler; nil when it is off.
 	features *features
@@ -136,6 +138,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
+	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

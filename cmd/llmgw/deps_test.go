@@ -28,7 +28,7 @@ var importRules = map[string]struct {
 	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
 	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
-	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
+	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
 	"prolog":                   {[]string{"agent/nodeconf", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
 	"prolog/full":              {[]string{"prolog", "agent/nodeconf", "api", "weights/catalog", "weights/fetch", "weights/gc", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, runs node gc, and calls scontrol"},
 	"coordinator":              {[]string{"api", "coordinator/store", "internal/munge", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm (and munge, which says who speaks)"},

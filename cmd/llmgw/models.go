@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/api/table"
+	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -24,7 +26,9 @@ SOURCE is an absolute path (checked on each node, never fetched),
 hf:org/repo[@rev]/file or an http(s) URL (fetched into each node's cache),
 or a bare model id such as Qwen/Qwen2.5-7B-Instruct (left to the engine).
 add replaces an entry of the same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
-Changes need the admin token (--token-file or LLMGW_TOKEN_FILE).`
+Changes need an admin: with munge, root, SlurmUser or a user the coordinator
+names in admin_users/admin_groups; else the admin token (--token-file or
+LLMGW_TOKEN_FILE).`
 
 // coordFlags adds the flags every coordinator client takes.
 func coordFlags(fs *pflag.FlagSet) (url, tokenFile *string) {
@@ -39,6 +43,13 @@ func coordClient(url, tokenFile string) (*api.Client, error) {
 		return nil, usagef("Pass --coordinator URL or set LLMGW_COORDINATOR, e.g. http://127.0.0.1:8420", "no coordinator given")
 	}
 	c := &api.Client{BaseURL: url, UserAgent: "llmgw/" + version}
+	if tokenFile == "" {
+		// Without a token, the host's munged says who the user is: a
+		// coordinator with munge_socket set needs nothing else.
+		if sock := mungeSocket(os.Getenv); sock != "" {
+			c.Auth = munge.Authenticator{Codec: munge.New(sock)}
+		}
+	}
 	if tokenFile != "" {
 		tok, err := api.ReadToken(tokenFile)
 		if err != nil {

@@ -466,3 +466,38 @@ func (db *DB) NodePresence(ctx context.Context, node string) ([]Presence, error)
 	slices.SortFunc(out, func(a, b Presence) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
 }
+
+// DeleteNodes forgets nodes: their row, presence and fetches (by the
+// foreign keys), and what the store remembers of their last report, so a
+// node that comes back starts afresh. It returns the names that were
+// stored; names that were not are skipped.
+func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("delete nodes: %w", err)
+	}
+	defer tx.Rollback()
+	var gone []string
+	for _, name := range names {
+		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)
+		if err != nil {
+			return nil, fmt.Errorf("delete node %s: %w", name, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("delete nodes: %w", err)
+	}
+	db.committed()
+	for _, name := range gone {
+		delete(db.meta, name)
+	}
+	return gone, nil
+}
