@@ -1,0 +1,66 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/internal/munge/mungetest"
+)
+
+// BenchmarkCoordinatorMunge is BenchmarkCoordinator's ingest with MUNGE
+// authentication on: every report carries a credential the coordinator
+// decodes through its own munged (libmunge when built with cgo) and binds
+// to the node. One munged plays every node (10,000 daemons would measure
+// the machine, not the coordinator), so every node's address is its
+// origin; the lookup and the comparison are still made per report. The
+// credentials are made before the clock starts: agents make them on their
+// own nodes. munged's own CPU is on the same two cores, so the rates
+// include it, but the CPU per report (this process) does not.
+func BenchmarkCoordinatorMunge(b *testing.B) {
+	ctx := context.Background()
+	realm := mungetest.New(b)
+	coord := realm.Start("127.0.0.1")
+	node := munge.New(realm.Start("127.0.0.2").Socket())
+	models, reports := benchCluster()
+	known := make([]KnownNode, len(reports))
+	for i, r := range reports {
+		known[i] = KnownNode{Name: r.Node, Addrs: []string{"127.0.0.2"}}
+	}
+	creds := func(bodies [][]byte) []string {
+		out := make([]string, len(bodies))
+		auth := munge.Authenticator{Codec: node}
+		for i, body := range bodies {
+			h, err := auth.Authorization(ctx, http.MethodPost, "/v1/reports", body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out[i] = h
+		}
+		return out
+	}
+	for b.Loop() {
+		first := encodeAll(b, reports, 1)
+		steady := encodeAll(b, reports, 2)
+		e := newEnv(b, Config{MungeSocket: coord.Socket(), Nodes: &fixedNodes{nodes: known}, SlurmUser: "0"}, testTokens)
+		e.srv.now = time.Now
+		for _, m := range models {
+			if _, err := e.admin.PutModel(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		firstAuth := creds(first)
+		firstRate, firstCPU := postAll(b, e.url, first, firstAuth)
+		steadyAuth := creds(steady)
+		steadyRate, steadyCPU := postAll(b, e.url, steady, steadyAuth)
+		b.ReportMetric(firstRate, "first-reports/s")
+		b.ReportMetric(steadyRate, "steady-reports/s")
+		b.ReportMetric(firstCPU, "first-cpu-µs/report")
+		b.ReportMetric(steadyCPU, "steady-cpu-µs/report")
+		fmt.Printf("ingest with MUNGE, first reports:  %8.0f reports/s  (target %d: %.2f×); %4.0f µs CPU per report in the coordinator, clients included, munged not\n", firstRate, targetReportsPS, firstRate/targetReportsPS, firstCPU)
+		fmt.Printf("ingest with MUNGE, steady state:   %8.0f reports/s  (target %d: %.2f×); %4.0f µs CPU per report in the coordinator, clients included, munged not\n", steadyRate, targetReportsPS, steadyRate/targetReportsPS, steadyCPU)
+	}
+}
