@@ -24,3 +24,10 @@ func MungePayload(method, requestURI string, body []byte) []byte {
 type Authenticator interface {
 	Authorization(ctx context.Context, method, requestURI string, body []byte) (string, error)
 }
+
+// NodeToken is a node's own token, as made by POST /v1/nodes/{node}/token:
+// shown once, installed on that node (mode 0600) as its agent's token_file.
+type NodeToken struct {
+	Node  string `json:"node"`
+	Token string `json:"token"`
+}

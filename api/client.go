@@ -81,6 +81,13 @@ func (c *Client) DeleteNode(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil)
 }
 
+// NewNodeToken makes a node's own token, revoking its old one (admin).
+func (c *Client) NewNodeToken(ctx context.Context, node string) (NodeToken, error) {
+	var out NodeToken
+	err := c.Do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(node)+"/token", nil, &out)
+	return out, err
+}
+
 // maxResponse bounds what a client reads from the coordinator; a status over
 // ten thousand nodes is a few megabytes.
 const maxResponse = 256 << 20

@@ -3,6 +3,9 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,6 +34,8 @@ type caller struct {
 	munge    bool
 	uid, gid uint32
 	addr     netip.Addr
+	// node: the node whose per-node token the request carries.
+	node string
 }
 
 type callerKey struct{}
@@ -164,6 +169,15 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 		return r, nil
 	}
 	h := r.Header.Get("Authorization")
+	if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
+		if node, ok := s.nodeOfToken(strings.TrimSpace(tok)); ok {
+			if need == roleAdmin {
+				s.log.WithFields(logrus.Fields{"path": r.URL.Path, "node": node}).Warn("refused: a node's token for an admin request")
+				return r, errDenied
+			}
+			return r.WithContext(context.WithValue(r.Context(), callerKey{}, &caller{node: node})), nil
+		}
+	}
 	cred, isMunge := strings.CutPrefix(h, api.MungeScheme+" ")
 	if !isMunge || s.trust == nil {
 		if s.trust != nil && need == roleRead && h == "" {
@@ -215,6 +229,13 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 // token of sites without munge) is trusted as before.
 func (s *Server) speaksFor(r *http.Request, node string) error {
 	c := callerOf(r)
+	if c != nil && c.node != "" {
+		if c.node == node {
+			return nil
+		}
+		s.log.WithFields(logrus.Fields{"node": node, "token_of": c.node}).Warn("refused: a node's token speaking for another node")
+		return errDenied
+	}
 	if c == nil || !c.munge {
 		return nil
 	}
@@ -239,6 +260,9 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 // node list is Slurm's unless cfg.Nodes gives another, and SlurmUser, when
 // not configured, is asked of Slurm.
 func (s *Server) initTrust(ctx context.Context) error {
+	if err := s.loadNodeTokens(ctx); err != nil {
+		return err
+	}
 	cfg := s.cfg
 	if cfg.MungeSocket == "" {
 		return nil
@@ -277,4 +301,45 @@ func (s *Server) initTrust(ctx context.Context) error {
 	t.nodes.now = func() time.Time { return s.now() }
 	s.log.WithFields(logrus.Fields{"munge_socket": t.codec.Socket(), "slurm_user": cfg.SlurmUser}).Info("MUNGE authentication on")
 	return nil
+}
+
+// loadNodeTokens reads the per-node tokens' digests into memory: every
+// report with a bearer token looks its token up.
+func (s *Server) loadNodeTokens(ctx context.Context) error {
+	m, err := s.db.NodeTokens(ctx)
+	if err != nil {
+		return err
+	}
+	s.nodeTokens.Store(&m)
+	return nil
+}
+
+// nodeOfToken says whose per-node token tok is. The lookup is by the
+// token's sha256, so its timing tells nothing about the token.
+func (s *Server) nodeOfToken(tok string) (string, bool) {
+	m := s.nodeTokens.Load()
+	if m == nil || len(*m) == 0 || tok == "" {
+		return "", false
+	}
+	node, ok := (*m)[sha256.Sum256([]byte(tok))]
+	return node, ok
+}
+
+// newNodeToken makes node a new token, replacing its old one, and returns
+// it; only its digest is stored.
+func (s *Server) newNodeToken(ctx context.Context, node string) (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	tok := "llmgw-node-" + hex.EncodeToString(b[:])
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.db.SetNodeToken(ctx, node, sha256.Sum256([]byte(tok)), s.now()); err != nil {
+		return "", err
+	}
+	if err := s.loadNodeTokens(ctx); err != nil {
+		return "", err
+	}
+	return tok, nil
 }

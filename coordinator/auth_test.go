@@ -302,3 +302,37 @@ func waitNodes(t *testing.T, m *mungeEnv, want string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestNodeTokens: without munge, each node's own token speaks for that
+// node alone, and making a new one revokes the old.
+func TestNodeTokens(t *testing.T) {
+	e := newEnv(t, Config{}, Tokens{Admin: testTokens.Admin})
+	ctx := context.Background()
+	made, err := e.admin.NewNodeToken(ctx, "n1")
+	if err != nil || made.Node != "n1" || made.Token == "" {
+		t.Fatalf("nodes token n1: %+v, %v", made, err)
+	}
+	n1 := e.client(made.Token)
+	if ans, err := n1.PostReport(ctx, report("n1", "", 1)); err != nil || ans.Result != "stored" {
+		t.Fatalf("n1's report with n1's token: %+v, %v", ans, err)
+	}
+	wantDenied(t, "n1's token posting n2's report", func() error { _, err := n1.PostReport(ctx, report("n2", "", 1)); return err }())
+	wantDenied(t, "n1's token changing the catalog", n1.DeleteModel(ctx, "llama"))
+	if got := nodeNames(t, e.db); len(got) != 1 || got[0] != "n1" {
+		t.Errorf("nodes stored: %v, want [n1]", got)
+	}
+	again, err := e.admin.NewNodeToken(ctx, "n1")
+	if err != nil || again.Token == made.Token {
+		t.Fatalf("a second token for n1: %+v, %v", again, err)
+	}
+	if _, err := n1.PostReport(ctx, report("n1", "", 2)); err == nil {
+		t.Errorf("n1's old token still posts after a new one was made")
+	}
+	if _, err := e.client(again.Token).PostReport(ctx, report("n1", "", 3)); err != nil {
+		t.Errorf("n1's new token: %v", err)
+	}
+	// Only an admin makes them.
+	if _, err := e.client(again.Token).NewNodeToken(ctx, "n2"); err == nil {
+		t.Errorf("a node's token made a token for n2")
+	}
+}

@@ -182,3 +182,23 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// postNodeToken makes a node's token (llmgw nodes token), for sites without
+// munge: the agent of that node, and only it, reports with it. Making one
+// again revokes the old one. The token is in this answer and nowhere else.
+func (s *Server) postNodeToken(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("node")
+	if err := api.ValidNodeName(name); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+	defer cancel()
+	tok, err := s.newNodeToken(ctx, name)
+	if err != nil {
+		s.metrics.dbErrors.WithLabelValues("nodes").Inc()
+		return api.Errorf(api.CodeUnavailable, "the token of node %s could not be stored (database: %v)", name, err)
+	}
+	s.log.WithField("node", name).Info("node token made")
+	writeJSON(w, http.StatusCreated, api.NodeToken{Node: name, Token: tok})
+	return nil
+}

@@ -58,6 +58,8 @@ type Server struct {
 
 	// trust judges MUNGE credentials (auth.go); nil when munge is off.
 	trust *trust
+	// nodeTokens maps each per-node token's sha256 to its node (auth.go).
+	nodeTokens atomic.Pointer[map[[32]byte]string]
 	// forgetting is true while forgetLeft runs.
 	forgetting atomic.Bool
 
@@ -139,6 +141,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
+	s.route(mux, "POST /v1/nodes/{node}/token", roleAdmin, s.postNodeToken)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

@@ -7,9 +7,15 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 const nodesAbout = `Manage the nodes the coordinator knows.
+
+token NODE makes NODE's own token, for sites without munge, and revokes the
+one it had: the agent of NODE, and only it, reports with it. --out FILE
+writes it to FILE (mode 0600), to be installed on NODE as agent.toml's
+token_file like a host key; else it is printed. It is shown only this once.
 
 rm NODE forgets a node: its presence, fetches and place in status. A node
 that still runs an agent comes back with its next report. With munge the
@@ -32,6 +38,7 @@ func mungeSocket(getenv func(string) string) string {
 func nodesCmd(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "nodes", lookup("nodes").synopsis, nodesAbout)
 	url, tokenFile := coordFlags(fs)
+	out := fs.String("out", "", "token: write the token to this file (mode 0600) instead of printing it")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -40,9 +47,36 @@ func nodesCmd(ctx context.Context, e *env, args []string) error {
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return usagef("Try 'llmgw nodes rm NODE'", "nodes needs a subcommand: rm")
+		return usagef("Try 'llmgw nodes rm NODE'", "nodes needs a subcommand: token or rm")
+	}
+	if rest[0] != "token" && *out != "" {
+		return usagef("Use it with 'llmgw nodes token'", "--out applies only to token")
 	}
 	switch sub, rest := rest[0], rest[1:]; sub {
+	case "token":
+		if len(rest) != 1 {
+			return usagef("Try 'llmgw nodes token n17 --out n17.token'", "nodes token takes one NODE, got %d arguments", len(rest))
+		}
+		if err := api.ValidNodeName(rest[0]); err != nil {
+			return usagef("", "%v", err)
+		}
+		c, err := coordClient(*url, *tokenFile)
+		if err != nil {
+			return err
+		}
+		made, err := c.NewNodeToken(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		if *out == "" {
+			fmt.Fprintln(e.stdout, made.Token)
+			return nil
+		}
+		if err := catalog.WriteAtomic(*out, []byte(made.Token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("writing the token of node %s: %w; its old token is revoked, so run this again", made.Node, err)
+		}
+		fmt.Fprintf(e.stdout, "wrote the token of node %s to %s (mode 0600); install it on %s as agent.toml's token_file\n", made.Node, *out, made.Node)
+		return nil
 	case "rm":
 		if len(rest) != 1 {
 			return usagef("Try 'llmgw nodes rm n17'", "nodes rm takes one NODE, got %d arguments", len(rest))
@@ -60,6 +94,6 @@ func nodesCmd(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "removed node %s\n", rest[0])
 		return nil
 	default:
-		return usagef("Use rm", "unknown nodes subcommand %q", sub)
+		return usagef("Use token or rm", "unknown nodes subcommand %q", sub)
 	}
 }

@@ -501,3 +501,38 @@ func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error)
 	}
 	return gone, nil
 }
+
+// SetNodeToken makes hash (a token's sha256) node's token, replacing the
+// one it had: making a new token is how a node's old one is revoked.
+func (db *DB) SetNodeToken(ctx context.Context, node string, hash [32]byte, now time.Time) error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	_, err := db.w.ExecContext(ctx, `INSERT INTO node_tokens (node, sha256, created) VALUES (?, ?, ?)
+		ON CONFLICT (node) DO UPDATE SET sha256 = excluded.sha256, created = excluded.created`, node, hash[:], nanos(now))
+	if err != nil {
+		return fmt.Errorf("store the token of node %s: %w", node, err)
+	}
+	db.committed()
+	return nil
+}
+
+// NodeTokens returns every node token's sha256 with its node.
+func (db *DB) NodeTokens(ctx context.Context) (map[[32]byte]string, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT node, sha256 FROM node_tokens`)
+	if err != nil {
+		return nil, fmt.Errorf("load node tokens: %w", err)
+	}
+	defer rows.Close()
+	out := map[[32]byte]string{}
+	for rows.Next() {
+		var node string
+		var h []byte
+		if err := rows.Scan(&node, &h); err != nil {
+			return nil, fmt.Errorf("load node tokens: %w", err)
+		}
+		var k [32]byte
+		copy(k[:], h)
+		out[k] = node
+	}
+	return out, rows.Err()
+}
