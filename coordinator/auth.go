@@ -263,6 +263,10 @@ func (s *Server) initTrust(ctx context.Context) error {
 	if err := s.loadNodeTokens(ctx); err != nil {
 		return err
 	}
+	if s.tokens.Agent != "" {
+		s.log.Warn("agent_token_file is set: whoever holds that one token can report for every node; " +
+			"set munge_socket, or give each node its own token (llmgw nodes token NODE), and drop agent_token_file")
+	}
 	cfg := s.cfg
 	if cfg.MungeSocket == "" {
 		return nil
