@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/spf13/pflag"
 
@@ -38,7 +37,7 @@ func coordFlags(fs *pflag.FlagSet) (url, tokenFile *string) {
 }
 
 // coordClient builds the API client from those flags.
-func coordClient(url, tokenFile string) (*api.Client, error) {
+func coordClient(e *env, url, tokenFile string) (*api.Client, error) {
 	if url == "" {
 		return nil, usagef("Pass --coordinator URL or set LLMGW_COORDINATOR, e.g. http://127.0.0.1:8420", "no coordinator given")
 	}
@@ -46,7 +45,7 @@ func coordClient(url, tokenFile string) (*api.Client, error) {
 	if tokenFile == "" {
 		// Without a token, the host's munged says who the user is: a
 		// coordinator with munge_socket set needs nothing else.
-		if sock := mungeSocket(os.Getenv); sock != "" {
+		if sock := mungeSocket(e.getenv); sock != "" {
 			c.Auth = munge.Authenticator{Codec: munge.New(sock)}
 		}
 	}
@@ -112,7 +111,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 	default:
 		return usagef("Use add, rm or list", "unknown models subcommand %q", sub)
 	}
-	c, err := coordClient(*url, *tokenFile)
+	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func nodesCmd(ctx context.Context, e *env, args []string) error {
 		if err := api.ValidNodeName(rest[0]); err != nil {
 			return usagef("", "%v", err)
 		}
-		c, err := coordClient(*url, *tokenFile)
+		c, err := coordClient(e, *url, *tokenFile)
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func nodesCmd(ctx context.Context, e *env, args []string) error {
 		if err := api.ValidNodeName(rest[0]); err != nil {
 			return usagef("", "%v", err)
 		}
-		c, err := coordClient(*url, *tokenFile)
+		c, err := coordClient(e, *url, *tokenFile)
 		if err != nil {
 			return err
 		}

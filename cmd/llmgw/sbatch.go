@@ -138,7 +138,7 @@ func sbatchCmd(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		pctx, cancel := context.WithTimeout(ctx, placementTimeout)
-		noRoom, perr := noRoomFrom(pctx, *coordURL, *tokenFile, *model, max(eff.Nodes, 1), names)
+		noRoom, perr := noRoomFrom(pctx, e, *coordURL, *tokenFile, *model, max(eff.Nodes, 1), names)
 		cancel()
 		if perr != nil {
 			warn("warning: no placement from the coordinator (%v); recording the model only", perr)
@@ -181,11 +181,11 @@ func (s sbatchExit) ExitCode() int { return int(s) }
 // job: they do not hold the model and their cache lacks the room to fetch
 // it (api.PlacementNode.NoRoom), so a job there would fail its fetch. A
 // node that holds the model needs no room and is never among them.
-func noRoomFrom(ctx context.Context, coordURL, tokenFile, model string, count int, nodes []string) ([]string, error) {
+func noRoomFrom(ctx context.Context, e *env, coordURL, tokenFile, model string, count int, nodes []string) ([]string, error) {
 	if coordURL == "" {
 		return nil, errors.New("no coordinator given (--coordinator URL or LLMGW_COORDINATOR)")
 	}
-	c, err := coordClient(coordURL, tokenFile)
+	c, err := coordClient(e, coordURL, tokenFile)
 	if err != nil {
 		return nil, err
 	}
