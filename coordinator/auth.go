@@ -188,14 +188,8 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 		}
 		return r, s.authorize(r, need)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReportBytes+1))
-	if err != nil {
-		return r, api.Errorf(api.CodeInvalid, "reading the request: %v", err)
-	}
-	if len(body) > MaxReportBytes {
-		return r, api.Errorf(api.CodeTooLarge, "the request is over the limit of %d bytes", MaxReportBytes)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	// The credential first: a stranger's request costs one decode, not the
+	// reading of its body.
 	c, err := s.trust.codec.Decode(r.Context(), strings.TrimSpace(cred))
 	deny := func(why string, args ...any) (*http.Request, error) {
 		s.log.WithField("path", r.URL.Path).WithField("uid", c.UID).WithField("origin", c.Addr.String()).
@@ -205,9 +199,6 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 	}
 	if err != nil {
 		return deny("%v", err)
-	}
-	if !bytes.Equal(c.Payload, api.MungePayload(r.Method, r.URL.RequestURI(), body)) {
-		return deny("the credential was made for another request")
 	}
 	switch need {
 	case roleAgent:
@@ -219,6 +210,17 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 			return deny("uid %d is not an admin (root, SlurmUser, admin_users, admin_groups)", c.UID)
 		}
 	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReportBytes+1))
+	if err != nil {
+		return r, api.Errorf(api.CodeInvalid, "reading the request: %v", err)
+	}
+	if len(body) > MaxReportBytes {
+		return r, api.Errorf(api.CodeTooLarge, "the request is over the limit of %d bytes", MaxReportBytes)
+	}
+	if !bytes.Equal(c.Payload, api.MungePayload(r.Method, r.URL.RequestURI(), body)) {
+		return deny("the credential was made for another request")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	ctx := context.WithValue(r.Context(), callerKey{}, &caller{munge: true, uid: c.UID, gid: c.GID, addr: c.Addr})
 	return r.WithContext(ctx), nil
 }

@@ -52,48 +52,39 @@ func nodesCmd(ctx context.Context, e *env, args []string) error {
 	if rest[0] != "token" && *out != "" {
 		return usagef("Use it with 'llmgw nodes token'", "--out applies only to token")
 	}
-	switch sub, rest := rest[0], rest[1:]; sub {
-	case "token":
-		if len(rest) != 1 {
-			return usagef("Try 'llmgw nodes token n17 --out n17.token'", "nodes token takes one NODE, got %d arguments", len(rest))
-		}
-		if err := api.ValidNodeName(rest[0]); err != nil {
-			return usagef("", "%v", err)
-		}
-		c, err := coordClient(e, *url, *tokenFile)
-		if err != nil {
-			return err
-		}
-		made, err := c.NewNodeToken(ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		if *out == "" {
-			fmt.Fprintln(e.stdout, made.Token)
-			return nil
-		}
-		if err := catalog.WriteAtomic(*out, []byte(made.Token+"\n"), 0o600); err != nil {
-			return fmt.Errorf("writing the token of node %s: %w; its old token is revoked, so run this again", made.Node, err)
-		}
-		fmt.Fprintf(e.stdout, "wrote the token of node %s to %s (mode 0600); install it on %s as agent.toml's token_file\n", made.Node, *out, made.Node)
-		return nil
-	case "rm":
-		if len(rest) != 1 {
-			return usagef("Try 'llmgw nodes rm n17'", "nodes rm takes one NODE, got %d arguments", len(rest))
-		}
-		if err := api.ValidNodeName(rest[0]); err != nil {
-			return usagef("", "%v", err)
-		}
-		c, err := coordClient(e, *url, *tokenFile)
-		if err != nil {
-			return err
-		}
-		if err := c.DeleteNode(ctx, rest[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "removed node %s\n", rest[0])
-		return nil
-	default:
+	sub, rest := rest[0], rest[1:]
+	if sub != "token" && sub != "rm" {
 		return usagef("Use token or rm", "unknown nodes subcommand %q", sub)
 	}
+	if len(rest) != 1 {
+		return usagef("Try 'llmgw nodes "+sub+" n17'", "nodes %s takes one NODE, got %d arguments", sub, len(rest))
+	}
+	node := rest[0]
+	if err := api.ValidNodeName(node); err != nil {
+		return usagef("", "%v", err)
+	}
+	c, err := coordClient(e, *url, *tokenFile)
+	if err != nil {
+		return err
+	}
+	if sub == "rm" {
+		if err := c.DeleteNode(ctx, node); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "removed node %s\n", node)
+		return nil
+	}
+	made, err := c.NewNodeToken(ctx, node)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		fmt.Fprintln(e.stdout, made.Token)
+		return nil
+	}
+	if err := catalog.WriteAtomic(*out, []byte(made.Token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing the token of node %s: %w; its old token is revoked, so run this again", made.Node, err)
+	}
+	fmt.Fprintf(e.stdout, "wrote the token of node %s to %s (mode 0600); install it on %s as agent.toml's token_file\n", made.Node, *out, made.Node)
+	return nil
 }
