@@ -41,18 +41,27 @@ func (f *fixedNodes) KnownNodes(context.Context) ([]KnownNode, error) {
 type mungeEnv struct {
 	*testEnv
 	n1, n2 munge.Codec
-	nodes  *fixedNodes
+	// coord is the coordinator's own munged, at 127.0.0.1: n2's
+	// NodeHostname (localhost) resolves to it.
+	coord munge.Codec
+	nodes *fixedNodes
 }
 
-// slurmUserUID is the test's SlurmUser: daemon, uid 1 on Debian.
-const slurmUserUID = 1
+// slurmUserUID is the test's SlurmUser: daemon, uid 1 on Debian. The
+// test's admin_groups is nogroup (65534, nobody's group); nonAdminUID (mail,
+// in its own group 8) is neither.
+const (
+	slurmUserUID = 1
+	nonAdminUID  = 8
+)
 
 func newMungeEnv(t *testing.T) *mungeEnv {
 	realm := mungetest.New(t)
 	coord := realm.Start("127.0.0.1")
 	m := &mungeEnv{n1: realm.Start("127.0.0.2"), n2: realm.Start("127.0.0.3")}
-	m.nodes = &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}, {"n2", []string{"127.0.0.3", "localhost-none.invalid"}}}}
-	cfg := Config{MungeSocket: coord.Socket(), Nodes: m.nodes, SlurmUser: fmt.Sprint(slurmUserUID)}
+	m.nodes = &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}, {"n2", []string{"127.0.0.3", "localhost"}}}}
+	m.coord = coord
+	cfg := Config{MungeSocket: coord.Socket(), Nodes: m.nodes, SlurmUser: fmt.Sprint(slurmUserUID), AdminGroups: []string{"nogroup"}}
 	m.testEnv = newEnv(t, cfg, testTokens)
 	return m
 }
@@ -136,6 +145,19 @@ func TestMungeNodeCannotSpeakForAnother(t *testing.T) {
 	}
 }
 
+// TestMungeNodeHostnameResolved: a node's NodeHostname counts as its
+// address once resolved (n2's is localhost, where the coordinator's own
+// munged says it is).
+func TestMungeNodeHostnameResolved(t *testing.T) {
+	m := newMungeEnv(t)
+	if _, err := m.as(m.coord).PostReport(context.Background(), report("n2", "", 1)); err != nil {
+		t.Fatalf("n2's report from its NodeHostname's address: %v", err)
+	}
+	if got := m.nodeNames(t); len(got) != 1 || got[0] != "n2" {
+		t.Errorf("nodes stored: %v, want [n2]", got)
+	}
+}
+
 func TestMungeReplayedCredentialRefused(t *testing.T) {
 	m := newMungeEnv(t)
 	body, _ := json.Marshal(report("n1", "", 1))
@@ -173,7 +195,7 @@ func TestMungeAdminByUID(t *testing.T) {
 	model := api.Model{Name: "llama", Source: "/models/llama.gguf"}
 	body, _ := json.Marshal(model)
 	path := "/v1/models/llama"
-	code, text := m.raw(t, http.MethodPut, path, body, credFor(t, m.n1, 65534, http.MethodPut, path, body))
+	code, text := m.raw(t, http.MethodPut, path, body, credFor(t, m.n1, nonAdminUID, http.MethodPut, path, body))
 	if code != 401 || !bytes.Contains([]byte(text), []byte(errDenied.Message)) {
 		t.Errorf("catalog change by nobody: %d %s, want 401 and the one refusal", code, text)
 	}
@@ -183,6 +205,13 @@ func TestMungeAdminByUID(t *testing.T) {
 	// SlurmUser is an admin by default, from any host.
 	if code, text := m.raw(t, http.MethodPut, path, body, credFor(t, m.n2, slurmUserUID, http.MethodPut, path, body)); code != http.StatusCreated {
 		t.Errorf("catalog change by SlurmUser: %d %s, want 201", code, text)
+	}
+	// A member of admin_groups (nogroup) is one, by the credential's group.
+	if code, text := m.raw(t, http.MethodDelete, path, nil, credFor(t, m.n1, 65534, http.MethodDelete, path, nil)); code != http.StatusNoContent {
+		t.Errorf("catalog change by a member of admin_groups: %d %s, want 204", code, text)
+	}
+	if code, text := m.raw(t, http.MethodPut, path, body, credFor(t, m.n2, slurmUserUID, http.MethodPut, path, body)); code != http.StatusCreated {
+		t.Fatalf("catalog change by SlurmUser: %d %s, want 201", code, text)
 	}
 	// Root too, through the client.
 	if err := m.as(m.n1).DeleteModel(context.Background(), "llama"); err != nil {
