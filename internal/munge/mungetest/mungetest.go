@@ -7,12 +7,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ type Realm struct {
 	uid  uint32
 	gid  uint32
 	next int
+	pids map[string]int // munged's pid by socket
 }
 
 // New makes a key in a fresh directory. It skips the test when munged or
@@ -58,7 +61,7 @@ func New(t testing.TB) *Realm {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &Realm{t: t, dir: dir, key: filepath.Join(dir, "munge.key"), uid: uint32(uid), gid: uint32(gid)}
+	r := &Realm{t: t, dir: dir, key: filepath.Join(dir, "munge.key"), uid: uint32(uid), gid: uint32(gid), pids: map[string]int{}}
 	key := make([]byte, 1024)
 	rand.Read(key)
 	if err := os.WriteFile(r.key, key, 0o400); err != nil {
@@ -93,6 +96,7 @@ func (r *Realm) Start(origin string) munge.Codec {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting munged: %v", err)
 	}
+	r.pids[sock] = cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -146,4 +150,20 @@ func EncodeAs(t testing.TB, codec munge.Codec, uid, gid uint32, payload []byte) 
 		t.Fatalf("munge as uid %d: %v: %s", uid, err, stderr.String())
 	}
 	return string(bytes.TrimSpace(out))
+}
+
+// CPU is the CPU time the munged behind codec has used: what decoding
+// costs on the host, beside the caller's own share.
+func (r *Realm) CPU(codec munge.Codec) time.Duration {
+	r.t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.pids[codec.Socket()]))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis; utime and stime are
+	// the 14th and 15th of the line, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
