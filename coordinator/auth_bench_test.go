@@ -1,12 +1,16 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
@@ -70,4 +74,44 @@ func BenchmarkCoordinatorMunge(b *testing.B) {
 		fmt.Printf("ingest with MUNGE, first reports:  %8.0f reports/s  (target %d: %.2f×); %4.0f µs CPU per report in the coordinator (clients included) + %3.0f µs in its munged\n", firstRate, targetReportsPS, firstRate/targetReportsPS, firstCPU, firstMunged)
 		fmt.Printf("ingest with MUNGE, steady state:   %8.0f reports/s  (target %d: %.2f×); %4.0f µs CPU per report in the coordinator (clients included) + %3.0f µs in its munged\n", steadyRate, targetReportsPS, steadyRate/targetReportsPS, steadyCPU, steadyMunged)
 	}
+}
+
+// BenchmarkAuthenticate is the cost of authentication per report alone:
+// one report's credential checked (decoded by munged, its payload
+// compared, the sender's uid judged), one request at a time. It reports
+// the CPU of this process and of the coordinator's munged per report.
+func BenchmarkAuthenticate(b *testing.B) {
+	realm := mungetest.New(b)
+	coord := realm.Start("127.0.0.1")
+	node := munge.New(realm.Start("127.0.0.2").Socket())
+	e := newEnv(b, Config{MungeSocket: coord.Socket(), SlurmUser: "0",
+		Nodes: &fixedNodes{nodes: []KnownNode{{Name: "n1", Addrs: []string{"127.0.0.2"}}}}}, testTokens)
+	body, err := json.Marshal(benchReport())
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth := munge.Authenticator{Codec: node}
+	creds := make([]string, b.N)
+	for i := range creds {
+		if creds[i], err = auth.Authorization(context.Background(), http.MethodPost, "/v1/reports", body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	cpu0, munged0 := cpuTime(), realm.CPU(coord)
+	for i := range b.N {
+		r := httptest.NewRequest(http.MethodPost, "/v1/reports", bytes.NewReader(body))
+		r.Header.Set("Authorization", creds[i])
+		if _, err := e.srv.authenticate(r, roleAgent); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/report")
+	b.ReportMetric(float64((realm.CPU(coord)-munged0).Microseconds())/float64(b.N), "munged-cpu-µs/report")
+}
+
+// benchReport is one node's report as BenchmarkCoordinator sends it.
+func benchReport() *api.Report {
+	_, reports := benchCluster()
+	return reports[1]
 }

@@ -14,9 +14,10 @@
 # report, and every report after a coordinator restart). The status figure
 # is what `llmgw status` does: GET /v1/status, decode, render the table;
 # median of 7. It also prints ingest with MUNGE authentication on
-# (BenchmarkCoordinatorMunge), one credential decode through libmunge and
-# through unmunge (internal/munge BenchmarkDecode), and the store alone
-# (BenchmarkIngest).
+# (BenchmarkCoordinatorMunge), the CPU one report's authentication costs the
+# coordinator and its munged (BenchmarkAuthenticate), one credential decode
+# through libmunge and through unmunge (internal/munge BenchmarkDecode), and
+# the store alone (BenchmarkIngest).
 #
 # Rates are wall-clock and so depend on what else the machine runs; the CPU
 # microseconds per report do not, and the load average is printed beside
@@ -50,6 +51,8 @@ echo
 if [ "$(id -u)" = 0 ] && { command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ]; }; then
 	go test -run '^$' -bench 'BenchmarkCoordinatorMunge$' -benchtime=1x -count="$RUNS" -timeout 30m ./coordinator/ |
 		grep -E '^ingest'
+	go test -run '^$' -bench 'BenchmarkAuthenticate$' -benchtime=3000x -count="$RUNS" ./coordinator/ |
+		grep -E '^Benchmark' | tr '\t' ' ' | tr -s ' '
 	go test -run '^$' -bench 'BenchmarkDecode$' -benchtime=2000x -count="$RUNS" ./internal/munge/ |
 		grep -E '^Benchmark' | tr '\t' ' ' | tr -s ' '
 else
