@@ -180,11 +180,16 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 	}
 	cred, isMunge := strings.CutPrefix(h, api.MungeScheme+" ")
 	if !isMunge || s.trust == nil {
-		if s.trust != nil && need == roleRead && h == "" {
+		if s.trust != nil && need == roleRead {
 			// With munge, every cluster user can read with a credential;
-			// open reads would be the one thing a stranger can do.
-			s.log.WithField("path", r.URL.Path).Info("refused: a read without a credential")
-			return r, errDenied
+			// open reads would be the one thing a stranger can do. A
+			// configured token reads too; any other header is nobody.
+			tok, ok := strings.CutPrefix(h, "Bearer ")
+			if !ok || s.tokens.roleOf(strings.TrimSpace(tok)) == roleNone {
+				s.log.WithField("path", r.URL.Path).Info("refused: a read without a credential")
+				return r, errDenied
+			}
+			return r, nil
 		}
 		return r, s.authorize(r, need)
 	}
@@ -227,8 +232,10 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 
 // speaksFor checks that r's caller may speak for node: with a MUNGE
 // credential, node must be one of Slurm's and the credential must come from
-// one of its addresses. A bearer token (the admin's, or the shared agent
-// token of sites without munge) is trusted as before.
+// one of its addresses; with a node's token, it must be that node's. With
+// munge on, nothing else speaks for a node: the shared agent token and the
+// admin token would let their holders speak for every node, which is what
+// munge is there to stop. Without munge they are trusted as before.
 func (s *Server) speaksFor(r *http.Request, node string) error {
 	c := callerOf(r)
 	if c != nil && c.node != "" {
@@ -239,6 +246,11 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 		return errDenied
 	}
 	if c == nil || !c.munge {
+		if s.trust != nil {
+			s.trust.refused.Inc()
+			s.log.WithField("node", node).Warn("refused: a shared token speaking for a node while munge is on")
+			return errDenied
+		}
 		return nil
 	}
 	addrs, known := s.trust.nodes.lookup(r.Context(), node)

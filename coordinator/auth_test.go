@@ -178,6 +178,26 @@ func TestMungeReplayedCredentialRefused(t *testing.T) {
 	}
 }
 
+// TestMungeSharedTokensSpeakForNoNode: with munge on, the shared agent
+// token and the admin token no longer let their holders report for any
+// node, and a made-up bearer token reads nothing.
+func TestMungeSharedTokensSpeakForNoNode(t *testing.T) {
+	m := newMungeEnv(t)
+	for _, c := range []*api.Client{m.agent, m.admin} {
+		_, err := c.PostReport(context.Background(), report("n1", "", 1))
+		wantDenied(t, "a shared token posting n1's report", err)
+	}
+	if got := m.nodeNames(t); len(got) != 0 {
+		t.Errorf("nodes stored: %v, want none", got)
+	}
+	if code, _ := m.raw(t, http.MethodGet, "/v1/status", nil, "Bearer made-up"); code != 401 {
+		t.Errorf("status with a made-up token: %d, want 401", code)
+	}
+	if _, err := m.admin.Status(context.Background()); err != nil {
+		t.Errorf("status with the admin token: %v", err)
+	}
+}
+
 func TestMungeNonRootCannotReport(t *testing.T) {
 	m := newMungeEnv(t)
 	body, _ := json.Marshal(report("n1", "", 1))

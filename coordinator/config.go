@@ -102,8 +102,9 @@ type Config struct {
 	// decoded through this socket (normally /run/munge/munge.socket.2).
 	// A report is then taken only for a node in Slurm's node list, from a
 	// credential made on one of that node's addresses (NodeAddr,
-	// NodeHostname) by root or AgentUser. Bearer tokens keep working
-	// beside it for sites and tools without munge.
+	// NodeHostname) by root or AgentUser, or with that node's own token;
+	// the shared agent and admin tokens then speak for no node, but still
+	// read and (admin) administer.
 	MungeSocket string `toml:"munge_socket"`
 	// AgentUser is a user, besides root, whose credentials may post
 	// reports (an agent not run as root).
