@@ -88,6 +88,14 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc := &http.Client{Timeout: 15 * time.Second}
+	if cfg.TLSCA != "" {
+		t, err := api.TLSTransport(cfg.TLSCA)
+		if err != nil {
+			return nil, err
+		}
+		hc.Transport = t
+	}
 	if log == nil {
 		l := logrus.New()
 		l.SetOutput(os.Stderr)
@@ -99,7 +107,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		started: time.Now().UTC(),
 		// Reporting and scanning share one loop; a coordinator that accepts
 		// connections and never answers must not hold scans up for long.
-		http:         &http.Client{Timeout: 15 * time.Second},
+		http:         hc,
 		debounce:     time.Second,
 		backoffBase:  backoffBase,
 		backoffCap:   backoffCap,

@@ -30,7 +30,8 @@ const (
 const maxEnsureBody = 64 << 10
 
 // listenSocket binds the agent's unix socket, mode 0600 in a directory
-// created 0755 if missing.
+// created 0755 if missing; an existing directory must be root's and
+// writable by nobody else (api.CheckSocketDir).
 //
 // The socket is bound in a private directory beside path, restricted, then
 // renamed into place, so there is no moment at which anyone but root could
@@ -40,6 +41,11 @@ const maxEnsureBody = 64 << 10
 // instead of silently taking the hooks away from it.
 func listenSocket(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	// The root hooks trust whatever answers on this path; in a directory
+	// others may write, it could be replaced under the agent.
+	if err := api.CheckSocketDir(path); err != nil {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {

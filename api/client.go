@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 )
 
 // Client speaks to the coordinator's HTTP API.
@@ -26,12 +25,21 @@ type Client struct {
 	HTTP *http.Client
 	// UserAgent identifies the caller in the coordinator's logs.
 	UserAgent string
+	// TLSCA is a PEM file of the CA that signed the coordinator's
+	// certificate (default $LLMGW_TLS_CA). With one, only an https://
+	// coordinator with a certificate it signed is spoken to (see
+	// httpClient); ignored when HTTP is set.
+	TLSCA string
 }
 
 // ReadToken reads a bearer token from a file, trimming surrounding space.
+// A file others may read is refused (CheckPrivate).
 // An empty file is an error: a token that is silently empty would turn every
 // write into a confusing 401.
 func ReadToken(path string) (string, error) {
+	if err := CheckPrivate("token file", path); err != nil {
+		return "", err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
@@ -130,9 +138,9 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if c.UserAgent != "" {
 		req.Header.Set("User-Agent", c.UserAgent)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
+	hc, err := c.httpClient()
+	if err != nil {
+		return err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -127,8 +127,7 @@ func (c *LocalClient) client() *http.Client {
 	sock := c.socket()
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			return dialAgent(ctx, sock)
 		},
 		// One request at a time per hook; nothing to keep warm.
 		DisableKeepAlives: true,

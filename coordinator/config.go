@@ -40,6 +40,18 @@ type Config struct {
 	// DB is the sqlite database file (default DefaultDB).
 	DB string `toml:"db"`
 
+	// TLSCert and TLSKey, both or neither, make the coordinator serve
+	// HTTPS: its answers tell root on every node what to fetch and jobs
+	// what to load, and over plain HTTP anyone on the path can rewrite them
+	// and read every token. Agents and clients verify it with tls_ca. The
+	// key file must be readable by its owner only.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// InsecureHTTP allows serving plain HTTP on an address other than
+	// loopback. Without it such a listen address and no TLS is refused at
+	// start; `llmgw doctor` reports it as an error either way.
+	InsecureHTTP bool `toml:"insecure_http"`
+
 	// AgentTokenFile holds the token agents send with reports. Without it
 	// (and without an admin token) the coordinator refuses every report with
 	// 403, even on loopback: an open report endpoint would let anyone on the
@@ -88,6 +100,11 @@ type Config struct {
 	// and current features (the site's and llmgw's) for job_submit.lua (default
 	// DefaultFeatureFile); slurmctld's user must be able to read it.
 	FeatureFile string `toml:"feature_file"`
+	// FeatureSetsMax bounds the distinct feature sets the reconciler leaves
+	// on the nodes (default DefaultFeatureSetsMax; negative: no bound):
+	// each is a node config record slurmctld's scheduler walks for every
+	// job. Past it, the least-held models get no feature.
+	FeatureSetsMax int `toml:"feature_sets_max"`
 	// Scontrol and Sinfo are the absolute paths of Slurm's commands
 	// (default /usr/bin/scontrol, /usr/bin/sinfo).
 	Scontrol string `toml:"scontrol"`
@@ -134,6 +151,7 @@ const DefaultForgetAfter = 24 * time.Hour
 const (
 	DefaultFeatureInterval = 30 * time.Second
 	DefaultFeatureFile     = "/var/lib/llmgw/features"
+	DefaultFeatureSetsMax  = 64
 	DefaultScontrol        = "/usr/bin/scontrol"
 	DefaultSinfo           = "/usr/bin/sinfo"
 )
@@ -171,6 +189,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FeatureFile == "" {
 		c.FeatureFile = DefaultFeatureFile
+	}
+	if c.FeatureSetsMax == 0 {
+		c.FeatureSetsMax = DefaultFeatureSetsMax
 	}
 	if c.Scontrol == "" {
 		c.Scontrol = DefaultScontrol

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
@@ -21,8 +20,23 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	s.view.mu.RLock()
 	models := append([]api.Model{}, s.view.cat.Models...)
 	s.view.mu.RUnlock()
+	if !s.mayFetch(r) {
+		for i := range models {
+			models[i].Source = api.RedactSource(models[i].Source)
+		}
+	}
 	writeJSON(w, http.StatusOK, api.Models{Models: models})
 	return nil
+}
+
+// mayFetch reports whether r comes from a caller trusted to fetch the
+// catalog's sources (an agent, or an admin who set them): only such a caller
+// is sent a source's query string, where signed URLs keep their signature.
+// Reads are open by default (or need only the read token), so everyone
+// else sees the source through api.RedactSource.
+func (s *Server) mayFetch(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && s.tokens.roleOf(strings.TrimSpace(tok)) >= roleAgent
 }
 
 // validModel checks a catalog entry and says what is wrong with it.
@@ -33,15 +47,10 @@ func validModel(m *api.Model) error {
 	bad := func(format string, args ...any) error {
 		return api.Errorf(api.CodeInvalid, "model %s: %s", m.Name, fmt.Sprintf(format, args...))
 	}
+	if err := api.CheckSource(m.Source); err != nil {
+		return bad("%v", err)
+	}
 	switch {
-	case m.Source == "":
-		return bad("source is empty; give a path, hf:org/repo/file, an http(s) URL, or a model id")
-	case len(m.Source) > MaxPath || strings.ContainsRune(m.Source, 0) || !utf8.ValidString(m.Source):
-		return bad("source must be at most %d bytes of text without NUL", MaxPath)
-	case strings.ContainsAny(m.Source, " \t\n\r"):
-		return bad("source %q contains white space", m.Source)
-	case catalog.KindOf(m.Source) == catalog.KindPath && !strings.HasPrefix(m.Source, "/"):
-		return bad("source %q is a relative path; nodes see absolute paths, so give one", m.Source)
 	case m.Size < 0:
 		return bad("size is negative")
 	case m.GPUMemory < 0:
@@ -144,7 +153,11 @@ func (s *Server) changeCatalog(ctx context.Context, change func(ctx context.Cont
 }
 
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, s.Status(s.now()))
+	st := s.Status(s.now())
+	if !s.mayFetch(r) {
+		redactStatus(st)
+	}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
@@ -156,6 +169,9 @@ func (s *Server) getModelStatus(w http.ResponseWriter, r *http.Request) error {
 	st, ok := s.ModelStatus(name, s.now())
 	if !ok {
 		return api.Errorf(api.CodeNotFound, "model %s is not in the catalog; 'llmgw models list' shows it", name)
+	}
+	if !s.mayFetch(r) {
+		redactModelNodes(st)
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil

@@ -34,6 +34,11 @@ func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
 	out := make([]KnownNode, len(nodes))
 	for i, n := range nodes {
 		out[i] = KnownNode{Name: n.Name, Addrs: []string{n.Addr, n.Hostname}}
+		if n.Addr == "" && n.Hostname == "" {
+			// Slurm's own default: NodeHostname is NodeName, NodeAddr is
+			// NodeHostname. sinfo after 22.05 does not print them.
+			out[i].Addrs = []string{n.Name}
+		}
 	}
 	return out, nil
 }

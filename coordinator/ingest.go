@@ -51,6 +51,7 @@ func validReport(r *api.Report) error {
 	if err := api.ValidFabricName(r.Fabric); err != nil {
 		return bad("%v", err)
 	}
+	stripReportText(r)
 	if err := shortText("id", r.ID); err != nil {
 		return bad("%v", err)
 	}

@@ -1,6 +1,9 @@
 package coordinator
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -13,8 +16,11 @@ import (
 // what is listed here is exported.
 //
 // No label carries a job id, a path or a node name: those are unbounded
-// and belong in status, not in long-lived series. Model and fabric names
-// are bounded by the catalog and the cluster.
+// and belong in status, not in long-lived series. Model names are bounded
+// by the catalog, which only admins change. Fabric names come from
+// reports, so whoever can post one chooses them: only fabrics of nodes
+// Slurm knows get a label, at most MaxFabricLabels of them (see
+// fabricLabels), and the rest are counted under "other".
 type metrics struct {
 	reg      *prometheus.Registry
 	reports  *prometheus.CounterVec
@@ -95,11 +101,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	// Every catalog model in every fabric, zeros included: "no holder in
 	// ib-b" is the series an alert wants to see.
 	var fetching, stalled int
+	labels := s.fabricLabels()
+	type key struct{ model, fabric, kind string }
+	holders := map[key]int{}
 	for name, fa := range f.Fabrics {
+		label, ok := labels[name]
+		if !ok {
+			label = otherFabric
+		}
 		for mi, m := range s.view.cat.Models {
 			g := &fa.Groups[mi]
-			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.Shared)), m.Name, name, api.HoldShared)
-			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(len(g.Local)), m.Name, name, api.HoldLocal)
+			holders[key{m.Name, label, api.HoldShared}] += len(g.Shared)
+			holders[key{m.Name, label, api.HoldLocal}] += len(g.Local)
 			fetching += len(g.Fetching)
 			for _, nf := range g.Fetching {
 				if placement.FetchProgress(nf.Node, nf.Fetch, now, s.cfg.StallAfter).Stalled {
@@ -108,6 +121,48 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	for k, n := range holders {
+		ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(n), k.model, k.fabric, k.kind)
+	}
 	ch <- prometheus.MustNewConstMetric(fetchesDesc, prometheus.GaugeValue, float64(fetching))
 	ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, float64(stalled))
+}
+
+// MaxFabricLabels bounds the fabric label's values: a cluster has a handful
+// of fabrics, and 3,000 fabricated ones made 6,000 series and slowed every
+// scrape, and with it report handling.
+const MaxFabricLabels = 64
+
+// otherFabric is the label of every fabric not given its own.
+const otherFabric = "other"
+
+// fabricLabels returns the fabrics that get their own label value: those
+// reported by nodes in Slurm's node list (when the reconciler has read
+// it; before, by any node), the MaxFabricLabels with the most such nodes,
+// ties by name. The caller holds s.view.mu.
+func (s *Server) fabricLabels() map[string]string {
+	count := map[string]int{}
+	for name, n := range s.view.nodes {
+		if len(s.view.slurm) > 0 {
+			if _, known := s.view.slurm[name]; !known {
+				continue
+			}
+		}
+		count[n.Fabric]++
+	}
+	names := make([]string, 0, len(count))
+	for f := range count {
+		names = append(names, f)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(count[b], count[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	out := make(map[string]string, min(len(names), MaxFabricLabels))
+	for _, f := range names[:min(len(names), MaxFabricLabels)] {
+		out[f] = f
+	}
+	return out
 }

@@ -124,8 +124,8 @@ func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) error {
 		if nodes, err = slurm.Expand(list); err != nil {
 			return api.Errorf(api.CodeInvalid, "nodes %.80q: %v; give a Slurm hostlist such as n[1-4],gpu7", list, err)
 		}
-		if len(nodes) > MaxPlacementNodes {
-			return api.Errorf(api.CodeInvalid, "nodes names %d nodes; the limit is %d", len(nodes), MaxPlacementNodes)
+		if limit := s.placementLimit(); len(nodes) > limit {
+			return api.Errorf(api.CodeInvalid, "nodes names %d nodes; this coordinator knows %d, so at most %d may be named (an answer is a row per node named)", len(nodes), limit-minPlacementLimit, limit)
 		}
 		for _, n := range nodes {
 			if err := api.ValidNodeName(n); err != nil {
@@ -134,9 +134,37 @@ func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	p, ok := s.Placement(name, count, nodes, s.now())
+	if ok && q.Get("view") != "" {
+		p.View = s.features.view()
+	}
 	if !ok {
 		return api.Errorf(api.CodeNotFound, "model %s is not in the catalog; 'llmgw models list' shows it", name)
 	}
+	if !s.mayFetch(r) {
+		redactPlacement(p)
+	}
 	writeJSON(w, http.StatusOK, p)
 	return nil
+}
+
+// minPlacementLimit is how many names beyond the nodes it knows a
+// placement request may give: a few nodes not yet heard from (a new rack,
+// a coordinator just started) are candidates as the rest are.
+const minPlacementLimit = 64
+
+// placementLimit is the most node names one placement request may give:
+// the nodes the coordinator knows (from reports or Slurm's list) and
+// minPlacementLimit more. Every name is a row of the answer, and
+// n[0-99999] made one answer 50 MB; beyond the cluster there is nothing to
+// rank.
+func (s *Server) placementLimit() int {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	known := len(s.view.nodes)
+	for name := range s.view.slurm {
+		if _, ok := s.view.nodes[name]; !ok {
+			known++
+		}
+	}
+	return min(known+minPlacementLimit, MaxPlacementNodes)
 }

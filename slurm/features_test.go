@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -214,7 +215,7 @@ func TestParseNodesJSONStates(t *testing.T) {
 func TestParseNodesJSONErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, errPart string }{
 		{"not JSON", "slurm_load_node: Unable to contact slurm controller", "parse sinfo --json"},
-		{"no nodes list", `{"meta":{}}`, `no "nodes" list`},
+		{"no nodes list", `{"meta":{"slurm":{"release":"24.11.5"}}}`, `(Slurm 24.11.5): neither a "nodes" nor a "sinfo" list`},
 		{"errors from Slurm", `{"errors":[{"error":"boom"}],"nodes":[]}`, "boom"},
 		{"node without a name", `{"nodes":[{"state":"idle"}]}`, "no name"},
 	} {
@@ -249,6 +250,20 @@ func TestStateLong(t *testing.T) {
 		{"allocated", []string{"FAIL"}, "failing"},
 		{"idle", []string{"COMPLETING"}, "completing"},
 		{"mixed", nil, "mixed"},
+		// Slurm's node_state_string, which %T prints, for the flags that
+		// decide placement.Schedulable:
+		{"idle", []string{"INVALID_REG"}, "inval"},
+		{"idle", []string{"REBOOT_REQUESTED"}, "reboot"},
+		{"down", []string{"REBOOT_ISSUED"}, "reboot^"},
+		{"mixed", []string{"REBOOT_REQUESTED"}, "mixed@"},
+		{"idle", []string{"MAINTENANCE"}, "maint"},
+		{"allocated", []string{"MAINTENANCE"}, "allocated$"},
+		{"idle", []string{"POWERED_DOWN"}, "idle~"},
+		{"idle", []string{"POWERING_UP"}, "idle#"},
+		{"idle", []string{"DRAIN", "POWERED_DOWN"}, "drained~"},
+		{"allocated", []string{"COMPLETING"}, "allocated+"},
+		{"down", []string{"COMPLETING"}, "down"},
+		{"idle", []string{"POWERED_DOWN", "NOT_RESPONDING"}, "idle~"},
 	} {
 		if got := stateLong(tc.base, tc.flags); got != tc.want {
 			t.Errorf("stateLong(%q, %q) = %q, want %q", tc.base, tc.flags, got, tc.want)
@@ -321,5 +336,63 @@ func TestRunnerPaths(t *testing.T) {
 	r.Paths["sinfo"] = "relative/sinfo"
 	if _, err := r.Nodes(context.Background()); err == nil || !strings.Contains(err.Error(), "not absolute") {
 		t.Errorf("relative path: %v", err)
+	}
+}
+
+// TestApplyFeaturesReadsBackOnlyChanged: after the calls only the changed
+// nodes are read (sinfo -n, the text form, since 22.05's --json ignores
+// -n), the others are taken as read for the plan; and whenever the text
+// form could mislead or falls short, every node is read as before.
+func TestApplyFeaturesReadsBackOnlyChanged(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sinfo-calls")
+	fixture, _ := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-json-features.json"))
+	text := filepath.Join(t.TempDir(), "text")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": `exit 0`,
+		"sinfo": `echo "$*" >>'` + log + `'
+case "$*" in *--json*) exec cat '` + fixture + `';; esac
+cat '` + text + `'`,
+	})
+	r := &Runner{Dir: dir}
+	from := []Node{
+		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
+		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug", "p2")},
+		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug")},
+	}
+	plan := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.m1"), "n3": l("llmgw.m1")})
+	run := func(textOut string, plan FeaturePlan) (FeatureResult, string) {
+		t.Helper()
+		os.WriteFile(text, []byte(textOut), 0o644)
+		os.Remove(log)
+		res := r.ApplyFeatures(context.Background(), plan)
+		calls, _ := os.ReadFile(log)
+		return res, string(calls)
+	}
+
+	res, calls := run("n2|ib-a,llmgw.m1|ib-a,llmgw.m1|mixed\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\n", plan)
+	if want := "-a -N -h -n n[2-3] -o %N|%f|%b|%T\n"; calls != want {
+		t.Errorf("sinfo calls %q, want only %q", calls, want)
+	}
+	if res.Err() != nil || len(res.Wrong) != 0 {
+		t.Errorf("read back: %v", res.Err())
+	}
+	want := []Node{
+		from[0],
+		{Name: "n2", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a", "llmgw.m1"), State: "mixed", Partitions: l("debug", "p2")},
+		{Name: "n3", Available: l("ib-b", "llmgw.m1"), Active: l("ib-b", "llmgw.m1"), State: "idle", Partitions: l("debug")},
+	}
+	if fmt.Sprint(res.Nodes) != fmt.Sprint(want) {
+		t.Errorf("nodes after the read-back\n %+v\nwant\n %+v", res.Nodes, want)
+	}
+
+	// A changed node missing from the text answer: every node, from --json
+	// (Nodes, however it reads them).
+	if _, calls := run("n2|ib-a,llmgw.m1|ib-a,llmgw.m1|idle\n", plan); !strings.HasPrefix(calls, "-a -N -h -n n[2-3] ") || !strings.Contains(calls, "--json") {
+		t.Errorf("text answer without n3: sinfo calls %q; want the full --json read after it", calls)
+	}
+	// A planned feature with the text form's separator: --json at once.
+	odd := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.a|b")})
+	if _, calls := run("", odd); strings.Contains(calls, " -n ") || !strings.Contains(calls, "--json") {
+		t.Errorf("a feature with '|': sinfo calls %q; want only the --json read", calls)
 	}
 }

@@ -62,6 +62,8 @@ func Validate(c Agent) error {
 		u, err := url.Parse(c.Coordinator)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("coordinator %q: want a URL like http://coord:8420", c.Coordinator))
+		} else if c.TLSCA != "" && u.Scheme != "https" {
+			errs = append(errs, fmt.Errorf("coordinator %q: tls_ca is set, so give the coordinator's https:// URL; over http:// its answers could be rewritten on the way", c.Coordinator))
 		}
 	}
 	if c.Node != "" {
@@ -82,7 +84,7 @@ func Validate(c Agent) error {
 	if c.GPUMemory < 0 {
 		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "munge socket": c.MungeSocket, "nvidia-smi": c.NvidiaSMI} {
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "munge socket": c.MungeSocket, "tls_ca": c.TLSCA, "nvidia-smi": c.NvidiaSMI} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

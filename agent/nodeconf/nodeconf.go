@@ -36,7 +36,7 @@ import (
 // LLMGW_MODEL and LLMGW_MODEL_PATH, which the SPANK plugin and the
 // TaskProlog put in every model job's environment.
 var SettingEnv = []string{
-	"LLMGW_COORDINATOR", "LLMGW_TOKEN_FILE", "LLMGW_MUNGE_SOCKET", "LLMGW_NODE", "LLMGW_FABRIC",
+	"LLMGW_COORDINATOR", "LLMGW_TOKEN_FILE", "LLMGW_TLS_CA", "LLMGW_MUNGE_SOCKET", "LLMGW_NODE", "LLMGW_FABRIC",
 	"LLMGW_WEIGHTS_DIR", "LLMGW_CACHE_DIR", "LLMGW_STATE_DIR", "LLMGW_RUN_DIR",
 	"LLMGW_SOCKET", "LLMGW_METRICS_LISTEN", "LLMGW_SCAN_INTERVAL",
 	"LLMGW_REPORT_INTERVAL", "LLMGW_DIR_TIMEOUT", "LLMGW_CONNECTIONS",
@@ -73,7 +73,7 @@ const (
 
 	// DefaultFetchDeadline bounds how long a Prolog waits for weights. It
 	// must stay below slurm.conf's PrologEpilogTimeout: a Prolog killed by
-	// that timeout counts as failed and drains the node (slurm/FACTS.md §5),
+	// that timeout counts as failed and drains the node (docs/slurm/behaviour.md §5),
 	// whereas one that gives up by itself records why and exits 0. Slurm's
 	// default PrologEpilogTimeout is 65534 s; sites that set one usually set
 	// minutes, so the default is well under the usual ten.
@@ -101,6 +101,11 @@ type Agent struct {
 	// /run/munge/munge.socket.2) instead of the token: the coordinator
 	// then knows the node by the credential's origin address.
 	MungeSocket string `toml:"munge_socket"`
+	// TLSCA is a PEM file of the CA that signed the coordinator's TLS
+	// certificate. With it the coordinator must be an https:// URL whose
+	// certificate that CA signed: the catalog the agent copies decides what
+	// root fetches on this node.
+	TLSCA string `toml:"tls_ca"`
 
 	// Node is this node's Slurm NodeName (default: SLURMD_NODENAME, else the
 	// NodeName slurm.conf gives this host, else the short hostname). It

@@ -216,7 +216,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 
 // agentFields are Agent's JSON names: its Go field names (it has no json
 // tags; the resolved copy is written by json.Marshal).
-var agentFields = []string{"Coordinator", "TokenFile", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
+var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
 	"FetchDeadline", "GCInterval", "GCTimeout", "Version"}
 
@@ -234,6 +234,8 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		c.TokenFile, ok = s.String()
 	case "MungeSocket":
 		c.MungeSocket, ok = s.String()
+	case "TLSCA":
+		c.TLSCA, ok = s.String()
 	case "Node":
 		c.Node, ok = s.String()
 	case "Fabric":

@@ -3,9 +3,7 @@ package table
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -16,6 +14,7 @@ import (
 // node's reason, then the nodes that did not answer. "Asked to remove" is
 // the coordinator's list; the node's own judgement is what happened.
 func WriteGC(w io.Writer, st api.GCStatus) error {
+	st = escaped(st)
 	mode := "collect: nodes remove what they agree is garbage"
 	if !st.Collect {
 		mode = "list only: nothing is removed without --collect"
@@ -55,7 +54,7 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["failed"], "removal") + " failed"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", n.Node, len(n.Asked), removed, count["kept"],
-			count["refused"], catalog.FormatBytes(bytes), dash(printable(note)))
+			count["refused"], catalog.FormatBytes(bytes), dash(note))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -83,7 +82,7 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 				if action == "listed" {
 					action = "would remove"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, action, printable(f.Name), size, printable(f.Reason))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, action, f.Name, size, f.Reason)
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -107,16 +106,4 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 		return tw.Flush()
 	}
 	return nil
-}
-
-// printable quotes a string a node or a tampered coordinator may have
-// filled with control characters, so it cannot rewrite the terminal or
-// break the table.
-func printable(s string) string {
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
 }

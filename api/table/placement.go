@@ -13,6 +13,7 @@ import (
 // the order a multi-node job tries them, every node best first with its
 // checks and the reason for its place, then the nodes to use.
 func WritePlacement(w io.Writer, p *api.Placement) error {
+	p = escaped(p)
 	m := p.Model
 	fmt.Fprintf(w, "MODEL %s  source %s  nodes wanted %d", m.Name, m.Source, p.Count)
 	if p.FetchBytes > 0 {

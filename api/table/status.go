@@ -24,6 +24,7 @@ func newTable(w io.Writer) *tabwriter.Writer {
 // fabric can serve it and how, fetches in progress, then the stale and
 // never-looked nodes.
 func WriteStatus(w io.Writer, st *api.Status) error {
+	st = escaped(st)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "MODEL\tFABRIC\tSERVE\tHOLDERS\tNODES\tFETCHING")
 	switch {
@@ -146,6 +147,7 @@ func fetchText(f api.FetchStatus) string {
 
 // WriteModelNodes prints one model: its per-fabric rows, then every node.
 func WriteModelNodes(w io.Writer, st *api.ModelNodes) error {
+	st = escaped(st)
 	m := st.Model
 	fmt.Fprintf(w, "MODEL %s  source %s", m.Name, m.Source)
 	if m.Size > 0 {
@@ -193,6 +195,7 @@ func WriteModelNodes(w io.Writer, st *api.ModelNodes) error {
 
 // WriteModels prints the catalog.
 func WriteModels(w io.Writer, models []api.Model) error {
+	models = escaped(models)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tGPU MEMORY\tSHA256\tUPDATED")
 	for _, m := range models {

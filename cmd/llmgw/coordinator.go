@@ -59,6 +59,9 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	fs.String("config", path, "TOML configuration file")
 	fs.StringVar(&cfg.Listen, "listen", def(cfg.Listen, coordinator.DefaultListen), "address to serve the API on (loopback by default; set it to serve the cluster)")
 	fs.StringVar(&cfg.DB, "db", def(cfg.DB, coordinator.DefaultDB), "sqlite database file (created if missing)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate to serve HTTPS with (with --tls-key)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key of --tls-cert (mode 0600)")
+	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", cfg.InsecureHTTP, "allow plain HTTP on an address other than loopback")
 	fs.StringVar(&cfg.AgentTokenFile, "agent-token-file", cfg.AgentTokenFile, "file holding the token agents report with")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the token for catalog changes")
 	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", cfg.ReadTokenFile, "file holding a token reads must carry (none: reads are open)")
@@ -94,7 +97,7 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("Use debug, info, warn or error", "--log-level %q: %v", *level, err)
 	}
 	// Paths typed on the command line mean the directory they were typed in.
-	for _, name := range []string{"db", "agent-token-file", "admin-token-file", "read-token-file", "feature-file", "slurm-conf"} {
+	for _, name := range []string{"db", "tls-cert", "tls-key", "agent-token-file", "admin-token-file", "read-token-file", "feature-file", "slurm-conf"} {
 		if f := fs.Lookup(name); f.Changed && f.Value.String() != "" {
 			if abs, err := filepath.Abs(f.Value.String()); err == nil {
 				fs.Set(name, abs)

@@ -88,7 +88,7 @@ func prologCmd(ctx context.Context, e *env, args []string) error {
 		Log:   e.stderr,
 	}
 	if cfg.Coordinator != "" {
-		p.Coordinator = &api.Client{BaseURL: cfg.Coordinator, UserAgent: "llmgw-prolog/" + version}
+		p.Coordinator = &api.Client{BaseURL: cfg.Coordinator, TLSCA: cfg.TLSCA, UserAgent: "llmgw-prolog/" + version}
 		if cfg.MungeSocket != "" {
 			// As the agent reports: a coordinator with munge wants a
 			// credential for every read.

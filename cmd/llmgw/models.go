@@ -33,15 +33,21 @@ LLMGW_TOKEN_FILE).`
 func coordFlags(fs *pflag.FlagSet) (url, tokenFile *string) {
 	url = fs.String("coordinator", "", "coordinator base URL, e.g. http://coord:8420 (env LLMGW_COORDINATOR)")
 	tokenFile = fs.String("token-file", "", "file holding the bearer token (env LLMGW_TOKEN_FILE)")
+	// Registering resets it: each command run starts without a CA.
+	fs.StringVar(&coordTLSCA, "tls-ca", "", "PEM file of the CA that signed the coordinator's TLS certificate (env "+api.TLSCAEnv+")")
 	return url, tokenFile
 }
+
+// coordTLSCA is the --tls-ca of the command being run; coordClient passes
+// it on (empty: the client reads LLMGW_TLS_CA itself).
+var coordTLSCA string
 
 // coordClient builds the API client from those flags.
 func coordClient(e *env, url, tokenFile string) (*api.Client, error) {
 	if url == "" {
 		return nil, usagef("Pass --coordinator URL or set LLMGW_COORDINATOR, e.g. http://127.0.0.1:8420", "no coordinator given")
 	}
-	c := &api.Client{BaseURL: url, UserAgent: "llmgw/" + version}
+	c := &api.Client{BaseURL: url, TLSCA: coordTLSCA, UserAgent: "llmgw/" + version}
 	if tokenFile == "" {
 		// Without a token, the host's munged says who the user is: a
 		// coordinator with munge_socket set needs nothing else.

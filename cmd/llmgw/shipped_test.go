@@ -133,8 +133,20 @@ func TestShippedCoordinatorConfig(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("the coordinator's loader refuses %s: exit %d: %s", p, code, stderr)
 		}
-		if !strings.Contains(out, "/etc/llmgw/agent.token") || !strings.Contains(out, "/etc/llmgw/admin.token") {
-			t.Errorf("%s: the token files postinstall creates are not the ones in force; --help shows:\n%s", p, out)
+		// The unit hands the service copies of the tokens postinstall
+		// creates (LoadCredential), since it runs as SlurmUser.
+		const creds = "/run/credentials/llmgw-coordinator.service/"
+		if !strings.Contains(out, creds+"agent.token") || !strings.Contains(out, creds+"admin.token") {
+			t.Errorf("%s: the token files the unit hands over are not the ones in force; --help shows:\n%s", p, out)
+		}
+	}
+	unit, err := os.ReadFile("../../packaging/systemd/llmgw-coordinator.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"LoadCredential=agent.token:/etc/llmgw/agent.token", "LoadCredential=admin.token:/etc/llmgw/admin.token"} {
+		if !bytes.Contains(unit, []byte("\n"+line+"\n")) {
+			t.Errorf("llmgw-coordinator.service lacks %s: the service could not read the tokens postinstall creates", line)
 		}
 	}
 	var cfg coordinator.Config
@@ -171,7 +183,12 @@ func TestShippedUnits(t *testing.T) {
 		if len(m) != 1 || string(m[0][1]) != want {
 			t.Errorf("%s: ExecStart lines %q; want exactly one, %q", unit, m, want)
 		}
-		for _, line := range []string{"Type=notify", "Restart=on-failure", "StateDirectory=llmgw"} {
+		lines := []string{"Type=notify", "Restart=on-failure", "StateDirectory=llmgw"}
+		if unit == "llmgw-coordinator.service" {
+			// Not root, and nothing writable but its state.
+			lines = append(lines, "User=slurm", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "ReadWritePaths=/var/lib/llmgw")
+		}
+		for _, line := range lines {
 			if !bytes.Contains(b, []byte("\n"+line+"\n")) {
 				t.Errorf("%s lacks %s", unit, line)
 			}

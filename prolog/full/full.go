@@ -143,8 +143,15 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		}
 		p.logf(job.ID, "coordinator %s: %v; resolving %s from the node's catalog copy", p.Coordinator.BaseURL, err, job.Model)
 	}
-	path := p.Config.CatalogCopyPath()
+	// The private copy holds sources whole (a signed URL's signature,
+	// which the world-readable copy leaves out); the Prolog runs as root
+	// and reads it when it is there.
+	path := catalog.PrivateCopyPath(p.Config.CatalogCopyPath())
 	cp, err := catalog.ReadCopy(path)
+	if err != nil {
+		path = p.Config.CatalogCopyPath()
+		cp, err = catalog.ReadCopy(path)
+	}
 	if err != nil {
 		return catalog.Model{}, fmt.Errorf("no coordinator answered and the node's %w", err)
 	}

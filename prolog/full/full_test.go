@@ -215,3 +215,67 @@ func TestCommentTag(t *testing.T) {
 		t.Errorf("prolog.CommentTag %q, slurm.CommentTag %q", prolog.CommentTag, slurm.CommentTag)
 	}
 }
+
+// TestPrologFetchesASignedURLFromThePrivateCopy: with neither coordinator
+// nor agent answering, the Prolog (root) resolves the model from the
+// node's private catalog copy, where the signed URL is whole, and fetches
+// it; the world-readable copy and the job record, which the job's user
+// reads, hold no signature, and the fast path still finds the file.
+func TestPrologFetchesASignedURLFromThePrivateCopy(t *testing.T) {
+	body := bytes.Repeat([]byte("weights"), 1000)
+	sum := sha256.Sum256(body)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("sig") != "s3cret" {
+			http.Error(w, "signature does not match", http.StatusForbidden)
+			return
+		}
+		http.ServeContent(w, r, "w.gguf", time.Time{}, bytes.NewReader(body))
+	}))
+	t.Cleanup(o.Close)
+	m := catalog.Model{Name: "m", Source: o.URL + "/w.gguf?sig=s3cret", Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
+	p, log, _ := newProlog(t)
+	cp := catalog.Copy{Coordinator: "http://coord", Models: []catalog.Model{m}}
+	if err := catalog.WritePrivateCopy(p.Config.CatalogCopyPath(), cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog.WriteCopy(p.Config.CatalogCopyPath(), cp); err != nil {
+		t.Fatal(err)
+	}
+	p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "m"}, nil)
+
+	rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	if err != nil || rec.Error != "" || rec.Path != catalog.CachePathFor(p.Config.CacheDir, m.Source) {
+		t.Fatalf("record = %+v, %v; log:\n%s", rec, err, log)
+	}
+	for _, f := range []string{p.Config.CatalogCopyPath(), filepath.Join(catalog.JobsDir(p.Config.RunDir), "1.json")} {
+		if b, _ := os.ReadFile(f); strings.Contains(string(b), "s3cret") || len(b) == 0 {
+			t.Errorf("%s, which the job's user reads, holds the signature (or nothing):\n%s", f, b)
+		}
+	}
+	if err := prolog.Fast(p.Config, prolog.Job{ID: "2", Model: "m"}, time.Now()); err != nil {
+		t.Errorf("fast path from the redacted copy: %v", err)
+	}
+}
+
+// TestFailedSignedFetchKeepsTheSignatureOutOfTheRecord: a fetch the origin
+// refuses fails with an error quoting the URL; the job record, which the
+// job's user reads, says why without the signature.
+func TestFailedSignedFetchKeepsTheSignatureOutOfTheRecord(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "signature expired", http.StatusForbidden)
+	}))
+	t.Cleanup(o.Close)
+	m := catalog.Model{Name: "m", Source: o.URL + "/w.gguf?sig=s3cret&exp=1"}
+	p, log, _ := newProlog(t)
+	cp := catalog.Copy{Coordinator: "http://coord", Models: []catalog.Model{m}}
+	catalog.WritePrivateCopy(p.Config.CatalogCopyPath(), cp)
+	catalog.WriteCopy(p.Config.CatalogCopyPath(), cp)
+	p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "m"}, nil)
+	rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	if err != nil || rec.Error == "" {
+		t.Fatalf("record = %+v, %v; want a failure; log:\n%s", rec, err, log)
+	}
+	if b, _ := os.ReadFile(filepath.Join(catalog.JobsDir(p.Config.RunDir), "1.json")); strings.Contains(string(b), "s3cret") {
+		t.Errorf("the job record holds the signature:\n%s", b)
+	}
+}

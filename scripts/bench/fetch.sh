@@ -2,7 +2,7 @@
 # fetch.sh: time `llmgw fetch` against curl and aria2c fetching the same file
 # from the same origin on 127.0.0.1, in one run, side by side.
 #
-# The targets (DESIGN.md §6): with a per-connection cap on the origin — how
+# The targets (docs/design.md §6): with a per-connection cap on the origin — how
 # CDNs and object stores treat each TCP flow — llmgw's eight connections must
 # at least match aria2c -x8 -s8, the tool people reach for, and beat a single
 # curl stream fourfold; with no cap, where one stream can already fill the

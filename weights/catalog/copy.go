@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/llmgw/llmgw/internal/jsonlite"
@@ -41,14 +42,38 @@ func ReadCopy(path string) (Copy, error) {
 	return c, nil
 }
 
-// WriteCopy writes c to path atomically (see WriteAtomic), readable by all:
-// the catalog holds no secrets, and the TaskProlog reads it as the job's user.
+// WriteCopy writes c to path atomically (see WriteAtomic), readable by all,
+// since the TaskProlog reads it as the job's user; so every source is
+// written through RedactQuery, which keeps a signed URL's signature out
+// and names the same cache file. The whole catalog goes to
+// WritePrivateCopy.
 func WriteCopy(path string, c Copy) error {
+	c.Models = append([]Model(nil), c.Models...)
+	for i := range c.Models {
+		c.Models[i].Source = RedactQuery(c.Models[i].Source)
+	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
 	return WriteAtomic(path, append(b, '\n'), 0o644)
+}
+
+// PrivateCopyPath is where the catalog copy with whole sources is kept
+// beside the world-readable one at path.
+func PrivateCopyPath(path string) string {
+	return strings.TrimSuffix(path, ".json") + ".private.json"
+}
+
+// WritePrivateCopy writes c, sources whole, to PrivateCopyPath(path) with
+// mode 0600: what the Prolog, as root, fetches from when the coordinator
+// does not answer.
+func WritePrivateCopy(path string, c Copy) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(PrivateCopyPath(path), append(b, '\n'), 0o600)
 }
 
 // Lookup returns the catalog entry called name.

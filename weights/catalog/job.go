@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/llmgw/llmgw/internal/jsonlite"
@@ -48,11 +49,21 @@ func JobRecordPath(runDir, job string) (string, error) {
 }
 
 // WriteJobRecord writes r atomically under runDir, readable by the job's
-// user: the TaskProlog runs as that user and holds no privilege.
+// user: the TaskProlog runs as that user and holds no privilege. So the
+// source is recorded through RedactQuery, as in the world-readable catalog
+// copy: a signed URL's signature stays out, and gc still finds the cache
+// file by it.
 func WriteJobRecord(runDir string, r JobRecord) error {
 	p, err := JobRecordPath(runDir, r.Job)
 	if err != nil {
 		return err
+	}
+	if red := RedactQuery(r.Source); red != r.Source {
+		// A failed fetch's error may quote the URL it asked for.
+		if i := strings.IndexByte(r.Source, '?'); i >= 0 && len(r.Source) > i+1 {
+			r.Error = strings.ReplaceAll(r.Error, r.Source[i+1:], red[strings.IndexByte(red, '?')+1:])
+		}
+		r.Source = red
 	}
 	b, err := marshalJobRecord(r)
 	if err != nil {

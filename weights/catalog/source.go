@@ -102,8 +102,13 @@ func WantedCacheNames(models []Model) map[string]string {
 }
 
 // CacheName is the file name CachePathFor gives source, without a directory.
+//
+// The hash is of RedactQuery(source), so a source and its redacted form
+// name the same file: the TaskProlog, which reads the node's world-readable
+// catalog copy, finds the file the agent fetched from the signed URL it
+// never sees.
 func CacheName(source string) string {
-	sum := sha256.Sum256([]byte(source))
+	sum := sha256.Sum256([]byte(RedactQuery(source)))
 	return hex.EncodeToString(sum[:])[:cacheHashLen] + "-" + sourceBase(source)
 }
 
@@ -200,4 +205,46 @@ func isRsyncTemp(name string) bool {
 		}
 	}
 	return HasWeightExt(name[1 : len(name)-7])
+}
+
+// redactedPrefix begins the query RedactQuery puts in place of a secret one.
+const redactedPrefix = "REDACTED-"
+
+// RedactQuery returns an http(s) source with its query string replaced by
+// "REDACTED-" and sixteen hex digits of the query's sha256, and any other
+// source as it is. A query string is where signed URLs (S3, GCS, Azure SAS)
+// carry their signature; the redacted form goes where others may read it
+// (open reads, the node's 0644 catalog copy, job records) and still tells
+// two queries apart, and a redacted source is its own redaction.
+func RedactQuery(source string) string {
+	if !strings.HasPrefix(source, "http://") && !strings.HasPrefix(source, "https://") {
+		return source
+	}
+	i := strings.IndexByte(source, '?')
+	if i < 0 {
+		return source
+	}
+	q, frag := source[i+1:], ""
+	if j := strings.IndexByte(q, '#'); j >= 0 {
+		q, frag = q[:j], q[j:]
+	}
+	if IsRedactedQuery(q) {
+		return source
+	}
+	sum := sha256.Sum256([]byte(q))
+	return source[:i] + "?" + redactedPrefix + hex.EncodeToString(sum[:])[:cacheHashLen] + frag
+}
+
+// IsRedactedQuery reports whether q is a query RedactQuery wrote.
+func IsRedactedQuery(q string) bool {
+	h, ok := strings.CutPrefix(q, redactedPrefix)
+	if !ok || len(h) != cacheHashLen {
+		return false
+	}
+	for _, c := range h {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,34 @@
+package api
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadTokenRefusesOpenFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o666} {
+		p := filepath.Join(dir, "agent.token")
+		if err := os.WriteFile(p, []byte("secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadToken(p)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "chmod 600 "+p) {
+			t.Errorf("ReadToken of a %04o file = %v; want a refusal naming the file and 'chmod 600 %s'", mode, err, p)
+		}
+	}
+	p := filepath.Join(dir, "ok.token")
+	os.WriteFile(p, []byte("secret\n"), 0o600)
+	if tok, err := ReadToken(p); err != nil || tok != "secret" {
+		t.Errorf("ReadToken of a 0600 file = %q, %v", tok, err)
+	}
+	os.Chmod(p, 0o400)
+	if _, err := ReadToken(p); err != nil {
+		t.Errorf("ReadToken of a 0400 file = %v", err)
+	}
+}
