@@ -368,9 +368,12 @@ func (s *Server) authorize(r *http.Request, need role) error {
 	got := s.tokens.roleOf(strings.TrimSpace(tok))
 	switch {
 	case got == roleNone:
-		return api.Errorf(api.CodeUnauthorized, "the token matches none this coordinator accepts; check --token-file")
+		// One answer for a wrong token and a token of the wrong role
+		// (errDenied, auth.go): which role a token has is the holder's
+		// business, not a stranger's to learn by trying it.
+		return errDenied
 	case got < need:
-		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(r, need), need, got)
+		return errDenied
 	}
 	return nil
 }
