@@ -41,10 +41,18 @@ all: build
 # version as llmgw, whose resolved configuration copies it reads.
 # scripts/bench/hook.sh measures it.
 ## build: the llmgw and llmgw-hook binaries in bin/ (and the SPANK plugin when slurm/spank.h is installed)
-build: $(if $(HAVE_SPANK_H),spank)
+build: $(if $(HAVE_SPANK_H),spank) munge-h
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(HOOK) ./cmd/llmgw-hook
 
+# llmgw links libmunge (internal/munge): a decode through it costs a
+# fortieth of starting unmunge. Its header comes with libmunge-dev; the
+# tests also run real munged daemons (munge).
+.PHONY: munge-h
+munge-h:
+	@test -e /usr/include/munge.h || { echo "/usr/include/munge.h is missing: install libmunge-dev and munge (apt-get install libmunge-dev munge)"; exit 1; }
+
+## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev)
 ## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev; SLURM=PREFIX for a Slurm built elsewhere)
 # .FORCE: a plugin built for another Slurm's headers (another SLURM=) is
 # never taken as up to date.
@@ -75,7 +83,7 @@ lint:
 	$(GO) vet ./...
 
 ## unit: unit tests with the race detector
-unit:
+unit: munge-h
 	$(GO) test -race -count=1 ./...
 
 ## integration: real Slurm (scripts/dev-cluster), real mounts, real processes, the installed package; needs root

@@ -27,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
 	"github.com/llmgw/llmgw/weights/scan"
@@ -117,7 +118,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
-	if cfg.Coordinator != "" && cfg.TokenFile == "" {
+	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
 		log.Warn("no token file configured: reports are sent without a token, which a coordinator with --agent-token-file refuses")
 	}
 	return a, nil
@@ -325,6 +326,10 @@ func (a *Agent) buildReport() *api.Report {
 // without a restart.
 func (a *Agent) client(cfg Config) (*api.Client, error) {
 	c := &api.Client{BaseURL: cfg.Coordinator, HTTP: a.http, UserAgent: "llmgw-agent/" + cfg.Version}
+	if cfg.MungeSocket != "" {
+		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
+		return c, nil
+	}
 	if cfg.TokenFile != "" {
 		tok, err := api.ReadToken(cfg.TokenFile)
 		if err != nil {

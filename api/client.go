@@ -16,8 +16,11 @@ import (
 type Client struct {
 	// BaseURL is the coordinator, e.g. "http://coord:8420". Required.
 	BaseURL string
-	// Token is sent as a bearer token when set.
+	// Token is sent as a bearer token when set and Auth is not.
 	Token string
+	// Auth, when set, authenticates each request (a MUNGE credential:
+	// internal/munge.Authenticator) instead of Token.
+	Auth Authenticator
 	// HTTP is the client used (default: one with a 30 s timeout).
 	HTTP *http.Client
 	// UserAgent identifies the caller in the coordinator's logs.
@@ -81,6 +84,18 @@ func (c *Client) DeleteModel(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/models/"+url.PathEscape(name), nil, nil)
 }
 
+// DeleteNode makes the coordinator forget a node (admin).
+func (c *Client) DeleteNode(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil)
+}
+
+// NewNodeToken makes a node's own token, revoking its old one (admin).
+func (c *Client) NewNodeToken(ctx context.Context, node string) (NodeToken, error) {
+	var out NodeToken
+	err := c.Do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(node)+"/token", nil, &out)
+	return out, err
+}
+
 // maxResponse bounds what a client reads from the coordinator; a status over
 // ten thousand nodes is a few megabytes.
 const maxResponse = 256 << 20
@@ -92,12 +107,14 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("no coordinator configured: pass --coordinator URL or set LLMGW_COORDINATOR")
 	}
 	var body io.Reader
+	var raw []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
 		body = bytes.NewReader(b)
+		raw = b
 	}
 	u := strings.TrimRight(c.BaseURL, "/") + path
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
@@ -108,7 +125,14 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.Token != "" {
+	switch {
+	case c.Auth != nil:
+		h, err := c.Auth.Authorization(ctx, method, req.URL.RequestURI(), raw)
+		if err != nil {
+			return fmt.Errorf("authenticating %s %s: %w", method, path, err)
+		}
+		req.Header.Set("Authorization", h)
+	case c.Token != "":
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	if c.UserAgent != "" {

@@ -113,7 +113,39 @@ type Config struct {
 	// unset, they inherit the coordinator's environment (and without
 	// SLURM_CONF there, read /etc/slurm/slurm.conf).
 	SlurmConf string `toml:"slurm_conf"`
+
+	// MungeSocket turns on MUNGE authentication (see auth.go): agents,
+	// admins and readers send a credential from their host's munged,
+	// decoded through this socket (normally /run/munge/munge.socket.2).
+	// A report is then taken only for a node in Slurm's node list, from a
+	// credential made on one of that node's addresses (NodeAddr,
+	// NodeHostname) by root or AgentUser, or with that node's own token;
+	// the shared agent and admin tokens then speak for no node, but still
+	// read and (admin) administer.
+	MungeSocket string `toml:"munge_socket"`
+	// AgentUser is a user, besides root, whose credentials may post
+	// reports (an agent not run as root).
+	AgentUser string `toml:"agent_user"`
+	// SlurmUser administers with root; unset, it is read from
+	// `scontrol show config` when MungeSocket is set.
+	SlurmUser string `toml:"slurm_user"`
+	// AdminUsers and AdminGroups (names or ids) also administer: catalog
+	// changes, features, gc, removing nodes.
+	AdminUsers  []string `toml:"admin_users"`
+	AdminGroups []string `toml:"admin_groups"`
+	// ForgetAfter: a node that is no longer in Slurm's node list and has
+	// not reported for this long is forgotten (default DefaultForgetAfter).
+	// Only with MungeSocket, which reads the list.
+	ForgetAfter time.Duration `toml:"forget_after"`
+
+	// Nodes, when set, replaces Slurm's node list (tests).
+	Nodes NodeSource `toml:"-"`
 }
+
+// DefaultForgetAfter: a day, so that a node out of Slurm's list for
+// maintenance is still shown while it is worked on, and one removed for
+// good leaves status by the next day.
+const DefaultForgetAfter = 24 * time.Hour
 
 // Feature reconciler defaults.
 const (
@@ -166,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sinfo == "" {
 		c.Sinfo = DefaultSinfo
+	}
+	if c.ForgetAfter <= 0 {
+		c.ForgetAfter = DefaultForgetAfter
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch

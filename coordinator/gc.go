@@ -187,6 +187,9 @@ func (s *Server) postGCAnswer(w http.ResponseWriter, r *http.Request) error {
 	if err := validGCAnswer(&a); err != nil {
 		return err
 	}
+	if err := s.speaksFor(r, a.Node); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 	defer cancel()
 	err = s.db.AnswerGC(ctx, id, a, s.now())

@@ -176,3 +176,45 @@ func (s *Server) getModelStatus(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, st)
 	return nil
 }
+
+// deleteNode forgets a node (llmgw nodes rm): one that left the cluster
+// while Slurm's list is not read (no munge), or one an admin wants gone
+// before forget_after. A node that still runs an agent comes back with its
+// next report.
+func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("node")
+	if err := api.ValidNodeName(name); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	gone, err := s.forget(r.Context(), []string{name})
+	if err != nil {
+		s.metrics.dbErrors.WithLabelValues("nodes").Inc()
+		return api.Errorf(api.CodeUnavailable, "node %s could not be removed (database: %v)", name, err)
+	}
+	if len(gone) == 0 {
+		return api.Errorf(api.CodeNotFound, "node %s is not known to the coordinator; 'llmgw status' lists the nodes", name)
+	}
+	s.log.WithField("node", name).Info("node removed")
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// postNodeToken makes a node's token (llmgw nodes token), for sites without
+// munge: the agent of that node, and only it, reports with it. Making one
+// again revokes the old one. The token is in this answer and nowhere else.
+func (s *Server) postNodeToken(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("node")
+	if err := api.ValidNodeName(name); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+	defer cancel()
+	tok, err := s.newNodeToken(ctx, name)
+	if err != nil {
+		s.metrics.dbErrors.WithLabelValues("nodes").Inc()
+		return api.Errorf(api.CodeUnavailable, "the token of node %s could not be stored (database: %v)", name, err)
+	}
+	s.log.WithField("node", name).Info("node token made")
+	writeJSON(w, http.StatusCreated, api.NodeToken{Node: name, Token: tok})
+	return nil
+}

@@ -220,6 +220,10 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 			s.metrics.reports.WithLabelValues("invalid").Inc()
 			return err
 		}
+		if err := s.speaksFor(r, rep.Node); err != nil {
+			s.metrics.reports.WithLabelValues("invalid").Inc()
+			return err
+		}
 		res, err := s.submit(r, &queued{r: rep, key: key, same: same, done: make(chan ingestResult, 1)})
 		if err != nil {
 			return err

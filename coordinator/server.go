@@ -58,6 +58,13 @@ type Server struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// trust judges MUNGE credentials (auth.go); nil when munge is off.
+	trust *trust
+	// nodeTokens maps each per-node token's sha256 to its node (auth.go).
+	nodeTokens atomic.Pointer[map[[32]byte]string]
+	// forgetting is true while forgetLeft runs.
+	forgetting atomic.Bool
+
 	// reads holds a slot per expensive read in progress (see
 	// expensiveRead); readWait is how long a read waits for one.
 	reads    chan struct{}
@@ -110,6 +117,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	}
 	s.dbOK.Store(true)
 	s.metrics = newMetrics(s)
+	if err := s.initTrust(ctx); err != nil {
+		return nil, err
+	}
 	if cfg.Features {
 		s.features = newFeatures(s)
 	}
@@ -147,6 +157,8 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
+	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
+	s.route(mux, "POST /v1/nodes/{node}/token", roleAdmin, s.postNodeToken)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
@@ -267,7 +279,7 @@ func (s *Server) route(mux *http.ServeMux, pattern string, need role, h handlerF
 		id := uuid.NewString()
 		w.Header().Set("X-Request-Id", id)
 		sw := &statusWriter{ResponseWriter: w}
-		err := s.authorize(r, need)
+		r, err := s.authenticate(r, need)
 		if err == nil && expensiveRead[pattern] {
 			var release func()
 			if release, err = s.readSlot(r.Context()); err == nil {
@@ -356,9 +368,12 @@ func (s *Server) authorize(r *http.Request, need role) error {
 	got := s.tokens.roleOf(strings.TrimSpace(tok))
 	switch {
 	case got == roleNone:
-		return api.Errorf(api.CodeUnauthorized, "the token matches none this coordinator accepts; check --token-file")
+		// One answer for a wrong token and a token of the wrong role
+		// (errDenied, auth.go): which role a token has is the holder's
+		// business, not a stranger's to learn by trying it.
+		return errDenied
 	case got < need:
-		return api.Errorf(api.CodeForbidden, "%s needs the %s token; this one is the %s token", what(r, need), need, got)
+		return errDenied
 	}
 	return nil
 }

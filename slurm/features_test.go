@@ -176,10 +176,10 @@ func TestParseNodesJSON(t *testing.T) {
 	// Captured on the dev cluster after
 	// scontrol update NodeName=n2 AvailableFeatures=ib-a,llmgw.llama,'a b' ActiveFeatures=ib-a,llmgw.llama
 	want := []Node{
-		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
-		{Name: "n2", Available: l("ib-a", "llmgw.llama", "a b"), Active: l("ib-a", "llmgw.llama"), State: "idle", Partitions: l("debug")},
-		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug")},
-		{Name: "n4", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug")},
+		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "n2", Available: l("ib-a", "llmgw.llama", "a b"), Active: l("ib-a", "llmgw.llama"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "n4", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
@@ -200,12 +200,12 @@ func TestParseNodesJSONStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Node{
-		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
-		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "drained", Partitions: l("debug")},
-		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "drained", Partitions: l("debug")},
-		{Name: "n4", Available: l("ib-b", "llmgw.qwen"), Active: l("ib-b", "llmgw.qwen"), State: "down", Partitions: l("debug")},
-		{Name: "x0001", State: "unknown", Partitions: l("extra")},
-		{Name: "x0002", State: "unknown", Partitions: l("extra")},
+		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "drained", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "drained", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "n4", Available: l("ib-b", "llmgw.qwen"), Active: l("ib-b", "llmgw.qwen"), State: "down", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "x0001", State: "unknown", Partitions: l("extra"), Addr: "127.0.0.1", Hostname: "localhost"},
+		{Name: "x0002", State: "unknown", Partitions: l("extra"), Addr: "127.0.0.1", Hostname: "localhost"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)

@@ -25,6 +25,10 @@ type Node struct {
 	// (without the '*' sinfo's text output marks the default one with).
 	// Nil when it is in none.
 	Partitions []string
+	// Addr and Hostname are the node's NodeAddr and NodeHostname, where
+	// its daemons (and so its munged) speak from, when sinfo says them
+	// (22.05 does; later releases' records leave them empty).
+	Addr, Hostname string
 }
 
 // Nodes lists the cluster's nodes, each once, in sinfo's order, from
@@ -125,6 +129,8 @@ type nodesJSON struct {
 		State          jsonList     `json:"state"`
 		StateFlags     []string     `json:"state_flags"`
 		Partitions     []string     `json:"partitions"`
+		Address        string       `json:"address"`
+		Hostname       string       `json:"hostname"`
 	} `json:"nodes"`
 	Sinfo *[]struct {
 		Nodes struct {
@@ -255,6 +261,8 @@ func nodesFromList(doc nodesJSON, rel string) ([]Node, error) {
 			Active:     n.ActiveFeatures,
 			State:      state,
 			Partitions: parts,
+			Addr:       n.Address,
+			Hostname:   n.Hostname,
 		})
 	}
 	return nodes, nil

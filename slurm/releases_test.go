@@ -75,7 +75,7 @@ func TestParseNodesEveryRelease(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !reflect.DeepEqual(got, tc.want) {
+					if !reflect.DeepEqual(withoutAddrs(t, got), tc.want) {
 						t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, tc.want)
 					}
 				})
@@ -119,7 +119,7 @@ func TestParseNodesGroupedNeverWrong(t *testing.T) {
 				}
 				// Grouped records come in sinfo's grouping order.
 				slices.SortFunc(got, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
-				if !reflect.DeepEqual(got, tc.want) {
+				if !reflect.DeepEqual(withoutAddrs(t, got), tc.want) {
 					t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, tc.want)
 				}
 			})
@@ -147,7 +147,7 @@ esac`,
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, fixtureMixed) {
+			if !reflect.DeepEqual(withoutAddrs(t, got), fixtureMixed) {
 				t.Errorf("Nodes() =\n  %q\nwant\n  %q", got, fixtureMixed)
 			}
 		})
@@ -279,4 +279,19 @@ echo "slurm_load_partitions: Unable to contact slurm controller (connect failure
 	if b, _ := os.ReadFile(calls); strings.Count(string(b), "\n") != 1 {
 		t.Errorf("sinfo was run %q; want once", b)
 	}
+}
+
+// withoutAddrs checks that where a listing names the nodes' addresses they
+// are the fixture cluster's (every node on localhost; sinfo's records after
+// 22.05 name none), and returns the nodes without them, to compare the rest.
+func withoutAddrs(t *testing.T, nodes []Node) []Node {
+	t.Helper()
+	out := append([]Node(nil), nodes...)
+	for i, n := range out {
+		if n.Addr != "" && n.Addr != "127.0.0.1" || n.Hostname != "" && n.Hostname != "localhost" {
+			t.Errorf("node %s: address %q, hostname %q; want 127.0.0.1 and localhost, or none", n.Name, n.Addr, n.Hostname)
+		}
+		out[i].Addr, out[i].Hostname = "", ""
+	}
+	return out
 }

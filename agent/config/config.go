@@ -84,7 +84,7 @@ func Validate(c Agent) error {
 	if c.GPUMemory < 0 {
 		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "tls_ca": c.TLSCA, "nvidia-smi": c.NvidiaSMI} {
+	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "munge socket": c.MungeSocket, "tls_ca": c.TLSCA, "nvidia-smi": c.NvidiaSMI} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

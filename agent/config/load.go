@@ -135,6 +135,7 @@ func ApplyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 func Flags(fs *pflag.FlagSet, cfg *Agent) {
 	fs.StringVar(&cfg.Coordinator, "coordinator", cfg.Coordinator, "coordinator base URL, e.g. http://coord:8420 (none: report to nobody)")
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "file holding the agent's bearer token")
+	fs.StringVar(&cfg.MungeSocket, "munge-socket", cfg.MungeSocket, "munged's socket: authenticate reports with a MUNGE credential instead of the token")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", cfg.TLSCA, "PEM file of the CA that signed the coordinator's TLS certificate")
 	fs.StringVar(&cfg.Node, "node", cfg.Node, "this node's Slurm NodeName (default: SLURMD_NODENAME, else slurm.conf's name for this host, else the short hostname)")
 	fs.StringVar(&cfg.Fabric, "fabric", orDefault(cfg.Fabric, DefaultFabric), "the fabric (network) this node is on")
@@ -159,7 +160,7 @@ func Flags(fs *pflag.FlagSet, cfg *Agent) {
 // relative path there means the directory it was typed in; in the file it
 // means nothing, and Validate says so.
 func AbsPaths(fs *pflag.FlagSet, cfg *Agent) {
-	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "tls-ca": &cfg.TLSCA, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket, "nvidia-smi": &cfg.NvidiaSMI} {
+	for name, p := range map[string]*string{"token-file": &cfg.TokenFile, "tls-ca": &cfg.TLSCA, "munge-socket": &cfg.MungeSocket, "cache-dir": &cfg.CacheDir, "state-dir": &cfg.StateDir, "run-dir": &cfg.RunDir, "socket": &cfg.Socket, "nvidia-smi": &cfg.NvidiaSMI} {
 		if fs.Changed(name) && *p != "" {
 			if abs, err := filepath.Abs(*p); err == nil {
 				*p = abs

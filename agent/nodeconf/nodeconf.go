@@ -36,7 +36,7 @@ import (
 // LLMGW_MODEL and LLMGW_MODEL_PATH, which the SPANK plugin and the
 // TaskProlog put in every model job's environment.
 var SettingEnv = []string{
-	"LLMGW_COORDINATOR", "LLMGW_TOKEN_FILE", "LLMGW_TLS_CA", "LLMGW_NODE", "LLMGW_FABRIC",
+	"LLMGW_COORDINATOR", "LLMGW_TOKEN_FILE", "LLMGW_TLS_CA", "LLMGW_MUNGE_SOCKET", "LLMGW_NODE", "LLMGW_FABRIC",
 	"LLMGW_WEIGHTS_DIR", "LLMGW_CACHE_DIR", "LLMGW_STATE_DIR", "LLMGW_RUN_DIR",
 	"LLMGW_SOCKET", "LLMGW_METRICS_LISTEN", "LLMGW_SCAN_INTERVAL",
 	"LLMGW_REPORT_INTERVAL", "LLMGW_DIR_TIMEOUT", "LLMGW_CONNECTIONS",
@@ -96,6 +96,11 @@ type Agent struct {
 	// TokenFile holds the agent's bearer token. It is read before every
 	// report, so rotating the token needs no restart.
 	TokenFile string `toml:"token_file"`
+	// MungeSocket, when set, makes the agent authenticate reports with a
+	// MUNGE credential from this munged (normally
+	// /run/munge/munge.socket.2) instead of the token: the coordinator
+	// then knows the node by the credential's origin address.
+	MungeSocket string `toml:"munge_socket"`
 	// TLSCA is a PEM file of the CA that signed the coordinator's TLS
 	// certificate. With it the coordinator must be an https:// URL whose
 	// certificate that CA signed: the catalog the agent copies decides what

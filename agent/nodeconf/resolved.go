@@ -216,7 +216,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 
 // agentFields are Agent's JSON names: its Go field names (it has no json
 // tags; the resolved copy is written by json.Marshal).
-var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
+var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
 	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed"}
 
@@ -232,6 +232,8 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		c.Coordinator, ok = s.String()
 	case "TokenFile":
 		c.TokenFile, ok = s.String()
+	case "MungeSocket":
+		c.MungeSocket, ok = s.String()
 	case "TLSCA":
 		c.TLSCA, ok = s.String()
 	case "Node":

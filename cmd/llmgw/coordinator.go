@@ -26,6 +26,13 @@ refused with 403 (there is no unauthenticated write mode). Reads (status,
 catalog) are open unless --read-token-file is set; then they need the read,
 agent or admin token. /healthz, /readyz and /metrics are always open.
 
+MUNGE (munge_socket in the file): every request then carries a credential from
+its host's munged. Reports are taken only for nodes in Slurm's node list, from
+root (or agent_user) on one of the node's addresses; catalog changes, features,
+gc and 'llmgw nodes rm' need root, SlurmUser, admin_users or admin_groups;
+reads need a credential from any user. Without munge, 'llmgw nodes token NODE'
+gives each node a token that speaks for it alone.
+
 With --features (features = true) it also keeps Slurm node features in step:
 llmgw.MODEL on every node that can serve MODEL without fetching (a stale node
 loses them; the site's own features are kept), rewritten on every change and

@@ -18,26 +18,28 @@ var importRules = map[string]struct {
 	may []string
 	why string
 }{
-	"internal/jsonlite": {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
-	"weights/catalog":   {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
-	"api":               {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
-	"agent/nodeconf":    {[]string{"weights/catalog", "internal/jsonlite"}, "the node's configuration is linked by the hook binary, so it stays light: the standard library and the catalog leaf"},
-	"agent/config":      {[]string{"agent/nodeconf", "weights/catalog", "slurm"}, "the loader (toml, pflag) and the checks the agent and llmgw's hooks share, so a setting means the same to both (slurm: the node and fabric name rules)"},
-	"weights/scan":      {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
-	"weights/fetch":     {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
-	"weights/gc":        {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
-	"placement":         {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
-	"slurm":             {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
-	"agent":             {[]string{"agent/config", "agent/nodeconf", "api", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
-	"prolog":            {[]string{"agent/nodeconf", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
-	"prolog/full":       {[]string{"prolog", "agent/nodeconf", "api", "weights/catalog", "weights/fetch", "weights/gc", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, runs node gc, and calls scontrol"},
-	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm"},
-	"coordinator/store": {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
-	"api/table":         {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
-	"cmd/llmgw/demo":    {[]string{"agent/nodeconf", "api", "placement", "slurm", "weights/catalog"}, "the demo runs llmgw's own binary as coordinator and agents and shows the commands a user would type; it reads api types and the node configuration, and speaks to the dev cluster through slurm"},
-	"cmd/llmgw/doctor":  {[]string{"api", "slurm", "weights/catalog", "weights/scan"}, "the doctor reads every side (Slurm, agent socket, coordinator, cache) through their clients and links no server code"},
-	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
-	"cmd/llmgw-hook":    {[]string{"prolog", "agent/nodeconf", "weights/catalog"}, "the hook binary starts on every job: only the fast path (cmd/llmgw-hook/deps_test.go)"},
+	"internal/jsonlite":        {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
+	"weights/catalog":          {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
+	"api":                      {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
+	"agent/nodeconf":           {[]string{"weights/catalog", "internal/jsonlite"}, "the node's configuration is linked by the hook binary, so it stays light: the standard library and the catalog leaf"},
+	"agent/config":             {[]string{"agent/nodeconf", "weights/catalog", "slurm"}, "the loader (toml, pflag) and the checks the agent and llmgw's hooks share, so a setting means the same to both (slurm: the node and fabric name rules)"},
+	"weights/scan":             {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
+	"weights/fetch":            {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
+	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
+	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
+	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
+	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
+	"prolog":                   {[]string{"agent/nodeconf", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
+	"prolog/full":              {[]string{"prolog", "agent/nodeconf", "api", "weights/catalog", "weights/fetch", "weights/gc", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, runs node gc, and calls scontrol"},
+	"coordinator":              {[]string{"api", "coordinator/store", "internal/munge", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm (and munge, which says who speaks)"},
+	"internal/munge":           {[]string{"api"}, "MUNGE credentials are a leaf beside the protocol: the coordinator decodes them, agents and the CLI make them, the hook never links them"},
+	"internal/munge/mungetest": {[]string{"internal/munge"}, "tests start real munged daemons through it"},
+	"coordinator/store":        {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
+	"api/table":                {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
+	"cmd/llmgw/demo":           {[]string{"agent/nodeconf", "api", "placement", "slurm", "weights/catalog"}, "the demo runs llmgw's own binary as coordinator and agents and shows the commands a user would type; it reads api types and the node configuration, and speaks to the dev cluster through slurm"},
+	"cmd/llmgw/doctor":         {[]string{"api", "slurm", "weights/catalog", "weights/scan"}, "the doctor reads every side (Slurm, agent socket, coordinator, cache) through their clients and links no server code"},
+	"cmd/llmgw":                {[]string{"*"}, "the binary wires everything"},
+	"cmd/llmgw-hook":           {[]string{"prolog", "agent/nodeconf", "weights/catalog"}, "the hook binary starts on every job: only the fast path (cmd/llmgw-hook/deps_test.go)"},
 
 	// packaging/ holds only the package's integration test (dpkg-deb).
 	"packaging": {nil, "the package description's test imports no llmgw code"},
@@ -52,7 +54,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory)"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged)"},
 }
 
 type listedPackage struct {

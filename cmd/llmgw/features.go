@@ -35,7 +35,7 @@ func featuresCmd(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("Run 'llmgw features --help'", "features takes no arguments, got %q", fs.Args())
 	}
-	c, err := coordClient(*url, *tokenFile)
+	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func gcCmd(ctx context.Context, e *env, args []string) error {
 			return usagef("'llmgw status' lists the nodes", "--node: %v", err)
 		}
 	}
-	c, err := coordClient(*url, *tokenFile)
+	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
 		return err
 	}

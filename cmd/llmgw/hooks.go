@@ -10,6 +10,7 @@ import (
 	"github.com/llmgw/llmgw/agent/config"
 	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/prolog/full"
 	"github.com/llmgw/llmgw/slurm"
@@ -91,7 +92,11 @@ func prologCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if cfg.Coordinator != "" {
 		p.Coordinator = &api.Client{BaseURL: cfg.Coordinator, TLSCA: cfg.TLSCA, UserAgent: "llmgw-prolog/" + version}
-		if cfg.TokenFile != "" {
+		if cfg.MungeSocket != "" {
+			// As the agent reports: a coordinator with munge wants a
+			// credential for every read.
+			p.Coordinator.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
+		} else if cfg.TokenFile != "" {
 			// The agent's token reads the catalog; without it, a coordinator
 			// that requires one for reads is down as far as this job is
 			// concerned, and the catalog copy answers.

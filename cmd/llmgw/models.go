@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/api/table"
+	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -24,7 +25,9 @@ SOURCE is an absolute path (checked on each node, never fetched),
 hf:org/repo[@rev]/file or an http(s) URL (fetched into each node's cache),
 or a bare model id such as Qwen/Qwen2.5-7B-Instruct (left to the engine).
 add replaces an entry of the same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
-Changes need the admin token (--token-file or LLMGW_TOKEN_FILE).`
+Changes need an admin: with munge, root, SlurmUser or a user the coordinator
+names in admin_users/admin_groups; else the admin token (--token-file or
+LLMGW_TOKEN_FILE).`
 
 // coordFlags adds the flags every coordinator client takes.
 func coordFlags(fs *pflag.FlagSet) (url, tokenFile *string) {
@@ -40,11 +43,18 @@ func coordFlags(fs *pflag.FlagSet) (url, tokenFile *string) {
 var coordTLSCA string
 
 // coordClient builds the API client from those flags.
-func coordClient(url, tokenFile string) (*api.Client, error) {
+func coordClient(e *env, url, tokenFile string) (*api.Client, error) {
 	if url == "" {
 		return nil, usagef("Pass --coordinator URL or set LLMGW_COORDINATOR, e.g. http://127.0.0.1:8420", "no coordinator given")
 	}
 	c := &api.Client{BaseURL: url, TLSCA: coordTLSCA, UserAgent: "llmgw/" + version}
+	if tokenFile == "" {
+		// Without a token, the host's munged says who the user is: a
+		// coordinator with munge_socket set needs nothing else.
+		if sock := mungeSocket(e.getenv); sock != "" {
+			c.Auth = munge.Authenticator{Codec: munge.New(sock)}
+		}
+	}
 	if tokenFile != "" {
 		tok, err := api.ReadToken(tokenFile)
 		if err != nil {
@@ -107,7 +117,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 	default:
 		return usagef("Use add, rm or list", "unknown models subcommand %q", sub)
 	}
-	c, err := coordClient(*url, *tokenFile)
+	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func placeCmd(ctx context.Context, e *env, args []string) error {
 	if *count < 1 {
 		return usagef("Give -N 1 or more", "-N %d: a job wants at least one node", *count)
 	}
-	c, err := coordClient(*url, *tokenFile)
+	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
 		return err
 	}

@@ -126,7 +126,7 @@ func sbatchCmd(ctx context.Context, e *env, args []string) error {
 	// coordinator, only the model is recorded: features alone are no basis
 	// to steer by when the service that publishes them is down.
 	pctx, cancel := context.WithTimeout(ctx, placementTimeout)
-	p, perr := placementFrom(pctx, *coordURL, *tokenFile, *model, max(eff.Nodes, 1))
+	p, perr := placementFrom(pctx, e, *coordURL, *tokenFile, *model, max(eff.Nodes, 1))
 	cancel()
 	var cluster []slurm.FeatureNode
 	var def string
@@ -182,11 +182,11 @@ func (s sbatchExit) ExitCode() int { return int(s) }
 // placementFrom asks the coordinator named by the flags for the placement
 // ranking of model over every node it knows, with its view of Slurm's
 // nodes.
-func placementFrom(ctx context.Context, coordURL, tokenFile, model string, count int) (*api.Placement, error) {
+func placementFrom(ctx context.Context, e *env, coordURL, tokenFile, model string, count int) (*api.Placement, error) {
 	if coordURL == "" {
 		return nil, errors.New("no coordinator given (--coordinator URL or LLMGW_COORDINATOR)")
 	}
-	c, err := coordClient(coordURL, tokenFile)
+	c, err := coordClient(e, coordURL, tokenFile)
 	if err != nil {
 		return nil, err
 	}

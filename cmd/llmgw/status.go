@@ -36,7 +36,7 @@ func statusCmd(ctx context.Context, e *env, args []string) error {
 			return usagef("'llmgw models list' shows the catalog", "%v", err)
 		}
 	}
-	c, err := coordClient(*url, *tokenFile)
+	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
 		return err
 	}

@@ -466,3 +466,73 @@ func (db *DB) NodePresence(ctx context.Context, node string) ([]Presence, error)
 	slices.SortFunc(out, func(a, b Presence) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
 }
+
+// DeleteNodes forgets nodes: their row, presence and fetches (by the
+// foreign keys), and what the store remembers of their last report, so a
+// node that comes back starts afresh. It returns the names that were
+// stored; names that were not are skipped.
+func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("delete nodes: %w", err)
+	}
+	defer tx.Rollback()
+	var gone []string
+	for _, name := range names {
+		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)
+		if err != nil {
+			return nil, fmt.Errorf("delete node %s: %w", name, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("delete nodes: %w", err)
+	}
+	db.committed()
+	for _, name := range gone {
+		delete(db.meta, name)
+	}
+	return gone, nil
+}
+
+// SetNodeToken makes hash (a token's sha256) node's token, replacing the
+// one it had: making a new token is how a node's old one is revoked.
+func (db *DB) SetNodeToken(ctx context.Context, node string, hash [32]byte, now time.Time) error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	_, err := db.w.ExecContext(ctx, `INSERT INTO node_tokens (node, sha256, created) VALUES (?, ?, ?)
+		ON CONFLICT (node) DO UPDATE SET sha256 = excluded.sha256, created = excluded.created`, node, hash[:], nanos(now))
+	if err != nil {
+		return fmt.Errorf("store the token of node %s: %w", node, err)
+	}
+	db.committed()
+	return nil
+}
+
+// NodeTokens returns every node token's sha256 with its node.
+func (db *DB) NodeTokens(ctx context.Context) (map[[32]byte]string, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT node, sha256 FROM node_tokens`)
+	if err != nil {
+		return nil, fmt.Errorf("load node tokens: %w", err)
+	}
+	defer rows.Close()
+	out := map[[32]byte]string{}
+	for rows.Next() {
+		var node string
+		var h []byte
+		if err := rows.Scan(&node, &h); err != nil {
+			return nil, fmt.Errorf("load node tokens: %w", err)
+		}
+		var k [32]byte
+		copy(k[:], h)
+		out[k] = node
+	}
+	return out, rows.Err()
+}

@@ -13,7 +13,11 @@
 # and the steady state, where a node's weights are unchanged (every later
 # report, and every report after a coordinator restart). The status figure
 # is what `llmgw status` does: GET /v1/status, decode, render the table;
-# median of 7. It also prints the store alone (BenchmarkIngest).
+# median of 7. It also prints ingest with MUNGE authentication on
+# (BenchmarkCoordinatorMunge), the CPU one report's authentication costs the
+# coordinator and its munged (BenchmarkAuthenticate), one credential decode
+# through libmunge and through unmunge (internal/munge BenchmarkDecode), and
+# the store alone (BenchmarkIngest).
 #
 # Rates are wall-clock and so depend on what else the machine runs; the CPU
 # microseconds per report do not, and the load average is printed beside
@@ -40,6 +44,20 @@ go test -run '^$' -bench 'BenchmarkCoordinator$' -benchtime=1x -count="$RUNS" -t
 	grep -v -E '^(goos|goarch|pkg|cpu|PASS|ok|--- BENCH)' |
 	sed -E 's/^(BenchmarkCoordinator-[0-9]+)[[:space:]]+(ingest)/\1\n\2/' |
 	tr -s '\t' ' '
+echo
+# The same ingest with MUNGE authentication on (needs root and munged: the
+# benchmark starts its own), and munged's decode alone, through libmunge and
+# through unmunge: the coordinator's cost of authentication per report.
+if [ "$(id -u)" = 0 ] && { command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ]; }; then
+	go test -run '^$' -bench 'BenchmarkCoordinatorMunge$' -benchtime=1x -count="$RUNS" -timeout 30m ./coordinator/ |
+		grep -E '^ingest'
+	go test -run '^$' -bench 'BenchmarkAuthenticate$' -benchtime=3000x -count="$RUNS" ./coordinator/ |
+		grep -E '^Benchmark' | tr '\t' ' ' | tr -s ' '
+	go test -run '^$' -bench 'BenchmarkDecode$' -benchtime=2000x -count="$RUNS" ./internal/munge/ |
+		grep -E '^Benchmark' | tr '\t' ' ' | tr -s ' '
+else
+	echo "(MUNGE figures skipped: they need root and munged)"
+fi
 echo
 echo "store alone (no HTTP, batches of 64):"
 go test -run '^$' -bench 'BenchmarkIngest$' -benchtime=1x -count="$RUNS" -timeout 30m ./coordinator/store/ |

@@ -1,0 +1,117 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/internal/munge/mungetest"
+)
+
+// BenchmarkCoordinatorMunge is BenchmarkCoordinator's ingest with MUNGE
+// authentication on: every report carries a credential the coordinator
+// decodes through its own munged (libmunge when built with cgo) and binds
+// to the node. One munged plays every node (10,000 daemons would measure
+// the machine, not the coordinator), so every node's address is its
+// origin; the lookup and the comparison are still made per report. The
+// credentials are made before the clock starts: agents make them on their
+// own nodes. munged's own CPU is on the same two cores, so the rates
+// include it; it is printed beside this process's CPU per report.
+func BenchmarkCoordinatorMunge(b *testing.B) {
+	ctx := context.Background()
+	realm := mungetest.New(b)
+	coord := realm.Start("127.0.0.1")
+	node := munge.New(realm.Start("127.0.0.2").Socket())
+	models, reports := benchCluster()
+	known := make([]KnownNode, len(reports))
+	for i, r := range reports {
+		known[i] = KnownNode{Name: r.Node, Addrs: []string{"127.0.0.2"}}
+	}
+	creds := func(bodies [][]byte) []string {
+		out := make([]string, len(bodies))
+		auth := munge.Authenticator{Codec: node}
+		for i, body := range bodies {
+			h, err := auth.Authorization(ctx, http.MethodPost, "/v1/reports", body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out[i] = h
+		}
+		return out
+	}
+	for b.Loop() {
+		first := encodeAll(b, reports, 1)
+		steady := encodeAll(b, reports, 2)
+		e := newEnv(b, Config{MungeSocket: coord.Socket(), Nodes: &fixedNodes{nodes: known}, SlurmUser: "0"}, testTokens)
+		e.srv.now = time.Now
+		for _, m := range models {
+			if _, err := e.admin.PutModel(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		firstAuth := creds(first)
+		m0 := realm.CPU(coord)
+		firstRate, firstCPU := postAll(b, e.url, first, firstAuth)
+		m1 := realm.CPU(coord)
+		steadyAuth := creds(steady)
+		steadyRate, steadyCPU := postAll(b, e.url, steady, steadyAuth)
+		m2 := realm.CPU(coord)
+		firstMunged := float64((m1 - m0).Microseconds()) / float64(len(first))
+		steadyMunged := float64((m2 - m1).Microseconds()) / float64(len(steady))
+		b.ReportMetric(firstRate, "first-reports/s")
+		b.ReportMetric(steadyRate, "steady-reports/s")
+		b.ReportMetric(firstCPU, "first-cpu-µs/report")
+		b.ReportMetric(steadyCPU, "steady-cpu-µs/report")
+		b.ReportMetric(firstMunged, "first-munged-cpu-µs/report")
+		b.ReportMetric(steadyMunged, "steady-munged-cpu-µs/report")
+		fmt.Printf("ingest with MUNGE, first reports:  %8.0f reports/s  (target %d: %.2f×); %4.0f µs CPU per report in the coordinator (clients included) + %3.0f µs in its munged\n", firstRate, targetReportsPS, firstRate/targetReportsPS, firstCPU, firstMunged)
+		fmt.Printf("ingest with MUNGE, steady state:   %8.0f reports/s  (target %d: %.2f×); %4.0f µs CPU per report in the coordinator (clients included) + %3.0f µs in its munged\n", steadyRate, targetReportsPS, steadyRate/targetReportsPS, steadyCPU, steadyMunged)
+	}
+}
+
+// BenchmarkAuthenticate is the cost of authentication per report alone:
+// one report's credential checked (decoded by munged, its payload
+// compared, the sender's uid judged), one request at a time. It reports
+// the CPU of this process and of the coordinator's munged per report.
+func BenchmarkAuthenticate(b *testing.B) {
+	realm := mungetest.New(b)
+	coord := realm.Start("127.0.0.1")
+	node := munge.New(realm.Start("127.0.0.2").Socket())
+	e := newEnv(b, Config{MungeSocket: coord.Socket(), SlurmUser: "0",
+		Nodes: &fixedNodes{nodes: []KnownNode{{Name: "n1", Addrs: []string{"127.0.0.2"}}}}}, testTokens)
+	body, err := json.Marshal(benchReport())
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth := munge.Authenticator{Codec: node}
+	creds := make([]string, b.N)
+	for i := range creds {
+		if creds[i], err = auth.Authorization(context.Background(), http.MethodPost, "/v1/reports", body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	cpu0, munged0 := cpuTime(), realm.CPU(coord)
+	for i := range b.N {
+		r := httptest.NewRequest(http.MethodPost, "/v1/reports", bytes.NewReader(body))
+		r.Header.Set("Authorization", creds[i])
+		if _, err := e.srv.authenticate(r, roleAgent); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/report")
+	b.ReportMetric(float64((realm.CPU(coord)-munged0).Microseconds())/float64(b.N), "munged-cpu-µs/report")
+}
+
+// benchReport is one node's report as BenchmarkCoordinator sends it.
+func benchReport() *api.Report {
+	_, reports := benchCluster()
+	return reports[1]
+}

@@ -1,0 +1,205 @@
+package coordinator
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/llmgw/llmgw/slurm"
+)
+
+// KnownNode is a node the cluster knows, with the names or addresses its
+// daemons speak from (Slurm's NodeAddr and NodeHostname).
+type KnownNode struct {
+	Name  string
+	Addrs []string
+}
+
+// NodeSource lists the nodes reports may come from. Production reads
+// Slurm's (SlurmNodes); a fixed list serves tests of the logic around it.
+type NodeSource interface {
+	KnownNodes(ctx context.Context) ([]KnownNode, error)
+}
+
+// SlurmNodes is Slurm's node list, read with sinfo.
+type SlurmNodes struct{ Run *slurm.Runner }
+
+func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
+	nodes, err := s.Run.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KnownNode, len(nodes))
+	for i, n := range nodes {
+		out[i] = KnownNode{Name: n.Name, Addrs: []string{n.Addr, n.Hostname}}
+		if n.Addr == "" && n.Hostname == "" {
+			// Slurm's own default: NodeHostname is NodeName, NodeAddr is
+			// NodeHostname. sinfo after 22.05 does not print them.
+			out[i].Addrs = []string{n.Name}
+		}
+	}
+	return out, nil
+}
+
+// How often the node list is read again: every knownNodesMaxAge while
+// reports come, and on a report from a name not in it at most every
+// knownNodesMinAge, so that a stream of made-up names costs one sinfo per
+// knownNodesMinAge, not one each.
+const (
+	knownNodesMaxAge = time.Minute
+	knownNodesMinAge = 10 * time.Second
+)
+
+// knownNodes caches a NodeSource, and each node's addresses resolved on
+// first use.
+type knownNodes struct {
+	src NodeSource
+	// refresh serialises reads of src; mu guards the fields below and is
+	// never held across one.
+	refresh sync.Mutex
+	mu      sync.Mutex
+	list    map[string][]string
+	addrs   map[string][]netip.Addr
+	read    time.Time
+	err     error
+	now     func() time.Time
+	// onRead, when set, is given every list read successfully (the
+	// coordinator forgets nodes that left it); it runs in a goroutine of
+	// its own, so the report that caused the read does not wait.
+	onRead func(names map[string]bool)
+}
+
+func newKnownNodes(src NodeSource) *knownNodes {
+	return &knownNodes{src: src, now: time.Now}
+}
+
+// lookup returns node's addresses and whether the cluster knows it.
+func (k *knownNodes) lookup(ctx context.Context, node string) ([]netip.Addr, bool) {
+	k.mu.Lock()
+	age := k.now().Sub(k.read)
+	_, ok := k.list[node]
+	never := k.list == nil
+	k.mu.Unlock()
+	if never || age > knownNodesMaxAge || !ok && age > knownNodesMinAge {
+		k.reload(ctx)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	names, ok := k.list[node]
+	if !ok {
+		return nil, false
+	}
+	if a, done := k.addrs[node]; done {
+		return a, true
+	}
+	var out []netip.Addr
+	for _, n := range names {
+		if n == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(n); err == nil {
+			out = append(out, a.Unmap())
+			continue
+		}
+		// Resolved under mu: once per node per list, and a node's
+		// hostname is in /etc/hosts or the site's DNS, which answer fast.
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", n)
+		if err != nil {
+			continue
+		}
+		for _, a := range ips {
+			out = append(out, a.Unmap())
+		}
+	}
+	k.addrs[node] = out
+	return out, true
+}
+
+// reload reads the list again unless another caller just did.
+func (k *knownNodes) reload(ctx context.Context) {
+	k.refresh.Lock()
+	defer k.refresh.Unlock()
+	k.mu.Lock()
+	fresh := k.list != nil && k.now().Sub(k.read) < knownNodesMinAge
+	k.mu.Unlock()
+	if fresh {
+		return
+	}
+	nodes, err := k.src.KnownNodes(ctx)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.read, k.err = k.now(), err
+	if err != nil {
+		// Keep the last list: Slurm's controller restarting must not turn
+		// every node away. Before any list, every node is unknown.
+		if k.list == nil {
+			k.list = map[string][]string{}
+		}
+		return
+	}
+	k.list = make(map[string][]string, len(nodes))
+	names := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		k.list[n.Name] = n.Addrs
+		names[n.Name] = true
+	}
+	k.addrs = make(map[string][]netip.Addr, len(nodes))
+	if k.onRead != nil {
+		go k.onRead(names)
+	}
+}
+
+// forgetLeft forgets the nodes that are not in Slurm's list (names) and
+// have not reported for ForgetAfter: a node removed from the cluster would
+// otherwise stay in status, and a made-up one that got in before the list
+// was checked would stay for ever. One run at a time; a run that finds
+// another going leaves the work to it.
+func (s *Server) forgetLeft(names map[string]bool) {
+	if !s.forgetting.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.forgetting.Store(false)
+	now := s.now()
+	var gone []string
+	s.view.mu.RLock()
+	for name, n := range s.view.nodes {
+		if !names[name] && now.Sub(n.Received) > s.cfg.ForgetAfter {
+			gone = append(gone, name)
+		}
+	}
+	s.view.mu.RUnlock()
+	if len(gone) == 0 {
+		return
+	}
+	forgot, err := s.forget(context.Background(), gone)
+	if err != nil {
+		s.log.WithError(err).Error("forgetting nodes that left Slurm's node list failed")
+		return
+	}
+	s.log.WithField("nodes", forgot).WithField("silent_for", s.cfg.ForgetAfter.String()).Info("forgot nodes that left Slurm's node list")
+}
+
+// forget removes nodes from the store and the view, under writeMu like
+// every write, and returns those that were there.
+func (s *Server) forget(ctx context.Context, names []string) ([]string, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	gone, err := s.db.DeleteNodes(ctx, names)
+	if err != nil || len(gone) == 0 {
+		return gone, err
+	}
+	s.view.mu.Lock()
+	for _, n := range gone {
+		delete(s.view.keys, n)
+	}
+	s.view.mu.Unlock()
+	if err := s.view.load(ctx, s.db); err != nil {
+		return gone, err
+	}
+	s.features.poke()
+	return gone, nil
+}
