@@ -83,6 +83,10 @@ const (
 	// DefaultGCTimeout bounds one Epilog's gc, so that job end, and the
 	// node's return to idle, is not held up by a slow filesystem.
 	DefaultGCTimeout = 20 * time.Second
+	// DefaultDirTimeout is scan.DefaultDirTimeout, spelled again because
+	// naming it would link the scanner into the hook binary; prolog/full's
+	// tests hold the two equal.
+	DefaultDirTimeout = 10 * time.Second
 )
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
@@ -138,7 +142,8 @@ type Agent struct {
 	ReportInterval time.Duration `toml:"report_interval"`
 	// DirTimeout bounds the scan of one directory (default
 	// scan.DefaultDirTimeout); a mount that does not answer in time is
-	// reported as such and the rest of the scan carries on.
+	// reported as such and the rest of the scan carries on. The hooks give
+	// a job's weights the same time (FSTimeout).
 	DirTimeout time.Duration `toml:"dir_timeout"`
 	// Connections is how many ranges one fetch downloads at once (default
 	// DefaultConnections).
@@ -197,6 +202,17 @@ func (c Agent) WithDefaults() Agent {
 		c.Connections = DefaultConnections
 	}
 	return c
+}
+
+// FSTimeout bounds each touch of the weights in a hook (DirTimeout, else
+// DefaultDirTimeout): the bound the scanner gives one directory is the one
+// the hooks give one model's weights, so one setting says how long this
+// node's filers may take to answer.
+func (c Agent) FSTimeout() time.Duration {
+	if c.DirTimeout > 0 {
+		return c.DirTimeout
+	}
+	return DefaultDirTimeout
 }
 
 // CatalogFile is the name of the catalog copy in the state directory.

@@ -90,7 +90,7 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
 			rec.Source = m.Source
-			rec.Path, err = p.ensure(ctx, job, m)
+			rec.Path, err = p.present(ctx, job, m)
 		}
 	}
 	if err != nil {
@@ -153,6 +153,19 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		return catalog.Model{}, fmt.Errorf("model %s is not in the node's catalog copy %s (from %s at %s)", job.Model, path, cp.Coordinator, cp.Fetched.Format(time.RFC3339))
 	}
 	return m, nil
+}
+
+// present looks for m's weights on this node within Config.FSTimeout()
+// before anything else touches them, and ensures them only when they are
+// not there: a stuck filer must not hold the Prolog (slurmd kills it and
+// drains the node), and neither the agent nor the fetcher bound their
+// stat of a path or of the cache.
+func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
+	path, err := prolog.PresentWithin(p.Config.CacheDir, m, p.Config.FSTimeout())
+	if err == nil || !errors.Is(err, prolog.ErrNotPresent) {
+		return path, err
+	}
+	return p.ensure(ctx, job, m)
 }
 
 // ensure makes m's weights present: through the agent, which runs one

@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // newProlog is a Prolog for a node with no agent (its socket does not
@@ -213,5 +214,14 @@ func TestEpilogGate(t *testing.T) {
 func TestCommentTag(t *testing.T) {
 	if prolog.CommentTag != slurm.CommentTag {
 		t.Errorf("prolog.CommentTag %q, slurm.CommentTag %q", prolog.CommentTag, slurm.CommentTag)
+	}
+}
+
+// The hooks bound a touch of the weights as the scanner bounds a directory
+// (nodeconf spells the scanner's default again, to keep the scanner out of
+// the hook binary).
+func TestFSTimeoutDefault(t *testing.T) {
+	if nodeconf.DefaultDirTimeout != scan.DefaultDirTimeout {
+		t.Errorf("nodeconf.DefaultDirTimeout = %s, scan.DefaultDirTimeout = %s: keep them equal", nodeconf.DefaultDirTimeout, scan.DefaultDirTimeout)
 	}
 }
