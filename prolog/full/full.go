@@ -136,7 +136,9 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		models, err := p.Coordinator.Models(cctx)
 		cancel()
 		if err == nil {
-			if m, ok := (catalog.Copy{Models: models}).Lookup(job.Model); ok {
+			cp := catalog.Copy{Coordinator: p.Coordinator.BaseURL, Fetched: p.now().UTC(), Models: models}
+			p.refreshCopy(job, cp)
+			if m, ok := cp.Lookup(job.Model); ok {
 				return m, nil
 			}
 			return catalog.Model{}, fmt.Errorf("model %s is not in the catalog at %s; see 'llmgw models list'", job.Model, p.Coordinator.BaseURL)
@@ -166,6 +168,20 @@ func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (
 		return path, err
 	}
 	return p.ensure(ctx, job, m)
+}
+
+// refreshCopy writes the catalog the coordinator just gave as the node's
+// copy. The agent does so on its own schedule, but it may be down, and the
+// Epilog's gc judges the cache against this copy: one that lacks the model
+// this Prolog is about to fetch would have gc remove it at the job's end.
+// A failure is logged only: the job goes on, and gc keeps recent fetches.
+func (p *Prolog) refreshCopy(job prolog.Job, cp catalog.Copy) {
+	if cp.Models == nil {
+		cp.Models = []catalog.Model{}
+	}
+	if err := catalog.WriteCopy(p.Config.CatalogCopyPath(), cp); err != nil {
+		p.logf(job.ID, "keeping the node's catalog copy as it was: %v", err)
+	}
 }
 
 // ensure makes m's weights present: through the agent, which runs one

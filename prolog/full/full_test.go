@@ -225,3 +225,34 @@ func TestFSTimeoutDefault(t *testing.T) {
 		t.Errorf("nodeconf.DefaultDirTimeout = %s, scan.DefaultDirTimeout = %s: keep them equal", nodeconf.DefaultDirTimeout, scan.DefaultDirTimeout)
 	}
 }
+
+// TestEpilogKeepsWhatPrologFetched: with the agent down, the Prolog
+// resolves at the coordinator a model the node's catalog copy lacks and
+// fetches it in this process; the Epilog's gc, reading the node's copy,
+// must not take it away again.
+func TestEpilogKeepsWhatPrologFetched(t *testing.T) {
+	body := []byte("just fetched")
+	var hits atomic.Int64
+	o := serve(t, body, &hits)
+	// The copy knows another model only: it is not empty, so gc trusts it.
+	p, log, _ := newProlog(t, catalog.Model{Name: "old", Source: o.URL + "/old.gguf"})
+	coord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"models":[{"name":"old","source":"` + o.URL + `/old.gguf"},{"name":"new","source":"` + o.URL + `/new.gguf"}]}`))
+	}))
+	defer coord.Close()
+	p.Coordinator = &api.Client{BaseURL: coord.URL}
+	p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "new"}, nil)
+	rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	if err != nil || rec.Path == "" {
+		t.Fatalf("record %+v, %v; log:\n%s", rec, err, log)
+	}
+	(&Epilog{Config: p.Config, GC: NodeGC(log), Log: log}).Run(context.Background(), "1")
+	if _, err := os.Stat(rec.Path); err != nil {
+		t.Fatalf("the Epilog's gc removed what the Prolog just fetched: %v; log:\n%s", err, log)
+	}
+	cp, err := catalog.ReadCopy(p.Config.CatalogCopyPath())
+	if _, ok := cp.Lookup("new"); err != nil || !ok {
+		t.Errorf("the catalog copy after resolving at the coordinator: %+v, %v; want it to hold model new", cp, err)
+	}
+}

@@ -19,6 +19,9 @@
 //   - never weights a job still running on this node uses (its record under
 //     the run directory names them), and nothing at all when a record cannot
 //     be read, since then gc cannot rule any file out;
+//   - never a file written within Options.Recent (the gc interval): a Prolog
+//     may have fetched it against a catalog newer than the node's copy, for
+//     a job that has ended since;
 //   - nothing at all when the catalog cannot be read, or reads as empty
 //     while the node holds fetched weights: an empty catalog is far more
 //     often a fault (a wiped database, a wrong coordinator) than an operator
@@ -90,6 +93,12 @@ type Options struct {
 	// means every unwanted cache file in the directory; an empty, non-nil
 	// slice means none.
 	Only []string
+	// Recent keeps every file modified within it before now, wanted or
+	// not (zero keeps none for its age). The Epilog passes gc_interval: a
+	// Prolog that resolved a model at the coordinator may have fetched it
+	// before the node's catalog copy learnt of it, and its job may have
+	// ended (its record gone) before this gc.
+	Recent time.Duration
 	// Deadline, when set, bounds the run: once it has passed, no further
 	// file is removed (each is kept, saying so) and the run returns. The
 	// Epilog sets it so that job end is never held up by a slow unlink.
@@ -313,6 +322,10 @@ func (g *run) judge(name string, asked bool, held string) File {
 			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
 			return f
 		}
+	}
+	if g.opt.Recent > 0 && time.Since(fi.ModTime()) < g.opt.Recent {
+		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
+		return f
 	}
 	if held != "" {
 		f.Action, f.Reason = Kept, held

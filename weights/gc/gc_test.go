@@ -418,3 +418,22 @@ func TestDeadline(t *testing.T) {
 		t.Errorf("a run within its deadline removed %d files, want both unwanted ones", r.Count(Removed))
 	}
 }
+
+// TestRecentFetchKept: a file written within Options.Recent is kept even
+// when no catalog entry wants it and no record names it: it may be what a
+// Prolog fetched against a catalog newer than the node's copy, for a job
+// that has already ended.
+func TestRecentFetchKept(t *testing.T) {
+	n := newNode(t)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(n.cachePath(usedSrc), old, old)
+	opt := n.opts(true)
+	opt.Recent = 10 * time.Minute
+	r := Run(opt)
+	if f := find(t, r, filepath.Base(n.cachePath(goneSrc))); f.Action != Kept || !strings.Contains(f.Reason, "fetched within the last 10m0s") {
+		t.Errorf("a file written just now: %+v; want it kept as fetched within the gc interval", f)
+	}
+	if f := find(t, r, filepath.Base(n.cachePath(usedSrc))); f.Action != Removed {
+		t.Errorf("a file written an hour ago: %+v; want it removed", f)
+	}
+}
