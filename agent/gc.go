@@ -24,7 +24,7 @@ func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api
 		// it wants gone.
 		only = []string{}
 	}
-	res := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: ask.Collect, Only: only})
+	res := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: ask.Collect, Only: only, Recent: cfg.GCInterval})
 	ans := gcAnswer(cfg.Node, res)
 	log := a.log.WithFields(logrus.Fields{"gc": ask.ID, "collect": ask.Collect, "asked": len(ask.Remove),
 		"removed": res.Count(gc.Removed), "refused": res.Count(gc.Refused), "kept": res.Count(gc.Kept), "freed_bytes": res.Freed})
