@@ -105,6 +105,9 @@ func Validate(c Agent) error {
 			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
 		}
 	}
+	if c.GCMaxShare < 0 || c.GCMaxShare > 100 {
+		errs = append(errs, fmt.Errorf("gc max share %d: must be a percent between 1 and 100 (or 0 for the default)", c.GCMaxShare))
+	}
 	if c.Connections < 0 || c.Connections > 64 {
 		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))
 	}

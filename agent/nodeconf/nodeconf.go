@@ -87,6 +87,14 @@ const (
 	// naming it would link the scanner into the hook binary; prolog/full's
 	// tests hold the two equal.
 	DefaultDirTimeout = 10 * time.Second
+	// DefaultGCMaxShare is the percent of its cache a node's gc removes in
+	// one run at most, unless forced. Half: retiring one of two models,
+	// the common change, still collects by itself, while a catalog that
+	// lost most of its entries (a wrong or restored coordinator, a script
+	// gone wrong) cannot empty a node's cache without an operator saying
+	// so with `llmgw gc --collect --force`. Refetching half a cache is an
+	// hour's nuisance; refetching all of it on every node is an outage.
+	DefaultGCMaxShare = 50
 )
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
@@ -168,6 +176,11 @@ type Agent struct {
 	GCInterval time.Duration `toml:"gc_interval"`
 	GCTimeout  time.Duration `toml:"gc_timeout"`
 
+	// GCMaxShare is the percent of the cache's bytes one gc run may
+	// remove (default DefaultGCMaxShare; 100 sets no bound). A run that
+	// would remove more removes nothing and says so, unless forced.
+	GCMaxShare int `toml:"gc_max_share"`
+
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
 	Version string `toml:"-"`
@@ -200,6 +213,9 @@ func (c Agent) WithDefaults() Agent {
 	dur(&c.GCTimeout, DefaultGCTimeout)
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
+	}
+	if c.GCMaxShare == 0 {
+		c.GCMaxShare = DefaultGCMaxShare
 	}
 	return c
 }

@@ -116,6 +116,7 @@ func TestShippedAgentConfig(t *testing.T) {
 		"fetch_deadline":  {cfg.FetchDeadline, def.FetchDeadline},
 		"gc_interval":     {cfg.GCInterval, def.GCInterval},
 		"gc_timeout":      {cfg.GCTimeout, def.GCTimeout},
+		"gc_max_share":    {cfg.GCMaxShare, def.GCMaxShare},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])

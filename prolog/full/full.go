@@ -133,10 +133,11 @@ func (p *Prolog) reason(ctx context.Context, job prolog.Job, source string, err 
 func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, error) {
 	if p.Coordinator != nil {
 		cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
-		models, err := p.Coordinator.Models(cctx)
+		cat, err := p.Coordinator.Catalog(cctx)
 		cancel()
 		if err == nil {
-			cp := catalog.Copy{Coordinator: p.Coordinator.BaseURL, Fetched: p.now().UTC(), Models: models}
+			cp := catalog.Copy{Coordinator: p.Coordinator.BaseURL, Fetched: p.now().UTC(), Models: cat.Models,
+				CatalogID: cat.CatalogID, Generation: cat.Generation}
 			p.refreshCopy(job, cp)
 			if m, ok := cp.Lookup(job.Model); ok {
 				return m, nil
@@ -175,11 +176,11 @@ func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (
 // Epilog's gc judges the cache against this copy: one that lacks the model
 // this Prolog is about to fetch would have gc remove it at the job's end.
 // A failure is logged only: the job goes on, and gc keeps recent fetches.
+// The copy keeps the node's trust (catalog.UpdateCopy): a catalog of
+// another identity or an older generation resolves this job's model, but
+// gc does not collect against it.
 func (p *Prolog) refreshCopy(job prolog.Job, cp catalog.Copy) {
-	if cp.Models == nil {
-		cp.Models = []catalog.Model{}
-	}
-	if err := catalog.WriteCopy(p.Config.CatalogCopyPath(), cp); err != nil {
+	if _, err := catalog.UpdateCopy(p.Config.CatalogCopyPath(), cp); err != nil {
 		p.logf(job.ID, "keeping the node's catalog copy as it was: %v", err)
 	}
 }

@@ -26,7 +26,11 @@
 //     while the node holds fetched weights: an empty catalog is far more
 //     often a fault (a wiped database, a wrong coordinator) than an operator
 //     who removed every model, and the cost of being wrong is refetching
-//     everything.
+//     everything;
+//   - nothing at all, unless forced, when the catalog is not the one the
+//     node trusts (another identity, an older generation: catalog.Copy's
+//     Distrust), or when the run would remove more than MaxShare percent of
+//     the cache's bytes: the same fault, short of emptying the catalog.
 //
 // A coordinator may name the files it wants removed (Options.Only); the
 // node applies every rule above to each name anyway. The control plane
@@ -93,6 +97,14 @@ type Options struct {
 	// means every unwanted cache file in the directory; an empty, non-nil
 	// slice means none.
 	Only []string
+	// Force collects against a catalog the node does not trust and beyond
+	// MaxShare: `llmgw gc --collect --force`, an operator's word that the
+	// catalog is right. It never overrides a rule about a single file.
+	Force bool
+	// MaxShare is the most of the cache, in percent of the bytes of its
+	// cache files, that a run may remove (0 or 100: no bound). A run that
+	// would remove more removes nothing and says so, unless Force.
+	MaxShare int
 	// Recent keeps every file modified within it before now, wanted or
 	// not (zero keeps none for its age). The Epilog passes gc_interval: a
 	// Prolog that resolved a model at the coordinator may have fetched it
@@ -221,14 +233,49 @@ func Run(opt Options) Result {
 	}
 	g.inUse = inUse(recs)
 
-	for _, name := range names {
-		held := res.Held
-		if held == "" && !opt.Deadline.IsZero() && !time.Now().Before(opt.Deadline) {
-			held = "gc ran out of its time bound before this file; the next gc looks again"
+	if res.Held == "" && !opt.Force {
+		if why := opt.Catalog.Distrust(); why != "" {
+			res.Held = why + "; nothing is removed until `llmgw gc --collect --force` says this catalog is right"
 		}
-		f := g.judge(name, asked, held)
+	}
+
+	// Every name is judged before any is removed: whether the run may
+	// remove at all depends on how much it would remove.
+	var judged []judgement
+	var garbage int64
+	for _, name := range names {
+		f, fi := g.judge(name, asked, res.Held)
 		if f.Action == "" {
 			continue // a wanted file found by listing: not garbage, not news
+		}
+		if f.Action == Listed {
+			garbage += f.Size
+		}
+		judged = append(judged, judgement{f, fi})
+	}
+	if res.Held == "" && !opt.Force && opt.MaxShare > 0 && opt.MaxShare < 100 && garbage > 0 {
+		total, err := g.cacheBytes()
+		switch {
+		case err != nil:
+			res.Held = fmt.Sprintf("cache directory cannot be listed (%v), so gc cannot tell what share of it would go; nothing is removed", err)
+		case garbage*100 > total*int64(opt.MaxShare):
+			res.Held = fmt.Sprintf("this would remove %s of the cache's %s (%d%%), more than gc_max_share (%d%%) in one run: a catalog that lost that much is more likely wrong than meant; nothing is removed until `llmgw gc --collect --force`",
+				catalog.FormatBytes(garbage), catalog.FormatBytes(total), garbage*100/max(total, 1), opt.MaxShare)
+		}
+	}
+	for _, j := range judged {
+		f := j.file
+		if f.Action == Listed {
+			switch {
+			case !opt.Collect:
+				// A listing says what would go; Held says what stops it.
+			case res.Held != "":
+				f.Action, f.Reason = Kept, res.Held
+			case !opt.Deadline.IsZero() && !time.Now().Before(opt.Deadline):
+				f.Action, f.Reason = Kept, "gc ran out of its time bound before this file; the next gc looks again"
+			default:
+				f = g.remove(f, j.info)
+			}
 		}
 		if f.Action == Removed {
 			res.Freed += f.Size
@@ -237,6 +284,12 @@ func Run(opt Options) Result {
 	}
 	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Name < res.Files[j].Name })
 	return res
+}
+
+// judgement is one file as judged, with what it was when judged.
+type judgement struct {
+	file File
+	info fs.FileInfo
 }
 
 type run struct {
@@ -283,59 +336,73 @@ func (g *run) cacheNames() ([]string, error) {
 	return out, nil
 }
 
-// judge applies the rules to one name and, when it may go and the run
-// collects, removes it. held, when set, keeps every file.
-func (g *run) judge(name string, asked bool, held string) File {
+// cacheBytes sums the sizes of the regular cache files in the directory,
+// wanted or not: the cache a share is of.
+func (g *run) cacheBytes() (int64, error) {
+	names, err := g.cacheNames()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, name := range names {
+		if fi, err := g.root.Lstat(name); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n, nil
+}
+
+// judge applies the rules to one name: Listed when it may go, with what
+// it was when judged, for remove to check again. held, when set, keeps
+// every file, and is the reason given.
+func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	f := File{Name: name, Asked: asked}
 	if why := badName(name); why != "" {
 		f.Action, f.Reason = Refused, why
-		return f
+		return f, nil
 	}
 	f.Path = filepath.Join(g.opt.CacheDir, name)
 	if !catalog.IsCacheName(name) {
 		f.Action, f.Reason = Refused, notCacheName(name)
-		return f
+		return f, nil
 	}
 	if m, ok := g.wanted[name]; ok {
 		if !asked {
-			return File{} // wanted and found by listing: leave it unsaid
+			return File{}, nil // wanted and found by listing: leave it unsaid
 		}
 		f.Action, f.Reason = Refused, fmt.Sprintf("the catalog wants it (model %s)", m)
-		return f
+		return f, nil
 	}
 	fi, err := g.root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.Action, f.Reason = Refused, "no such file in the cache directory"
-		return f
+		return f, nil
 	case err != nil:
 		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
-		return f
+		return f, nil
 	}
 	if why := notRegular(fi); why != "" {
 		f.Action, f.Reason = Refused, why
-		return f
+		return f, nil
 	}
 	f.Size = fi.Size()
 	for _, key := range []string{name, f.Path} {
 		if job, ok := g.inUse[key]; ok {
 			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
-			return f
+			return f, nil
 		}
 	}
 	if g.opt.Recent > 0 && time.Since(fi.ModTime()) < g.opt.Recent {
 		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
-		return f
+		return f, nil
 	}
 	if held != "" {
 		f.Action, f.Reason = Kept, held
-		return f
+		return f, fi
 	}
-	if !g.opt.Collect {
-		f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
-		return f
-	}
-	return g.remove(f, fi)
+	f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
+	return f, fi
 }
 
 // remove unlinks f after looking at it once more, through the same

@@ -365,8 +365,8 @@ func TestSwappedCacheDir(t *testing.T) {
 	if err := os.Symlink(n.outside, n.cache); err != nil {
 		t.Fatal(err)
 	}
-	f := g.judge(gone, false, "")
-	if f.Action != Removed {
+	f, fi := g.judge(gone, false, "")
+	if f = g.remove(f, fi); f.Action != Removed {
 		t.Fatalf("judge = %+v", f)
 	}
 	if !n.exists(twin) {
@@ -435,5 +435,69 @@ func TestRecentFetchKept(t *testing.T) {
 	}
 	if f := find(t, r, filepath.Base(n.cachePath(usedSrc))); f.Action != Removed {
 		t.Errorf("a file written an hour ago: %+v; want it removed", f)
+	}
+}
+
+// TestMaxShare: a run that would remove more than MaxShare percent of the
+// cache's bytes removes nothing and says so, in a listing too; Force, or a
+// bound it stays within, collects.
+func TestMaxShare(t *testing.T) {
+	n := newNode(t) // kept 100, gone 200, used 300 bytes: 500 of 600 unwanted
+	opt := n.opts(true)
+	opt.MaxShare = 50
+	r := Run(opt)
+	if r.Count(Removed) != 0 || !strings.Contains(r.Held, "500 B of the cache's 600 B (83%), more than gc_max_share (50%)") || !strings.Contains(r.Held, "--force") {
+		t.Fatalf("over the share: removed %d, held %q", r.Count(Removed), r.Held)
+	}
+	if f := find(t, r, filepath.Base(n.cachePath(goneSrc))); f.Action != Kept || f.Reason != r.Held {
+		t.Errorf("gone over the share: %+v", f)
+	}
+	list := n.opts(false)
+	list.MaxShare = 50
+	if r := Run(list); r.Held == "" || find(t, r, filepath.Base(n.cachePath(goneSrc))).Action != Listed {
+		t.Errorf("a listing over the share: held %q, files %+v; want it listed and the hold said", r.Held, r.Files)
+	}
+	opt.MaxShare = 90
+	if r := Run(opt); r.Count(Removed) != 2 || r.Held != "" {
+		t.Errorf("within a 90%% share: removed %d, held %q", r.Count(Removed), r.Held)
+	}
+	n = newNode(t)
+	opt = n.opts(true)
+	opt.MaxShare, opt.Force = 50, true
+	if r := Run(opt); r.Count(Removed) != 2 || r.Held != "" {
+		t.Errorf("forced: removed %d, held %q", r.Count(Removed), r.Held)
+	}
+}
+
+// TestDistrustedCatalog: against a catalog of another identity, or an
+// older generation of the trusted one, nothing is removed unless forced.
+func TestDistrustedCatalog(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		gen  int64
+		held string
+	}{
+		{"other", 9, "has identity other, not mine"},
+		{"mine", 3, "generation 3, older than generation 4"},
+		{"mine", 4, ""},
+		{"mine", 5, ""},
+	} {
+		n := newNode(t)
+		n.cat.CatalogID, n.cat.Generation, n.cat.TrustedID, n.cat.TrustedGeneration = tc.id, tc.gen, "mine", 4
+		r := Run(n.opts(true))
+		if tc.held == "" {
+			if r.Held != "" || r.Count(Removed) != 2 {
+				t.Errorf("%s@%d: held %q, removed %d; want the trusted catalog collected", tc.id, tc.gen, r.Held, r.Count(Removed))
+			}
+			continue
+		}
+		if !strings.Contains(r.Held, tc.held) || r.Count(Removed) != 0 {
+			t.Errorf("%s@%d: held %q, removed %d; want nothing removed, held for %q", tc.id, tc.gen, r.Held, r.Count(Removed), tc.held)
+		}
+		opt := n.opts(true)
+		opt.Force = true
+		if r := Run(opt); r.Held != "" || r.Count(Removed) != 2 {
+			t.Errorf("%s@%d forced: held %q, removed %d", tc.id, tc.gen, r.Held, r.Count(Removed))
+		}
 	}
 }
