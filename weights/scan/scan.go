@@ -165,6 +165,10 @@ type rootRun struct {
 	started time.Time
 	done    chan struct{} // closed when res is set
 	res     result
+	// callers counts the scans waiting on this run, the one that started
+	// it included; guarded by inflight's lock. It makes the sharing
+	// observable: a test can wait until every scan has joined.
+	callers int
 }
 
 // inflight holds the scans in progress, by directory. A scan that outlived
@@ -220,6 +224,7 @@ func dirBounded(ctx context.Context, dir string, opt Options) result {
 			close(run.done)
 		}()
 	}
+	run.callers++
 	inflight.Unlock()
 
 	deadline := run.started.Add(opt.DirTimeout)

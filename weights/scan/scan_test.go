@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -512,10 +513,12 @@ func testManyEntries(t *testing.T, n int) {
 	inv := Scan(context.Background(), []string{root}, Options{})
 	d := inv.Dirs[0]
 	if len(inv.Weights) != 1 || d.SkippedCount != n || len(d.Skipped) != DefaultMaxSkipped {
-		t.Errorf("Scan(%d notes + 1 model) = %d weights, %d skipped (%d listed); want 1, %d (%d listed)",
+		t.Fatalf("Scan(%d notes + 1 model) = %d weights, %d skipped (%d listed); want 1, %d (%d listed)",
 			n, len(inv.Weights), d.SkippedCount, len(d.Skipped), n, DefaultMaxSkipped)
 	}
-	if len(d.Skipped) == DefaultMaxSkipped && d.Skipped[0].Path != root+"/note-000000.txt" || d.Skipped[len(d.Skipped)-1].Path != fmt.Sprintf("%s/note-%06d.txt", root, DefaultMaxSkipped-1) {
+	// The list has DefaultMaxSkipped entries (checked above, fatally): the
+	// first and the last of the first by name.
+	if d.Skipped[0].Path != root+"/note-000000.txt" || d.Skipped[len(d.Skipped)-1].Path != fmt.Sprintf("%s/note-%06d.txt", root, DefaultMaxSkipped-1) {
 		t.Errorf("Scan listed skips %q .. %q, want the first %d by name", d.Skipped[0].Path, d.Skipped[len(d.Skipped)-1].Path, DefaultMaxSkipped)
 	}
 	inv = Scan(context.Background(), []string{root}, Options{MaxSkipped: -1})
@@ -734,7 +737,19 @@ func TestScanConcurrentShare(t *testing.T) {
 	for range 4 {
 		go func() { results <- Scan(context.Background(), []string{root}, Options{}) }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The read is held at the gate until all four scans wait on one run.
+	for joined, give := 0, time.Now().Add(10*time.Second); joined < 4; {
+		inflight.Lock()
+		if run := inflight.m[root]; run != nil {
+			joined = run.callers
+		}
+		inflight.Unlock()
+		if time.Now().After(give) {
+			close(gate)
+			t.Fatalf("%d of 4 concurrent scans wait on the one read; want all of them to share it", joined)
+		}
+		runtime.Gosched()
+	}
 	close(gate)
 	for range 4 {
 		inv := <-results
@@ -742,8 +757,8 @@ func TestScanConcurrentShare(t *testing.T) {
 			t.Errorf("shared scan = %+v, want the one model", inv.Weights)
 		}
 	}
-	if n := reads.Load(); n > 2 {
-		t.Errorf("4 concurrent scans read the dir %d times, want them to share", n)
+	if n := reads.Load(); n != 1 {
+		t.Errorf("4 concurrent scans read the dir %d times, want once, shared", n)
 	}
 }
 
