@@ -847,3 +847,58 @@ func TestScanFSKind(t *testing.T) {
 		}
 	}
 }
+
+// scanOne scans root and returns the weights by path.
+func scanOne(t *testing.T, root string) map[string]Local {
+	t.Helper()
+	got := map[string]Local{}
+	for _, l := range Scan(context.Background(), []string{root}, Options{}).Weights {
+		got[l.Path] = l
+	}
+	return got
+}
+
+// TestScanHalfFinished: downloads stopped part way are not reported
+// complete, whichever tool left them.
+func TestScanHalfFinished(t *testing.T) {
+	root := t.TempDir()
+	// A plain directory holding the first of two safetensors shards and
+	// no index: the -of-00002 name says a shard is missing.
+	testFile(t, root+"/plain/model-00001-of-00002.safetensors", 100)
+	// The whole set is complete.
+	testFile(t, root+"/whole/model-00001-of-00002.safetensors", 100)
+	testFile(t, root+"/whole/model-00002-of-00002.safetensors", 100)
+	// An HF snapshot mid-download: 5 of 30 shard links, no index yet, and
+	// the blob being written beside them.
+	repo := root + "/models--org--big"
+	snap := repo + "/snapshots/abc123"
+	for i := 1; i <= 5; i++ {
+		blob := fmt.Sprintf("%s/blobs/blob%02d", repo, i)
+		testFile(t, blob, 100)
+		testLink(t, "../../blobs/"+filepath.Base(blob), fmt.Sprintf("%s/model-%05d-of-00030.safetensors", snap, i))
+	}
+	testFile(t, repo+"/blobs/blob06.incomplete", 50)
+	// Another repo whose download finished long ago, with no shards named
+	// -of-: the only sign of a download in flight is the .incomplete blob.
+	done := root + "/models--org--small"
+	testFile(t, done+"/blobs/aaaa", 100)
+	testLink(t, "../../blobs/aaaa", done+"/snapshots/def456/model.safetensors")
+	testFile(t, done+"/blobs/bbbb.incomplete", 10)
+
+	got := scanOne(t, root)
+	for p, want := range map[string]string{
+		root + "/plain":            "model-00002-of-00002.safetensors (missing part of a sharded set)",
+		snap:                       "25 files missing or unusable",
+		done + "/snapshots/def456": "blobs/bbbb.incomplete",
+	} {
+		if l, ok := got[p]; !ok || l.Complete || !strings.Contains(l.Problem, want) {
+			t.Errorf("%s: %+v (reported %v); want incomplete, saying %q", p, l, ok, want)
+		}
+	}
+	if l := got[snap]; !strings.Contains(l.Problem, "blobs/blob06.incomplete") {
+		t.Errorf("%s: problem %q does not name the blob still being written", snap, l.Problem)
+	}
+	if l := got[root+"/whole"]; !l.Complete {
+		t.Errorf("a whole -of- set: %+v", l)
+	}
+}

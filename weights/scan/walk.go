@@ -339,6 +339,18 @@ func (s *walker) hfRepo(abs, modelID string) {
 		return
 	}
 	defer h.close()
+	// A blob still being written (huggingface_hub names it .incomplete
+	// until it is whole) belongs to some snapshot whose links to it are not
+	// there yet: none of the repo's snapshots is known to be finished.
+	var incomplete []string
+	if bh, bents, _ := openDir(abs + "/blobs"); bh != nil {
+		for _, e := range bents {
+			if strings.HasSuffix(e.name, ".incomplete") {
+				incomplete = append(incomplete, "blobs/"+e.name)
+			}
+		}
+		bh.close()
+	}
 	n := 0
 	for i := range ents {
 		e := &ents[i]
@@ -355,6 +367,7 @@ func (s *walker) hfRepo(abs, modelID string) {
 		n++
 		c := s.newCand(p)
 		c.modelID, c.revision = modelID, e.name
+		c.partials = append(c.partials, incomplete...)
 		s.spawn(func() { s.walkDir(c, p, "", 0) })
 	}
 	if n == 0 {
