@@ -60,9 +60,9 @@ func TestCoordinatorEndToEnd(t *testing.T) {
 
 	weightsDir := t.TempDir()
 	model := filepath.Join(weightsDir, "tiny.gguf")
-	os.WriteFile(model, []byte("GGUF weights"), 0o644)
+	os.WriteFile(model, []byte("GGUF weights, 24 bytes.."), 0o644) // a GGUF header's length: the scan reads it
 
-	if code, out, errs := llmgwRun(t, admin, "models", "add", "tiny", model, "--size", "12"); code != 0 || !strings.Contains(out, "tiny -> "+model) {
+	if code, out, errs := llmgwRun(t, admin, "models", "add", "tiny", model, "--size", "24"); code != 0 || !strings.Contains(out, "tiny -> "+model) {
 		t.Fatalf("models add: exit %d, %q %q", code, out, errs)
 	}
 	if code, _, errs := llmgwRun(t, admin, "models", "add", "fetched", "hf:org/repo/model.gguf", "--size", "7.5GB"); code != 0 {

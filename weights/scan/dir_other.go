@@ -75,5 +75,5 @@ func (h *dirHandle) stat(e *entry, follow bool) (fileStat, error) {
 		return fileStat{}, err
 	}
 	id, _ := identityOf(fi)
-	return fileStat{size: fi.Size(), typ: fi.Mode().Type(), id: id}, nil
+	return fileStat{size: fi.Size(), typ: fi.Mode().Type(), id: id, mtime: fi.ModTime().UnixNano()}, nil
 }

@@ -1,7 +1,9 @@
 package scan
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,6 +23,13 @@ import (
 
 func testFile(t *testing.T, p string, size int64) {
 	t.Helper()
+	testFileAs(t, p, size, p)
+}
+
+// testFileAs is testFile for a file read under another name (as): a blob
+// of an HF cache, which its snapshot links as a .gguf or .safetensors.
+func testFileAs(t *testing.T, p string, size int64, as string) {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -32,9 +41,33 @@ func testFile(t *testing.T, p string, size int64) {
 	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
 	}
+	// The header a whole file of its format starts with, where it fits:
+	// the scan reads it (header.go). A .gguf gets GGUF's; anything else
+	// (a blob an HF snapshot links as .safetensors) an empty safetensors
+	// header, padded to fill the file.
+	if h := testHeader(as, size); h != nil {
+		if _, err := f.WriteAt(h, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func testHeader(p string, size int64) []byte {
+	if strings.HasSuffix(strings.ToLower(p), ".gguf") {
+		if size < 24 {
+			return nil
+		}
+		return append([]byte("GGUF\x03\x00\x00\x00"), make([]byte, 16)...)
+	}
+	if size < 10 {
+		return nil
+	}
+	n := min(size-8, 1<<10)
+	h := binary.LittleEndian.AppendUint64(nil, uint64(n))
+	return append(append(h, "{}"...), bytes.Repeat([]byte(" "), int(n)-2)...)
 }
 
 func testWrite(t *testing.T, p, content string) {
@@ -85,7 +118,7 @@ func testHF(t *testing.T, hub, id, rev string, files map[string]int64) string {
 	for name, size := range files {
 		blob := fmt.Sprintf("%x", name+rev)
 		if size >= 0 {
-			testFile(t, filepath.Join(repo, "blobs", blob), size)
+			testFileAs(t, filepath.Join(repo, "blobs", blob), size, name)
 		}
 		rel, _ := filepath.Rel(filepath.Dir(filepath.Join(snap, name)), filepath.Join(repo, "blobs", blob))
 		testLink(t, rel, filepath.Join(snap, name))
@@ -165,12 +198,12 @@ func TestScan(t *testing.T) {
 				testFile(t, root+"/c.bin", 11)
 				testFile(t, root+"/d.pt", 12)
 				testFile(t, root+"/e.pth", 13)
-				testFile(t, root+"/F.GGUF", 14)
+				testFile(t, root+"/F.GGUF", 34)
 			},
 			want: []wantLocal{
 				{"a.gguf", 1000, true, "", "", ""}, {"b.safetensors", 10, true, "", "", ""},
 				{"c.bin", 11, true, "", "", ""}, {"d.pt", 12, true, "", "", ""},
-				{"e.pth", 13, true, "", "", ""}, {"F.GGUF", 14, true, "", "", ""},
+				{"e.pth", 13, true, "", "", ""}, {"F.GGUF", 34, true, "", "", ""},
 			},
 		},
 		{
@@ -243,8 +276,8 @@ func TestScan(t *testing.T) {
 				// An index in a subdirectory (diffusers' layout) is relative to itself.
 				testWrite(t, root+"/diffusers/unet/diffusion_pytorch_model.safetensors.index.json",
 					testIndex("diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"))
-				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00001-of-00002.safetensors", 5)
-				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5)
+				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00001-of-00002.safetensors", 15)
+				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00002-of-00002.safetensors", 15)
 				// pytorch .bin shards, and a shard without a weight extension.
 				testWrite(t, root+"/bins/pytorch_model.bin.index.json", testIndex("pytorch_model-00001-of-00002.bin", "shard-two"))
 				testFile(t, root+"/bins/pytorch_model-00001-of-00002.bin", 5)
@@ -388,13 +421,13 @@ func TestScan(t *testing.T) {
 		{
 			name: "names with newlines and invalid UTF-8 are kept as they are",
 			build: func(t *testing.T, root string) {
-				testFile(t, root+"/two\nlines.gguf", 5)
-				testFile(t, root+"/bad\xff\xfename.safetensors", 6)
+				testFile(t, root+"/two\nlines.gguf", 25)
+				testFile(t, root+"/bad\xff\xfename.safetensors", 16)
 				testFile(t, root+"/dir\nx/\x80.bin", 7)
 			},
 			want: []wantLocal{
-				{"two\nlines.gguf", 5, true, "", "", ""},
-				{"bad\xff\xfename.safetensors", 6, true, "", "", ""},
+				{"two\nlines.gguf", 25, true, "", "", ""},
+				{"bad\xff\xfename.safetensors", 16, true, "", "", ""},
 				{"dir\nx", 7, true, "", "", ""},
 			},
 		},
@@ -548,7 +581,7 @@ func TestScanRemovedMidScan(t *testing.T) {
 	testFile(t, root+"/going/model.gguf", 1)
 	testFile(t, root+"/shrinking/model.gguf", 1)
 	testFile(t, root+"/shrinking/sub/more.gguf", 1)
-	testFile(t, root+"/staying.gguf", 1)
+	testFile(t, root+"/staying.gguf", 31)
 	afterList = func(dir string) {
 		switch dir {
 		case root:
@@ -560,7 +593,7 @@ func TestScanRemovedMidScan(t *testing.T) {
 	t.Cleanup(func() { afterList = nil })
 	inv := Scan(context.Background(), []string{root}, Options{Workers: 1})
 	checkInventory(t, root, inv, []wantLocal{
-		{"staying.gguf", 1, true, "", "", ""},
+		{"staying.gguf", 31, true, "", "", ""},
 		{"shrinking", -1, false, "sub/ (removed while the scan ran)", "", ""},
 	}, map[string]string{"going": "removed while the scan ran"})
 }
@@ -578,7 +611,7 @@ func TestScanUnreadable(t *testing.T) {
 		base = t.TempDir()
 	}
 	root := base + "/models"
-	testFile(t, root+"/ok.gguf", 1)
+	testFile(t, root+"/ok.gguf", 31)
 	testFile(t, root+"/locked/model.gguf", 1)
 	testFile(t, root+"/partly/model.gguf", 1)
 	testFile(t, root+"/partly/private/more.gguf", 1)
@@ -591,7 +624,7 @@ func TestScanUnreadable(t *testing.T) {
 	}
 	inv := Scan(context.Background(), []string{root, base + "/closed"}, Options{})
 	checkInventory(t, root, inv, []wantLocal{
-		{"ok.gguf", 1, true, "", "", ""},
+		{"ok.gguf", 31, true, "", "", ""},
 		{"partly", 1, false, "private/ (unreadable: permission denied)", "", ""},
 	}, map[string]string{"locked": "cannot read it: permission denied"})
 	if d := inv.Dirs[1]; !strings.Contains(d.Err, "permission denied") {
@@ -900,5 +933,42 @@ func TestScanHalfFinished(t *testing.T) {
 	}
 	if l := got[root+"/whole"]; !l.Complete {
 		t.Errorf("a whole -of- set: %+v", l)
+	}
+}
+
+// TestScanHeaders: a weight file whose header says it is cut short, or
+// that is no file of its format, is not complete; the verdict is kept per
+// file and read again only when the file changes.
+func TestScanHeaders(t *testing.T) {
+	root := t.TempDir()
+	testWrite(t, root+"/tiny.gguf", "GGUF\x03\x00\x00\x00") // 8 bytes
+	testFile(t, root+"/zeros.gguf", 100)
+	os.WriteFile(root+"/zeros.gguf", make([]byte, 100), 0o644)
+	hdr := `{"w":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]}}`
+	short := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	short = append(append(short, hdr...), make([]byte, 400)...) // 600 of the 1000 data bytes missing
+	testWrite(t, root+"/short.safetensors", string(short))
+	whole := append(append([]byte{}, short...), make([]byte, 600)...)
+	testWrite(t, root+"/whole.safetensors", string(whole))
+	testWrite(t, root+"/liar.safetensors", string(binary.LittleEndian.AppendUint64(nil, 1<<40))+"{}")
+
+	got := scanOne(t, root)
+	for name, want := range map[string]string{
+		"tiny.gguf":         "8 bytes, too short for a GGUF header",
+		"zeros.gguf":        "no GGUF magic",
+		"short.safetensors": fmt.Sprintf("announces %d bytes, the file holds %d", 8+len(hdr)+1000, len(short)),
+		"liar.safetensors":  "announces 1099511627776 bytes of header",
+	} {
+		if l := got[root+"/"+name]; l.Complete || !strings.Contains(l.Problem, want) {
+			t.Errorf("%s: %+v; want incomplete, saying %q", name, l, want)
+		}
+	}
+	if l := got[root+"/whole.safetensors"]; !l.Complete {
+		t.Errorf("a whole safetensors file: %+v", l)
+	}
+	// The tail arrives: the same name, now whole, is read again.
+	testWrite(t, root+"/short.safetensors", string(whole))
+	if l := scanOne(t, root)[root+"/short.safetensors"]; !l.Complete {
+		t.Errorf("after the file was completed: %+v", l)
 	}
 }

@@ -78,8 +78,10 @@ type splitKey struct {
 type splitSet struct {
 	names map[int]string
 	sizes map[int]int64
-	id    devIno
-	hasID bool
+	// problems are the parts whose header says they are cut short.
+	problems map[int]string
+	id       devIno
+	hasID    bool
 }
 
 // skip records an entry passed over. Only the MaxSkipped first by path are
@@ -247,6 +249,8 @@ func (s *walker) top(h *dirHandle, e *entry) {
 		c.size, c.nfiles = st.size, 1
 		if st.size == 0 {
 			c.trouble.add("empty file (a download that never started?)")
+		} else if why := headerProblem(abs, st); why != "" {
+			c.trouble.add(why)
 		}
 	default:
 		s.skip(abs, "not a regular file or directory")
@@ -275,6 +279,12 @@ func (s *walker) addSplit(prefix string, part, total int, name string, st fileSt
 		s.splits[k] = set
 	}
 	set.names[part], set.sizes[part] = name, st.size
+	if why := headerProblem(s.root+"/"+name, st); why != "" {
+		if set.problems == nil {
+			set.problems = map[int]string{}
+		}
+		set.problems[part] = why
+	}
 	if part == 1 || !set.hasID {
 		set.id, set.hasID = st.id, s.hasRoot
 	}
@@ -499,6 +509,9 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 			indexes = append(indexes, relOf(name))
 		case catalog.IsWeightName(name):
 			weights = append(weights, namedSize{relOf(name), st.size})
+			if why := headerProblem(abs+"/"+name, st); why != "" {
+				troubles = append(troubles, [2]string{relOf(name), why})
+			}
 		}
 	}
 	c.mu.Lock()
@@ -583,6 +596,8 @@ func (s *walker) finish() []Local {
 				t.file(splitName(k.prefix, part, k.total), "missing")
 			case set.sizes[part] == 0:
 				t.file(name, "empty")
+			case set.problems[part] != "":
+				t.file(name, set.problems[part])
 			}
 			size += set.sizes[part]
 		}
