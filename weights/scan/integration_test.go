@@ -75,7 +75,7 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 	// judged by its own filesystem, not its parent's.
 	mnt := outer + "/filer"
 	testMkdir(t, mnt)
-	testFile(t, outer+"/local.gguf", 7)
+	testFile(t, outer+"/local.gguf", 27)
 	// And a local link into the filer counts as shared too.
 	testLink(t, mnt+"/qwen.gguf", outer+"/linked.gguf")
 	mountBindfs(t, src, mnt)
@@ -120,8 +120,8 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 func TestScanIntegrationHungMount(t *testing.T) {
 	needBindfs(t)
 	src, mnt, local := t.TempDir(), t.TempDir(), t.TempDir()
-	testFile(t, src+"/model.gguf", 10)
-	testFile(t, local+"/here.gguf", 20)
+	testFile(t, src+"/model.gguf", 30)
+	testFile(t, local+"/here.gguf", 40)
 	proc := mountBindfs(t, src, mnt)
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
