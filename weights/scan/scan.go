@@ -52,6 +52,10 @@ type Options struct {
 	// the total: a directory of 100,000 notes must not become a 100,000-line
 	// report to the coordinator.
 	MaxSkipped int
+
+	// roots are every directory of this scan, cleaned and absolute: a
+	// symlink is followed only to within one of them (see walker.within).
+	roots []string
 }
 
 func (o Options) withDefaults() Options {
@@ -119,6 +123,8 @@ func Scan(ctx context.Context, dirs []string, opt Options) Inventory {
 			paths = append(paths, p)
 		}
 	}
+
+	opt.roots = paths
 
 	// Every directory at once: the time a scan takes is that of the slowest
 	// directory, bounded by DirTimeout, not the sum of them.

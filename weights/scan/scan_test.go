@@ -389,7 +389,9 @@ func TestScan(t *testing.T) {
 		{
 			name: "symlinks are followed, loops are not",
 			build: func(t *testing.T, root string) {
-				elsewhere := t.TempDir()
+				// Within the configured directory: links out of it are not
+				// followed (TestScanSymlinksStayInside).
+				elsewhere := root + "/.elsewhere"
 				testFile(t, elsewhere+"/store/llama.gguf", 300)
 				testFile(t, elsewhere+"/store/qwen/model.safetensors", 400)
 				testLink(t, elsewhere+"/store/llama.gguf", root+"/llama.gguf")
@@ -407,6 +409,7 @@ func TestScan(t *testing.T) {
 				testFile(t, root+"/n/ok.safetensors", 1)
 			},
 			want: []wantLocal{
+				{".elsewhere", 700, true, "", "", ""},
 				{"llama.gguf", 300, true, "", "", ""},
 				{"qwen", 400, true, "", "", ""},
 				{"m", 310, true, "", "", ""},
@@ -970,5 +973,49 @@ func TestScanHeaders(t *testing.T) {
 	testWrite(t, root+"/short.safetensors", string(whole))
 	if l := scanOne(t, root)[root+"/short.safetensors"]; !l.Complete {
 		t.Errorf("after the file was completed: %+v", l)
+	}
+}
+
+// TestScanSymlinksStayInside: a symlink is followed only to somewhere a
+// configured directory covers. `ln -s / weights/rootfs` must not walk the
+// whole machine and report it as a model.
+func TestScanSymlinksStayInside(t *testing.T) {
+	base := t.TempDir()
+	root, other, outside := base+"/weights", base+"/more", base+"/elsewhere"
+	testFile(t, outside+"/big/model.gguf", 1000)
+	testFile(t, outside+"/loose.gguf", 100)
+	testFile(t, other+"/shared/model.gguf", 200)
+	testFile(t, root+"/real/model.gguf", 300)
+	testLink(t, outside+"/big", root+"/ext")               // a directory outside
+	testLink(t, outside+"/loose.gguf", root+"/loose.gguf") // a file outside
+	testLink(t, root+"/real", root+"/alias")               // inside
+	testLink(t, other+"/shared", root+"/linked")           // inside another configured directory
+	testFile(t, root+"/mixed/model.gguf", 50)
+	testLink(t, outside+"/loose.gguf", root+"/mixed/part.gguf")
+
+	inv := Scan(context.Background(), []string{root, other}, Options{})
+	got := map[string]Local{}
+	for _, l := range inv.Weights {
+		got[l.Path] = l
+	}
+	for _, p := range []string{root + "/ext", root + "/loose.gguf"} {
+		if l, ok := got[p]; ok {
+			t.Errorf("%s, a link out of the weight directories, was followed: %+v", p, l)
+		}
+	}
+	for p, size := range map[string]int64{root + "/alias": 300, root + "/linked": 200} {
+		if l := got[p]; !l.Complete || l.Size != size {
+			t.Errorf("%s, a link inside: %+v; want it followed, %d bytes", p, l, size)
+		}
+	}
+	if l := got[root+"/mixed"]; l.Complete || !strings.Contains(l.Problem, "outside the weight directories") {
+		t.Errorf("a model with a shard linked from outside: %+v; want it incomplete, saying so", l)
+	}
+	skipped := map[string]string{}
+	for _, s := range inv.Dirs[0].Skipped {
+		skipped[s.Path] = s.Reason
+	}
+	if !strings.Contains(skipped[root+"/ext"], "outside the weight directories") {
+		t.Errorf("skipped %v; want %s skipped as a link outside", skipped, root+"/ext")
 	}
 }

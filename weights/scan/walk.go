@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,10 @@ type walker struct {
 	// queue that could deadlock on a deep tree.
 	sem chan struct{}
 	wg  sync.WaitGroup
+
+	// inside are the directories a symlink may lead into: this scan's
+	// directories as configured, and this one's own resolved path.
+	inside []string
 
 	mu        sync.Mutex
 	cands     []*candidate
@@ -117,6 +122,29 @@ func (h *skipHeap) Pop() any {
 	return x
 }
 
+// within resolves the symlink at abs and reports whether its target lies
+// in one of s.inside. A link out of them is not followed: `ln -s /
+// weights/rootfs` would otherwise walk the machine (and /proc) as one
+// model. A link that cannot be resolved (dangling, a loop) is left to the
+// stat that follows it, which says what is wrong.
+func (s *walker) within(abs string) (target string, ok bool) {
+	t, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", true
+	}
+	for _, r := range s.inside {
+		if t == r || strings.HasPrefix(t, r+"/") || r == "/" {
+			return t, true
+		}
+	}
+	return t, false
+}
+
+// outsideMsg says why a link was not followed.
+func outsideMsg(target string) string {
+	return "a symlink to " + quoteName(target) + ", outside the weight directories: not followed"
+}
+
 // spawn runs fn on a worker goroutine if one is free, else on this one.
 func (s *walker) spawn(fn func()) {
 	select {
@@ -170,6 +198,13 @@ func readRoot(ctx context.Context, dir string, opt Options) result {
 		ctx: ctx, opt: opt, root: dir, rootID: h.id, hasRoot: h.hasID, shared: d.Shared,
 		sem:    make(chan struct{}, opt.Workers),
 		splits: map[splitKey]*splitSet{},
+		inside: append([]string{dir}, opt.roots...),
+	}
+	// Only this directory's own path is resolved here: resolving another
+	// configured directory could block on its mount, and this scan must
+	// not wait on another's filer.
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+		s.inside = append(s.inside, real)
 	}
 	for i := range ents {
 		if ctx.Err() != nil {
@@ -201,7 +236,12 @@ func (s *walker) top(h *dirHandle, e *entry) {
 	var st fileStat
 	var stated bool
 	if t&fs.ModeSymlink != 0 {
-		// Followed: operators link models in from elsewhere.
+		// Followed, when it stays within the weight directories: operators
+		// link models in from one configured directory to another.
+		if tgt, ok := s.within(abs); !ok {
+			s.skip(abs, outsideMsg(tgt))
+			return
+		}
 		var err error
 		if st, err = h.stat(e, true); err != nil {
 			s.skip(abs, linkErr(err))
@@ -367,6 +407,10 @@ func (s *walker) hfRepo(abs, modelID string) {
 		p := snaps + "/" + e.name
 		isDir := e.typ.IsDir()
 		if e.typ&fs.ModeSymlink != 0 {
+			if tgt, ok := s.within(p); !ok {
+				s.skip(p, outsideMsg(tgt))
+				continue
+			}
 			st, err := h.stat(e, true)
 			isDir = err == nil && st.typ.IsDir()
 		}
@@ -480,6 +524,16 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 		}
 		if !follow && !t.IsRegular() {
 			continue // FIFOs, sockets, devices: not part of any model, and never opened
+		}
+		if follow {
+			if tgt, ok := s.within(abs + "/" + name); !ok {
+				if catalog.IsWeightName(name) {
+					troubles = append(troubles, [2]string{relOf(name), outsideMsg(tgt)})
+				} else {
+					s.skip(abs+"/"+name, outsideMsg(tgt))
+				}
+				continue
+			}
 		}
 		st, err := h.stat(e, follow)
 		if err != nil {
