@@ -25,7 +25,7 @@ func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api
 		only = []string{}
 	}
 	res := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: ask.Collect, Only: only, Recent: cfg.GCInterval,
-		Force: ask.Force, MaxShare: cfg.GCMaxShare})
+		Force: ask.Force, MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge})
 	if ask.Force && ask.Collect && cerr == nil && res.Held == "" && cp.Distrust() != "" {
 		// An operator forced a collect against this catalog: it is the one
 		// this node trusts from now on, so that the next Epilog's gc does

@@ -100,7 +100,7 @@ func Validate(c Agent) error {
 		}
 	}
 	for name, d := range map[string]time.Duration{"scan interval": c.ScanInterval, "report interval": c.ReportInterval, "dir timeout": c.DirTimeout,
-		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout} {
+		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout, "gc part max age": c.GCPartMaxAge} {
 		if d != 0 && d < minInterval {
 			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
 		}

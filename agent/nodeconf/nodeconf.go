@@ -95,6 +95,10 @@ const (
 	// so with `llmgw gc --collect --force`. Refetching half a cache is an
 	// hour's nuisance; refetching all of it on every node is an outage.
 	DefaultGCMaxShare = 50
+	// DefaultGCPartMaxAge is how long a fetch's .part may sit untouched
+	// before gc takes it even for a source the catalog still wants: a week
+	// covers a weekend's queue of jobs that would resume it.
+	DefaultGCPartMaxAge = 7 * 24 * time.Hour
 )
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
@@ -180,6 +184,11 @@ type Agent struct {
 	// remove (default DefaultGCMaxShare; 100 sets no bound). A run that
 	// would remove more removes nothing and says so, unless forced.
 	GCMaxShare int `toml:"gc_max_share"`
+	// GCPartMaxAge is how long a fetch's .part and .part.ranges may sit
+	// untouched before gc removes them, wanted or not (default
+	// DefaultGCPartMaxAge). Those of a source no catalog entry wants go at
+	// the first gc.
+	GCPartMaxAge time.Duration `toml:"gc_part_max_age"`
 
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
@@ -211,6 +220,7 @@ func (c Agent) WithDefaults() Agent {
 	dur(&c.FetchDeadline, DefaultFetchDeadline)
 	dur(&c.GCInterval, DefaultGCInterval)
 	dur(&c.GCTimeout, DefaultGCTimeout)
+	dur(&c.GCPartMaxAge, DefaultGCPartMaxAge)
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
 	}

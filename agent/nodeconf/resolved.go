@@ -218,7 +218,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 // tags; the resolved copy is written by json.Marshal).
 var agentFields = []string{"Coordinator", "TokenFile", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
-	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "GCMaxShare"}
+	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "GCMaxShare", "GCPartMaxAge"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -269,6 +269,8 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		dur(&c.GCTimeout)
 	case "Version":
 		c.Version, ok = s.String()
+	case "GCPartMaxAge":
+		dur(&c.GCPartMaxAge)
 	case "GCMaxShare":
 		n, ok = s.Int(strconv.IntSize)
 		c.GCMaxShare = int(n)

@@ -18,8 +18,10 @@ answers and prints, per node, what it was asked to remove, what it removed
 names the nodes that did not answer.
 
 A node removes only files directly inside its cache directory whose name is
-a cache name (what llmgw fetched) that no catalog entry wants; never a
-symlink, a fetch in progress, or weights a running job uses; and nothing at
+a cache name (what llmgw fetched) that no catalog entry wants, and the
+.part files of fetches left behind (of a source no entry wants, or untouched
+for gc_part_max_age); never a symlink, a fetch in progress, or weights a
+running job uses; and nothing at
 all while its catalog copy is unreadable or empty, while the catalog is
 not the one it trusts (another coordinator database, or an older state of
 this one: a restored backup), or when it would remove more than

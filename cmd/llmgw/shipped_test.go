@@ -117,6 +117,7 @@ func TestShippedAgentConfig(t *testing.T) {
 		"gc_interval":     {cfg.GCInterval, def.GCInterval},
 		"gc_timeout":      {cfg.GCTimeout, def.GCTimeout},
 		"gc_max_share":    {cfg.GCMaxShare, def.GCMaxShare},
+		"gc_part_max_age": {cfg.GCPartMaxAge, def.GCPartMaxAge},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])

@@ -14,8 +14,10 @@
 //     source in the node's catalog copy);
 //   - never a symlink, never a directory: only regular files, looked at
 //     without following links;
-//   - never the .part or .part.ranges of a fetch in progress (they are not
-//     cache names);
+//   - never the .part or .part.ranges of a fetch in progress: one written
+//     within partQuiet, or of a source the catalog wants and touched within
+//     PartMaxAge. A fetch left behind (its source no longer wanted, or
+//     untouched for PartMaxAge) is garbage, listed like any other;
 //   - never weights a job still running on this node uses (its record under
 //     the run directory names them), and nothing at all when a record cannot
 //     be read, since then gc cannot rule any file out;
@@ -105,6 +107,11 @@ type Options struct {
 	// cache files, that a run may remove (0 or 100: no bound). A run that
 	// would remove more removes nothing and says so, unless Force.
 	MaxShare int
+	// PartMaxAge is how long a fetch's .part and .part.ranges may sit
+	// untouched before gc takes them even for a source the catalog wants
+	// (zero: never for their age). A later fetch would resume them, but one
+	// nobody resumed in that long holds disk for nobody.
+	PartMaxAge time.Duration
 	// Recent keeps every file modified within it before now, wanted or
 	// not (zero keeps none for its age). The Epilog passes gc_interval: a
 	// Prolog that resolved a model at the coordinator may have fetched it
@@ -329,11 +336,28 @@ func (g *run) cacheNames() ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if catalog.IsCacheName(e.Name()) {
+		if _, partial := partialOf(e.Name()); partial || catalog.IsCacheName(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
 	return out, nil
+}
+
+// partQuiet is how long a fetch's files must sit unwritten before gc
+// judges them at all: a fetch running writes its .part continuously and
+// its .part.ranges every few MiB, so one touched this recently is live,
+// whatever its source.
+const partQuiet = 10 * time.Minute
+
+// partialOf returns the cache name a fetch's .part, .part.ranges or
+// .part.ranges.tmp file belongs to.
+func partialOf(name string) (string, bool) {
+	for _, suffix := range []string{catalog.RangesTmpSuffix, catalog.RangesSuffix, catalog.PartSuffix} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && catalog.IsCacheName(base) {
+			return base, true
+		}
+	}
+	return "", false
 }
 
 // cacheBytes sums the sizes of the regular cache files in the directory,
@@ -362,6 +386,9 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		return f, nil
 	}
 	f.Path = filepath.Join(g.opt.CacheDir, name)
+	if base, partial := partialOf(name); partial {
+		return g.judgePartial(f, base)
+	}
 	if !catalog.IsCacheName(name) {
 		f.Action, f.Reason = Refused, notCacheName(name)
 		return f, nil
@@ -405,6 +432,48 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	return f, fi
 }
 
+// judgePartial judges a fetch's .part or ranges file, whose cache name is
+// base: a live fetch, or one of a wanted source not yet PartMaxAge old, is
+// not garbage; one left behind is, unless a job uses its source.
+func (g *run) judgePartial(f File, base string) (File, fs.FileInfo) {
+	fi, err := g.root.Lstat(f.Name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f.Action, f.Reason = Refused, "no such file in the cache directory"
+		return f, nil
+	case err != nil:
+		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
+		return f, nil
+	}
+	if why := notRegular(fi); why != "" {
+		f.Action, f.Reason = Refused, why
+		return f, nil
+	}
+	f.Size = fi.Size()
+	age := time.Since(fi.ModTime())
+	m, wanted := g.wanted[base]
+	stale := g.opt.PartMaxAge > 0 && age >= g.opt.PartMaxAge
+	if age < partQuiet || age < g.opt.Recent || wanted && !stale {
+		if !f.Asked {
+			return File{}, nil // a fetch in progress found by listing: not news
+		}
+		f.Action, f.Reason = Refused, notCacheName(f.Name)
+		return f, nil
+	}
+	for _, key := range []string{base, filepath.Join(g.opt.CacheDir, base)} {
+		if job, ok := g.inUse[key]; ok {
+			f.Action, f.Reason = Kept, "a fetch for "+job+" on this node"
+			return f, nil
+		}
+	}
+	why := "a fetch left behind: no catalog entry wants its source"
+	if wanted {
+		why = fmt.Sprintf("a fetch left behind: untouched for %s, longer than gc_part_max_age (%s), though model %s wants its source", age.Round(time.Hour), g.opt.PartMaxAge, m)
+	}
+	f.Action, f.Reason = Listed, why+"; gc --collect would remove it"
+	return f, fi
+}
+
 // remove unlinks f after looking at it once more, through the same
 // directory handle: it must still be the regular file judged a moment ago
 // (same inode), not something swapped in under its name.
@@ -431,6 +500,10 @@ func (g *run) remove(f File, judged fs.FileInfo) File {
 	// name there can only ever remove an entry of that directory.
 	if err := g.root.Remove(f.Name); err != nil {
 		f.Action, f.Reason = Failed, fmt.Sprintf("remove: %v", err)
+		return f
+	}
+	if _, partial := partialOf(f.Name); partial {
+		f.Action, f.Reason = Removed, strings.TrimSuffix(f.Reason, "; gc --collect would remove it")
 		return f
 	}
 	f.Action, f.Reason = Removed, "no catalog entry wants it"

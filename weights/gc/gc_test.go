@@ -501,3 +501,52 @@ func TestDistrustedCatalog(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleParts: a fetch left behind is garbage, listed like any other:
+// its source no longer wanted, or untouched for PartMaxAge. A live fetch,
+// or a recent one of a wanted source, is left alone.
+func TestStaleParts(t *testing.T) {
+	n := newNode(t)
+	hour, week := time.Now().Add(-time.Hour), time.Now().Add(-8*24*time.Hour)
+	unwanted := n.cachePath("https://origin.example/dropped.gguf")
+	for _, s := range []string{catalog.PartSuffix, catalog.RangesSuffix} {
+		n.write(unwanted+s, 50)
+		os.Chtimes(unwanted+s, hour, hour)
+	}
+	live := n.cachePath("https://origin.example/live.gguf") + catalog.PartSuffix
+	n.write(live, 60)
+	wantedOld, wantedNew := n.cachePath(keptSrc)+catalog.PartSuffix, n.cachePath("https://origin.example/new.gguf")+catalog.PartSuffix
+	n.cat.Models = append(n.cat.Models, catalog.Model{Name: "new", Source: "https://origin.example/new.gguf"})
+	n.write(wantedOld, 70)
+	os.Chtimes(wantedOld, week, week)
+	n.write(wantedNew, 80)
+	os.Chtimes(wantedNew, hour, hour)
+
+	opt := n.opts(false)
+	opt.PartMaxAge = 7 * 24 * time.Hour
+	r := Run(opt)
+	for _, p := range []string{unwanted + catalog.PartSuffix, unwanted + catalog.RangesSuffix} {
+		if f := find(t, r, filepath.Base(p)); f.Action != Listed || !strings.Contains(f.Reason, "no catalog entry wants its source") {
+			t.Errorf("%s: %+v; want it listed as a fetch left behind", filepath.Base(p), f)
+		}
+	}
+	if f := find(t, r, filepath.Base(wantedOld)); f.Action != Listed || !strings.Contains(f.Reason, "longer than gc_part_max_age") {
+		t.Errorf("a wanted source's .part untouched for 8 days: %+v", f)
+	}
+	for _, p := range []string{live, wantedNew} {
+		if hasEntry(r, filepath.Base(p)) {
+			t.Errorf("%s is listed: %+v", filepath.Base(p), find(t, r, filepath.Base(p)))
+		}
+	}
+	opt.Collect = true
+	opt.MaxShare = 100
+	r = Run(opt)
+	if r.Count(Removed) != 5 { // gone, used, and the three fetches left behind
+		t.Errorf("collect removed %d: %+v", r.Count(Removed), r.Files)
+	}
+	for p, want := range map[string]bool{unwanted + catalog.PartSuffix: false, unwanted + catalog.RangesSuffix: false, wantedOld: false, live: true, wantedNew: true} {
+		if n.exists(p) != want {
+			t.Errorf("%s exists = %v after collect, want %v", filepath.Base(p), !want, want)
+		}
+	}
+}
