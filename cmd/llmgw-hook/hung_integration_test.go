@@ -31,16 +31,7 @@ func TestHookHungMount(t *testing.T) {
 	if _, err := exec.LookPath("bindfs"); err != nil {
 		t.Skip("bindfs not installed: apt-get install bindfs fuse3")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "llmgw-hook")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	full := filepath.Join(dir, "llmgw")
-	handed := filepath.Join(dir, "handed")
-	os.WriteFile(full, []byte("#!/bin/sh\necho \"$@\" >"+handed+"\n"), 0o755)
+	dir, bin, full, handed := buildHook(t)
 
 	src, mnt := filepath.Join(dir, "src"), filepath.Join(dir, "mnt")
 	os.MkdirAll(filepath.Join(src, "llama"), 0o755)
