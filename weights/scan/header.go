@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -80,6 +81,18 @@ func headerProblem(p string, st fileStat) string {
 	headerCache.m[key] = v
 	headerCache.Unlock()
 	return v
+}
+
+// settling says when a weight file modified recently is not yet taken as
+// finished (Options.Settle), or "".
+func (s *walker) settling(p string, st fileStat) string {
+	if s.opt.Settle <= 0 || catalog.IsCacheName(path.Base(p)) {
+		return ""
+	}
+	if ago := s.now.Sub(time.Unix(0, st.mtime)); ago < s.opt.Settle {
+		return fmt.Sprintf("modified %s ago: still being written?", max(ago, 0).Round(time.Millisecond))
+	}
+	return ""
 }
 
 // openData opens a weight file for its header: O_NONBLOCK, so that a FIFO

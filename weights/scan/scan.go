@@ -31,6 +31,12 @@ const (
 	DefaultWorkers = 8
 	// DefaultMaxSkipped is how many skipped entries each Dir lists.
 	DefaultMaxSkipped = 100
+	// DefaultSettle is how long a weight file must have gone unmodified
+	// to count as finished. A copy by rsync, cp or an engine's downloader
+	// writes in place; a file it wrote to a second ago may be written to
+	// again. Five seconds is well above the gap between two writes of any
+	// copy still running, and well below any scan interval.
+	DefaultSettle = 5 * time.Second
 )
 
 // Options tunes Scan. The zero value is ready to use.
@@ -53,6 +59,12 @@ type Options struct {
 	// report to the coordinator.
 	MaxSkipped int
 
+	// Settle is how long a weight file must have gone unmodified to be
+	// complete (default DefaultSettle; negative: no such check). A file
+	// under a cache name is exempt: llmgw's fetcher renames a file there
+	// only once it is whole.
+	Settle time.Duration
+
 	// roots are every directory of this scan, cleaned and absolute: a
 	// symlink is followed only to within one of them (see walker.within).
 	roots []string
@@ -67,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxSkipped == 0 {
 		o.MaxSkipped = DefaultMaxSkipped
+	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
 	}
 	return o
 }

@@ -53,6 +53,17 @@ func testFileAs(t *testing.T, p string, size int64, as string) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	settled(t, p)
+}
+
+// settled dates a fixture a minute back: it stands for a finished file,
+// and one modified within Options.Settle is still being written.
+func settled(t *testing.T, p string) {
+	t.Helper()
+	then := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(p, then, then); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func testHeader(p string, size int64) []byte {
@@ -78,6 +89,7 @@ func testWrite(t *testing.T, p, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	settled(t, p)
 }
 
 func testMkdir(t *testing.T, p string) {
@@ -947,6 +959,7 @@ func TestScanHeaders(t *testing.T) {
 	testWrite(t, root+"/tiny.gguf", "GGUF\x03\x00\x00\x00") // 8 bytes
 	testFile(t, root+"/zeros.gguf", 100)
 	os.WriteFile(root+"/zeros.gguf", make([]byte, 100), 0o644)
+	settled(t, root+"/zeros.gguf")
 	hdr := `{"w":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]}}`
 	short := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
 	short = append(append(short, hdr...), make([]byte, 400)...) // 600 of the 1000 data bytes missing
@@ -1017,5 +1030,34 @@ func TestScanSymlinksStayInside(t *testing.T) {
 	}
 	if !strings.Contains(skipped[root+"/ext"], "outside the weight directories") {
 		t.Errorf("skipped %v; want %s skipped as a link outside", skipped, root+"/ext")
+	}
+}
+
+// TestScanSettle: a weight file modified within Options.Settle is still
+// being written, not weights; one under a cache name is exempt (the
+// fetcher renames a file there only once it is whole).
+func TestScanSettle(t *testing.T) {
+	root := t.TempDir()
+	fresh := root + "/fresh.gguf"
+	cached := root + "/" + catalog.CacheName("https://o.example/m.gguf")
+	for _, p := range []string{fresh, cached, root + "/dir/model.gguf"} {
+		testFile(t, p, 100)
+		now := time.Now()
+		os.Chtimes(p, now, now)
+	}
+	got := scanOne(t, root)
+	for _, p := range []string{fresh, root + "/dir"} {
+		if l := got[p]; l.Complete || !strings.Contains(l.Problem, "still being written?") {
+			t.Errorf("%s, written just now: %+v; want incomplete", p, l)
+		}
+	}
+	if l := got[cached]; !l.Complete {
+		t.Errorf("a fetched file under its cache name, renamed just now: %+v", l)
+	}
+	inv := Scan(context.Background(), []string{root}, Options{Settle: -1})
+	for _, l := range inv.Weights {
+		if !l.Complete {
+			t.Errorf("with Settle -1: %+v", l)
+		}
 	}
 }

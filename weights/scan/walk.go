@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -42,6 +43,8 @@ type walker struct {
 	// inside are the directories a symlink may lead into: this scan's
 	// directories as configured, and this one's own resolved path.
 	inside []string
+	// now is when the scan started, for Options.Settle.
+	now time.Time
 
 	mu        sync.Mutex
 	cands     []*candidate
@@ -199,6 +202,7 @@ func readRoot(ctx context.Context, dir string, opt Options) result {
 		sem:    make(chan struct{}, opt.Workers),
 		splits: map[splitKey]*splitSet{},
 		inside: append([]string{dir}, opt.roots...),
+		now:    time.Now(),
 	}
 	// Only this directory's own path is resolved here: resolving another
 	// configured directory could block on its mount, and this scan must
@@ -289,6 +293,8 @@ func (s *walker) top(h *dirHandle, e *entry) {
 		c.size, c.nfiles = st.size, 1
 		if st.size == 0 {
 			c.trouble.add("empty file (a download that never started?)")
+		} else if why := s.settling(abs, st); why != "" {
+			c.trouble.add(why)
 		} else if why := headerProblem(abs, st); why != "" {
 			c.trouble.add(why)
 		}
@@ -319,7 +325,11 @@ func (s *walker) addSplit(prefix string, part, total int, name string, st fileSt
 		s.splits[k] = set
 	}
 	set.names[part], set.sizes[part] = name, st.size
-	if why := headerProblem(s.root+"/"+name, st); why != "" {
+	why := s.settling(s.root+"/"+name, st)
+	if why == "" {
+		why = headerProblem(s.root+"/"+name, st)
+	}
+	if why != "" {
 		if set.problems == nil {
 			set.problems = map[int]string{}
 		}
@@ -563,7 +573,9 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 			indexes = append(indexes, relOf(name))
 		case catalog.IsWeightName(name):
 			weights = append(weights, namedSize{relOf(name), st.size})
-			if why := headerProblem(abs+"/"+name, st); why != "" {
+			if why := s.settling(abs+"/"+name, st); why != "" {
+				troubles = append(troubles, [2]string{relOf(name), why})
+			} else if why := headerProblem(abs+"/"+name, st); why != "" {
 				troubles = append(troubles, [2]string{relOf(name), why})
 			}
 		}
