@@ -14,9 +14,10 @@ import (
 type devIno struct{ dev, ino uint64 }
 
 type fileStat struct {
-	size int64
-	typ  fs.FileMode
-	id   devIno
+	size  int64
+	typ   fs.FileMode
+	id    devIno
+	mtime int64 // modification time, Unix nanoseconds
 }
 
 type entry struct {
