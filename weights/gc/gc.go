@@ -400,20 +400,10 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		f.Action, f.Reason = Refused, fmt.Sprintf("the catalog wants it (model %s)", m)
 		return f, nil
 	}
-	fi, err := g.root.Lstat(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		f.Action, f.Reason = Refused, "no such file in the cache directory"
-		return f, nil
-	case err != nil:
-		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
+	fi, refused := g.look(&f)
+	if refused {
 		return f, nil
 	}
-	if why := notRegular(fi); why != "" {
-		f.Action, f.Reason = Refused, why
-		return f, nil
-	}
-	f.Size = fi.Size()
 	for _, key := range []string{name, f.Path} {
 		if job, ok := g.inUse[key]; ok {
 			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
@@ -432,24 +422,35 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	return f, fi
 }
 
-// judgePartial judges a fetch's .part or ranges file, whose cache name is
-// base: a live fetch, or one of a wanted source not yet PartMaxAge old, is
-// not garbage; one left behind is, unless a job uses its source.
-func (g *run) judgePartial(f File, base string) (File, fs.FileInfo) {
+// look finds f in the cache directory, without following a link, and
+// refuses it (true) when it is not there or not a regular file; else it
+// sets f.Size.
+func (g *run) look(f *File) (fs.FileInfo, bool) {
 	fi, err := g.root.Lstat(f.Name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.Action, f.Reason = Refused, "no such file in the cache directory"
-		return f, nil
+		return nil, true
 	case err != nil:
 		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
-		return f, nil
+		return nil, true
 	}
 	if why := notRegular(fi); why != "" {
 		f.Action, f.Reason = Refused, why
-		return f, nil
+		return nil, true
 	}
 	f.Size = fi.Size()
+	return fi, false
+}
+
+// judgePartial judges a fetch's .part or ranges file, whose cache name is
+// base: a live fetch, or one of a wanted source not yet PartMaxAge old, is
+// not garbage; one left behind is, unless a job uses its source.
+func (g *run) judgePartial(f File, base string) (File, fs.FileInfo) {
+	fi, refused := g.look(&f)
+	if refused {
+		return f, nil
+	}
 	age := time.Since(fi.ModTime())
 	m, wanted := g.wanted[base]
 	stale := g.opt.PartMaxAge > 0 && age >= g.opt.PartMaxAge
