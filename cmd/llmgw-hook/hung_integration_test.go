@@ -8,11 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/internal/fusetest"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -25,19 +25,14 @@ import (
 //
 // Needs root and bindfs: sudo go test -tags integration -run Hung ./cmd/llmgw-hook/
 func TestHookHungMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting FUSE needs root")
-	}
-	if _, err := exec.LookPath("bindfs"); err != nil {
-		t.Skip("bindfs not installed: apt-get install bindfs fuse3")
-	}
+	fusetest.Need(t)
 	dir, bin, full, handed := buildHook(t)
 
 	src, mnt := filepath.Join(dir, "src"), filepath.Join(dir, "mnt")
 	os.MkdirAll(filepath.Join(src, "llama"), 0o755)
 	os.WriteFile(filepath.Join(src, "llama", "model.safetensors"), []byte("weights"), 0o644)
 	os.MkdirAll(mnt, 0o755)
-	stop := mountStopped(t, src, mnt)
+	daemon := fusetest.Mount(t, src, mnt)
 
 	cache, run, state := filepath.Join(dir, "cache"), filepath.Join(dir, "run"), filepath.Join(dir, "state")
 	weights := filepath.Join(mnt, "llama")
@@ -52,7 +47,7 @@ func TestHookHungMount(t *testing.T) {
 	if err := nodeconf.WriteResolved(conf, id, "dev", cfg); err != nil {
 		t.Fatal(err)
 	}
-	stop()
+	fusetest.Stop(t, daemon)
 
 	hook := func(name string, env ...string) (string, error) {
 		// Far above the 1 s bound, far below any PrologEpilogTimeout: a
@@ -77,47 +72,5 @@ func TestHookHungMount(t *testing.T) {
 	want := "the weights at " + weights + " did not answer within 1 s (a hung mount?)"
 	if err == nil || !strings.Contains(out, want) {
 		t.Errorf("task-prolog: %v, %q; want it to fail the job with %q", err, out, want)
-	}
-}
-
-// mountStopped mounts src on mnt with bindfs and returns a function that
-// stops the daemon (SIGSTOP), so that every later lookup below mnt blocks
-// in the kernel as on a dead filer. The daemon is continued and the mount
-// removed when the test ends, whatever happened.
-func mountStopped(t *testing.T, src, mnt string) (stop func()) {
-	t.Helper()
-	cmd := exec.Command("bindfs", "-f", src, mnt)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("bindfs %s %s: %v", src, mnt, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		if err := exec.Command("fusermount", "-u", mnt).Run(); err != nil {
-			exec.Command("umount", "-l", mnt).Run()
-		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(mnt, &st); err == nil && st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bindfs %s %s: not mounted after 10s", src, mnt)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return func() {
-		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -19,6 +19,7 @@ var importRules = map[string]struct {
 	why string
 }{
 	"internal/jsonlite": {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
+	"internal/fusetest": {nil, "a test helper (bindfs mounts that stop answering) on the standard library alone, for any package's integration tests"},
 	"weights/catalog":   {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
 	"api":               {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
 	"agent/nodeconf":    {[]string{"weights/catalog", "internal/jsonlite"}, "the node's configuration is linked by the hook binary, so it stays light: the standard library and the catalog leaf"},
@@ -52,7 +53,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "internal/fusetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (fusetest: tests' bindfs, linked by no binary)"},
 }
 
 type listedPackage struct {

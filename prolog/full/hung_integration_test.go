@@ -5,13 +5,12 @@ package full
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/internal/fusetest"
 	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -23,42 +22,18 @@ import (
 //
 // Needs root and bindfs: sudo go test -tags integration -run Hung ./prolog/full/
 func TestPrologHungMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting FUSE needs root")
-	}
-	if _, err := exec.LookPath("bindfs"); err != nil {
-		t.Skip("bindfs not installed: apt-get install bindfs fuse3")
-	}
+	fusetest.Need(t)
 	src, mnt := t.TempDir(), t.TempDir()
 	os.MkdirAll(filepath.Join(src, "llama"), 0o755)
 	os.WriteFile(filepath.Join(src, "llama", "model.safetensors"), []byte("weights"), 0o644)
 	os.MkdirAll(filepath.Join(src, "cache"), 0o755)
-	cmd := exec.Command("bindfs", "-f", src, mnt)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		if err := exec.Command("fusermount", "-u", mnt).Run(); err != nil {
-			exec.Command("umount", "-l", mnt).Run()
-		}
-		cmd.Wait()
-	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(mnt, &st); err == nil && st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("bindfs: not mounted after 10s")
-		}
-	}
+	daemon := fusetest.Mount(t, src, mnt)
 	path := catalog.Model{Name: "llama", Source: filepath.Join(mnt, "llama")}
 	remote := catalog.Model{Name: "qwen", Source: "http://127.0.0.1:1/qwen.gguf"}
 	p, _, _ := newProlog(t, path, remote)
 	p.Config.DirTimeout = time.Second
 	p.Config.FetchDeadline = time.Minute
-	cmd.Process.Signal(syscall.SIGSTOP)
+	fusetest.Stop(t, daemon)
 
 	for _, tc := range []struct {
 		m       catalog.Model
