@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -218,7 +219,19 @@ func writeFile(t *testing.T, path string, size int64) {
 	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
 	}
+	// The start of a whole file of its format: the scan reads it.
+	switch {
+	case strings.HasSuffix(path, ".gguf") && size >= 24:
+		f.WriteAt([]byte("GGUF\x03\x00\x00\x00"), 0)
+	case strings.HasSuffix(path, ".safetensors") && size >= 10:
+		f.WriteAt(append(binary.LittleEndian.AppendUint64(nil, uint64(size-8)), "{}"...), 0)
+		f.WriteAt(bytes.Repeat([]byte(" "), int(size-10)), 10)
+	}
 	f.Close()
+	// A finished file: the scan takes one modified within seconds as still
+	// being written.
+	then := time.Now().Add(-time.Minute)
+	os.Chtimes(path, then, then)
 }
 
 func TestReportContent(t *testing.T) {

@@ -16,21 +16,16 @@ import (
 // old catalog resolves every model that has not changed, and nothing
 // resolves none.
 func refreshCatalog(ctx context.Context, c *api.Client, cfg Config) (catalog.Copy, error) {
-	models, err := c.Models(ctx)
+	cat, err := c.Catalog(ctx)
 	if err != nil {
 		return catalog.Copy{}, fmt.Errorf("catalog: %w", err)
 	}
-	if models == nil {
-		models = []api.Model{}
-	}
-	cp := catalog.Copy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(), Models: models}
-	path := cfg.CatalogCopyPath()
-	// The private copy first: a Prolog must never find a public copy
-	// newer than the private one it fetches from.
-	if err := catalog.WritePrivateCopy(path, cp); err != nil {
-		return catalog.Copy{}, fmt.Errorf("catalog copy: %w", err)
-	}
-	if err := catalog.WriteCopy(path, cp); err != nil {
+	// The copy keeps the trust of the one it replaces: a catalog of another
+	// identity, or older than one this node saw, is used to resolve models
+	// but gc does not collect against it (catalog.Copy.Distrust).
+	cp, err := catalog.UpdateCopy(cfg.CatalogCopyPath(), catalog.Copy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(),
+		Models: cat.Models, CatalogID: cat.CatalogID, Generation: cat.Generation})
+	if err != nil {
 		return catalog.Copy{}, fmt.Errorf("catalog copy: %w", err)
 	}
 	return cp, nil

@@ -24,7 +24,16 @@ func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api
 		// it wants gone.
 		only = []string{}
 	}
-	res := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: ask.Collect, Only: only})
+	res := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: ask.Collect, Only: only, Recent: cfg.GCInterval,
+		Force: ask.Force, MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge})
+	if ask.Force && ask.Collect && cerr == nil && res.Held == "" && cp.Distrust() != "" {
+		// An operator forced a collect against this catalog: it is the one
+		// this node trusts from now on, so that the next Epilog's gc does
+		// not hold on it again.
+		if err := catalog.WriteCopy(a.catalog.Path, cp.Trusted()); err != nil {
+			a.log.WithError(err).Warn("gc: forced, but the catalog copy could not be marked trusted")
+		}
+	}
 	ans := gcAnswer(cfg.Node, res)
 	log := a.log.WithFields(logrus.Fields{"gc": ask.ID, "collect": ask.Collect, "asked": len(ask.Remove),
 		"removed": res.Count(gc.Removed), "refused": res.Count(gc.Refused), "kept": res.Count(gc.Kept), "freed_bytes": res.Freed})

@@ -108,4 +108,11 @@ type Model = catalog.Model
 // Models is the catalog as GET /v1/models returns it.
 type Models struct {
 	Models []Model `json:"models"`
+	// CatalogID is the catalog's identity, made once with the
+	// coordinator's database; Generation counts every change to it. A
+	// node refuses to collect its cache against a catalog whose identity
+	// changed or whose generation went backwards (weights/gc). Both are
+	// empty from a coordinator older than them.
+	CatalogID  string `json:"catalog_id,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
 }

@@ -72,6 +72,13 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	return out.Models, nil
 }
 
+// Catalog returns the catalog with its identity and generation.
+func (c *Client) Catalog(ctx context.Context) (Models, error) {
+	var out Models
+	err := c.Do(ctx, http.MethodGet, "/v1/models", nil, &out)
+	return out, err
+}
+
 // PutModel adds or replaces a catalog entry (admin token).
 func (c *Client) PutModel(ctx context.Context, m Model) (Model, error) {
 	var out Model

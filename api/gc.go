@@ -31,6 +31,10 @@ type GCRequest struct {
 	Collect bool `json:"collect"`
 	// Node restricts the request to one node; empty asks every node.
 	Node string `json:"node,omitempty"`
+	// Force, with Collect, has the nodes collect against a catalog they do
+	// not trust (another identity, an older generation) and beyond
+	// gc_max_share of their cache, and trust that catalog from then on.
+	Force bool `json:"force,omitempty"`
 }
 
 // GCAsk is what the coordinator asks one node, in the answer to its report.
@@ -41,6 +45,8 @@ type GCAsk struct {
 	// coordinator believes no catalog entry wants (from the node's own
 	// reports). Names only, never paths: the node checks each one itself.
 	Remove []string `json:"remove"`
+	// Force: see GCRequest.Force.
+	Force bool `json:"force,omitempty"`
 }
 
 // GCFile is what a node did with one file (see weights/gc.File).
@@ -72,6 +78,7 @@ type GCStatus struct {
 	ID      string    `json:"id"`
 	Collect bool      `json:"collect"`
 	Node    string    `json:"node,omitempty"`
+	Force   bool      `json:"force,omitempty"`
 	Created time.Time `json:"created"`
 	// Deadline is when the request stops being handed to nodes: two report
 	// intervals after Created. A node that has not reported by then never

@@ -47,12 +47,13 @@ type gcPending struct {
 type pendingGC struct {
 	id       string
 	collect  bool
+	force    bool
 	deadline time.Time
 	nodes    map[string]bool
 }
 
 func (p *gcPending) add(st api.GCStatus) {
-	pg := &pendingGC{id: st.ID, collect: st.Collect, deadline: st.Deadline, nodes: map[string]bool{}}
+	pg := &pendingGC{id: st.ID, collect: st.Collect, force: st.Force, deadline: st.Deadline, nodes: map[string]bool{}}
 	for _, n := range st.Nodes {
 		pg.nodes[n.Node] = true
 	}
@@ -114,8 +115,11 @@ func (s *Server) postGC(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, MaxModelBytes, "gc request", &req); err != nil {
 		return err
 	}
+	if req.Force && !req.Collect {
+		return api.Errorf(api.CodeInvalid, "force without collect: a listing removes nothing, so there is nothing to force; ask for collect and force together")
+	}
 	now := s.now().UTC()
-	st := api.GCStatus{ID: uuid.NewString(), Collect: req.Collect, Node: req.Node, Created: now,
+	st := api.GCStatus{ID: uuid.NewString(), Collect: req.Collect, Node: req.Node, Force: req.Force, Created: now,
 		Deadline: now.Add(gcWaitIntervals * s.cfg.ReportInterval), Nodes: []api.GCNode{}}
 	s.view.mu.RLock()
 	if req.Node != "" {
@@ -274,7 +278,7 @@ func (s *Server) gcAsk(ctx context.Context, node string) *api.GCAsk {
 		return nil
 	}
 	log.WithField("asked", len(names)).Info("gc handed to node")
-	return &api.GCAsk{ID: pg.id, Collect: pg.collect, Remove: names}
+	return &api.GCAsk{ID: pg.id, Collect: pg.collect, Force: pg.force, Remove: names}
 }
 
 // unwanted lists the cache names node last reported in its cache directory

@@ -18,14 +18,14 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	// The view's copy is current: catalog writes reload it before they
 	// answer, so a client that just wrote reads its own write.
 	s.view.mu.RLock()
-	models := append([]api.Model{}, s.view.cat.Models...)
+	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen}
 	s.view.mu.RUnlock()
 	if !s.mayFetch(r) {
-		for i := range models {
-			models[i].Source = api.RedactSource(models[i].Source)
+		for i := range out.Models {
+			out.Models[i].Source = api.RedactSource(out.Models[i].Source)
 		}
 	}
-	writeJSON(w, http.StatusOK, api.Models{Models: models})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

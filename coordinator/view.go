@@ -33,6 +33,11 @@ type view struct {
 	// empty after a restart, which costs one full decode per node.
 	keys map[string][32]byte
 	cat  *placement.Catalog
+	// catID and catGen are the catalog's identity and generation, read
+	// with cat, so that GET /v1/models never pairs models with another
+	// generation's number.
+	catID  string
+	catGen int64
 	// slurm is each node's Slurm state as last read from sinfo (see
 	// setSlurmStates); it survives reloads and new reports, which say
 	// nothing of Slurm.
@@ -82,6 +87,10 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	if err != nil {
 		return err
 	}
+	catID, catGen, err := db.CatalogIdentity(ctx)
+	if err != nil {
+		return err
+	}
 	nodes, err := db.Nodes(ctx)
 	if err != nil {
 		return err
@@ -101,6 +110,7 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	}
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
+	v.catID, v.catGen = catID, catGen
 	return nil
 }
 

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,6 +125,52 @@ func Present(cacheDir string, m catalog.Model) (string, error) {
 	return "", fmt.Errorf("source %q: not a path, an hf:/http(s) source or a model id", m.Source)
 }
 
+// HungError is returned by PresentWithin when the weights did not answer
+// in time: a stuck FUSE or NFS mount, whose stat blocks in the kernel.
+type HungError struct {
+	Path  string
+	After time.Duration
+}
+
+func (e *HungError) Error() string {
+	return fmt.Sprintf("the weights at %s did not answer within %s s (a hung mount?)", e.Path, strconv.FormatFloat(e.After.Seconds(), 'f', -1, 64))
+}
+
+// PresentWithin is Present bounded by d. A stat on a hung mount blocks in
+// the kernel and nothing can interrupt it, while slurmd kills a Prolog
+// that outlives PrologEpilogTimeout and drains the node; so the check runs
+// on its own goroutine and is given up on after d with a *HungError. The
+// goroutine stays blocked until the mount answers, at the latest until the
+// hook's process exits (FUSE and NFS waits are killable), which it does
+// right after.
+func PresentWithin(cacheDir string, m catalog.Model, d time.Duration) (string, error) {
+	type result struct {
+		path string
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		p, err := Present(cacheDir, m)
+		ch <- result{p, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.path, r.err
+	case <-t.C:
+		return "", &HungError{Path: weightsPath(cacheDir, m), After: d}
+	}
+}
+
+// weightsPath is where Present looks for m's weights.
+func weightsPath(cacheDir string, m catalog.Model) string {
+	if catalog.KindOf(m.Source) == catalog.KindRemote {
+		return catalog.CachePathFor(cacheDir, m.Source)
+	}
+	return m.Source
+}
+
 func checkPath(p string, size int64) error {
 	st, err := os.Stat(p)
 	if err != nil {
@@ -174,7 +221,12 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("model %s is not in the catalog copy %s", job.Model, cfg.CatalogCopyPath())
 	}
-	p, err := Present(cfg.CacheDir, m)
+	p, err := PresentWithin(cfg.CacheDir, m, cfg.FSTimeout())
+	var hung *HungError
+	if errors.As(err, &hung) {
+		return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Time: now.UTC(),
+			Error: fmt.Sprintf("weights for model %s (source %s) could not be had on %s: %v", m.Name, m.Source, job.Node, err)})
+	}
 	if err != nil {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}

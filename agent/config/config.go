@@ -102,7 +102,7 @@ func Validate(c Agent) error {
 		}
 	}
 	for name, d := range map[string]time.Duration{"scan interval": c.ScanInterval, "report interval": c.ReportInterval, "dir timeout": c.DirTimeout,
-		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout} {
+		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout, "gc part max age": c.GCPartMaxAge} {
 		if d != 0 && d < minInterval {
 			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
 		}
@@ -112,6 +112,9 @@ func Validate(c Agent) error {
 	}
 	if c.CacheReserve < -1 {
 		errs = append(errs, fmt.Errorf("cache reserve %d: give bytes to keep free, 0 for the default or -1 for none", c.CacheReserve))
+	}
+	if c.GCMaxShare < 0 || c.GCMaxShare > 100 {
+		errs = append(errs, fmt.Errorf("gc max share %d: must be a percent between 1 and 100 (or 0 for the default)", c.GCMaxShare))
 	}
 	if c.Connections < 0 || c.Connections > 64 {
 		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))

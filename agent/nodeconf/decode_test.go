@@ -19,7 +19,8 @@ func fullAgent(t testing.TB) Agent {
 		WeightDirs: []string{"/w/1", "/w/é\t2"}, CacheDir: "/c", StateDir: "/s", RunDir: "/r", Socket: "/r/s", MetricsListen: "127.0.0.1:9482",
 		ScanInterval: time.Minute, ReportInterval: -time.Second, DirTimeout: 1, Connections: 16, GPUMemory: 80 << 30,
 		NvidiaSMI: "/usr/bin/nvidia-smi", FetchDeadline: time.Hour, GCInterval: 2 * time.Minute, GCTimeout: time.Second, Version: "v1",
-		HFTokenFile: "/etc/llmgw/hf.token", CacheReserve: 1 << 30, FetchMinSpeed: 1 << 20}
+		HFTokenFile: "/etc/llmgw/hf.token", CacheReserve: 1 << 30, FetchMinSpeed: 1 << 20,
+		GCMaxShare: 30, GCPartMaxAge: time.Hour}
 	v := reflect.ValueOf(a)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {

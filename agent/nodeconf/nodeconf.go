@@ -83,6 +83,22 @@ const (
 	// DefaultGCTimeout bounds one Epilog's gc, so that job end, and the
 	// node's return to idle, is not held up by a slow filesystem.
 	DefaultGCTimeout = 20 * time.Second
+	// DefaultDirTimeout is scan.DefaultDirTimeout, spelled again because
+	// naming it would link the scanner into the hook binary; prolog/full's
+	// tests hold the two equal.
+	DefaultDirTimeout = 10 * time.Second
+	// DefaultGCMaxShare is the percent of its cache a node's gc removes in
+	// one run at most, unless forced. Half: retiring one of two models,
+	// the common change, still collects by itself, while a catalog that
+	// lost most of its entries (a wrong or restored coordinator, a script
+	// gone wrong) cannot empty a node's cache without an operator saying
+	// so with `llmgw gc --collect --force`. Refetching half a cache is an
+	// hour's nuisance; refetching all of it on every node is an outage.
+	DefaultGCMaxShare = 50
+	// DefaultGCPartMaxAge is how long a fetch's .part may sit untouched
+	// before gc takes it even for a source the catalog still wants: a week
+	// covers a weekend's queue of jobs that would resume it.
+	DefaultGCPartMaxAge = 7 * 24 * time.Hour
 )
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
@@ -148,7 +164,8 @@ type Agent struct {
 	ReportInterval time.Duration `toml:"report_interval"`
 	// DirTimeout bounds the scan of one directory (default
 	// scan.DefaultDirTimeout); a mount that does not answer in time is
-	// reported as such and the rest of the scan carries on.
+	// reported as such and the rest of the scan carries on. The hooks give
+	// a job's weights the same time (FSTimeout).
 	DirTimeout time.Duration `toml:"dir_timeout"`
 	// Connections is how many ranges one fetch downloads at once (default
 	// DefaultConnections).
@@ -185,6 +202,16 @@ type Agent struct {
 	GCInterval time.Duration `toml:"gc_interval"`
 	GCTimeout  time.Duration `toml:"gc_timeout"`
 
+	// GCMaxShare is the percent of the cache's bytes one gc run may
+	// remove (default DefaultGCMaxShare; 100 sets no bound). A run that
+	// would remove more removes nothing and says so, unless forced.
+	GCMaxShare int `toml:"gc_max_share"`
+	// GCPartMaxAge is how long a fetch's .part and .part.ranges may sit
+	// untouched before gc removes them, wanted or not (default
+	// DefaultGCPartMaxAge). Those of a source no catalog entry wants go at
+	// the first gc.
+	GCPartMaxAge time.Duration `toml:"gc_part_max_age"`
+
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
 	Version string `toml:"-"`
@@ -215,10 +242,25 @@ func (c Agent) WithDefaults() Agent {
 	dur(&c.FetchDeadline, DefaultFetchDeadline)
 	dur(&c.GCInterval, DefaultGCInterval)
 	dur(&c.GCTimeout, DefaultGCTimeout)
+	dur(&c.GCPartMaxAge, DefaultGCPartMaxAge)
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
 	}
+	if c.GCMaxShare == 0 {
+		c.GCMaxShare = DefaultGCMaxShare
+	}
 	return c
+}
+
+// FSTimeout bounds each touch of the weights in a hook (DirTimeout, else
+// DefaultDirTimeout): the bound the scanner gives one directory is the one
+// the hooks give one model's weights, so one setting says how long this
+// node's filers may take to answer.
+func (c Agent) FSTimeout() time.Duration {
+	if c.DirTimeout > 0 {
+		return c.DirTimeout
+	}
+	return DefaultDirTimeout
 }
 
 // CatalogFile is the name of the catalog copy in the state directory.

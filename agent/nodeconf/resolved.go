@@ -218,7 +218,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 // tags; the resolved copy is written by json.Marshal).
 var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
-	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed"}
+	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -279,6 +279,11 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		c.CacheReserve, ok = s.Int(64)
 	case "FetchMinSpeed":
 		c.FetchMinSpeed, ok = s.Int(64)
+	case "GCPartMaxAge":
+		dur(&c.GCPartMaxAge)
+	case "GCMaxShare":
+		n, ok = s.Int(strconv.IntSize)
+		c.GCMaxShare = int(n)
 	default:
 		ok = jsonlite.Unknown(name, agentFields...) && s.Skip()
 	}

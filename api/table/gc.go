@@ -16,8 +16,11 @@ import (
 func WriteGC(w io.Writer, st api.GCStatus) error {
 	st = escaped(st)
 	mode := "collect: nodes remove what they agree is garbage"
-	if !st.Collect {
+	switch {
+	case !st.Collect:
 		mode = "list only: nothing is removed without --collect"
+	case st.Force:
+		mode = "collect, forced: nodes remove what they agree is garbage, even against a catalog they do not trust and beyond gc_max_share"
 	}
 	fmt.Fprintf(w, "gc %s (%s)\n\n", st.ID, mode)
 	if len(st.Nodes) == 0 {

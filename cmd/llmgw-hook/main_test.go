@@ -16,16 +16,7 @@ import (
 // weights are missing is handed to the full binary with the same hook and
 // arguments; a job naming no model is done at once.
 func TestHookBinary(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "llmgw-hook")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	full := filepath.Join(dir, "llmgw")
-	handed := filepath.Join(dir, "handed")
-	os.WriteFile(full, []byte("#!/bin/sh\necho \"$@\" >"+handed+"\n"), 0o755)
+	dir, bin, full, handed := buildHook(t)
 
 	cache, run, state := filepath.Join(dir, "cache"), filepath.Join(dir, "run"), filepath.Join(dir, "state")
 	present, missing := "https://o.example/a.gguf", "https://o.example/b.gguf"
@@ -135,4 +126,21 @@ func TestHookBinary(t *testing.T) {
 	if _, err := os.Stat(handed); err == nil {
 		t.Error("an Epilog within the gc interval handed off")
 	}
+}
+
+// buildHook builds the hook into a temporary directory, beside a stand-in
+// for the full llmgw that records the arguments it was handed in handed.
+func buildHook(t *testing.T) (dir, bin, full, handed string) {
+	t.Helper()
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "llmgw-hook")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	full = filepath.Join(dir, "llmgw")
+	handed = filepath.Join(dir, "handed")
+	os.WriteFile(full, []byte("#!/bin/sh\necho \"$@\" >"+handed+"\n"), 0o755)
+	return dir, bin, full, handed
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
@@ -60,9 +61,11 @@ func TestCoordinatorEndToEnd(t *testing.T) {
 
 	weightsDir := t.TempDir()
 	model := filepath.Join(weightsDir, "tiny.gguf")
-	os.WriteFile(model, []byte("GGUF weights"), 0o644)
+	os.WriteFile(model, []byte("GGUF weights, 24 bytes.."), 0o644) // a GGUF header's length: the scan reads it
+	settled := time.Now().Add(-time.Minute)                        // and takes a file modified within seconds as still being written
+	os.Chtimes(model, settled, settled)
 
-	if code, out, errs := llmgwRun(t, admin, "models", "add", "tiny", model, "--size", "12"); code != 0 || !strings.Contains(out, "tiny -> "+model) {
+	if code, out, errs := llmgwRun(t, admin, "models", "add", "tiny", model, "--size", "24"); code != 0 || !strings.Contains(out, "tiny -> "+model) {
 		t.Fatalf("models add: exit %d, %q %q", code, out, errs)
 	}
 	if code, _, errs := llmgwRun(t, admin, "models", "add", "fetched", "hf:org/repo/model.gguf", "--size", "7.5GB"); code != 0 {

@@ -18,6 +18,7 @@ var importRules = map[string]struct {
 	may []string
 	why string
 }{
+	"internal/fusetest":        {nil, "a test helper (bindfs mounts that stop answering) on the standard library alone, for any package's integration tests"},
 	"internal/jsonlite":        {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
 	"weights/catalog":          {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
 	"api":                      {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
@@ -54,7 +55,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged)"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
 }
 
 type listedPackage struct {

@@ -18,10 +18,17 @@ answers and prints, per node, what it was asked to remove, what it removed
 names the nodes that did not answer.
 
 A node removes only files directly inside its cache directory whose name is
-a cache name (what llmgw fetched) that no catalog entry wants; never a
-symlink, a fetch in progress, or weights a running job uses; and nothing at
-all while its catalog copy is unreadable or empty. It checks every name it
-is asked again itself, so "asked to remove" is only the coordinator's view.
+a cache name (what llmgw fetched) that no catalog entry wants, and the
+.part files of fetches left behind (of a source no entry wants, or untouched
+for gc_part_max_age); never a symlink, a fetch in progress, or weights a
+running job uses; and nothing at
+all while its catalog copy is unreadable or empty, while the catalog is
+not the one it trusts (another coordinator database, or an older state of
+this one: a restored backup), or when it would remove more than
+gc_max_share (agent.toml, default 50%) of its cache in one run; each node
+says which. --collect --force removes it anyway, and has the nodes trust
+the current catalog from then on. A node checks every name it is asked
+again itself, so "asked to remove" is only the coordinator's view.
 
 Listing is the default; --collect removes. Needs the admin token. --json
 prints the coordinator's record of the request (GET /v1/gc/ID) after the
@@ -36,6 +43,7 @@ func gcCmd(ctx context.Context, e *env, args []string) error {
 	url, tokenFile := coordFlags(fs)
 	collect := fs.Bool("collect", false, "remove what the nodes agree is garbage (default: only list it)")
 	node := fs.String("node", "", "ask only this node")
+	force := fs.Bool("force", false, "with --collect: collect against a catalog a node does not trust, and beyond gc_max_share")
 	asJSON := fs.Bool("json", false, "print the coordinator's record of the request as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -46,6 +54,9 @@ func gcCmd(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("Name one node with --node NAME", "gc takes no arguments, got %q", fs.Args())
 	}
+	if *force && !*collect {
+		return usagef("Give --collect --force together", "--force without --collect: a listing removes nothing, so there is nothing to force")
+	}
 	if *node != "" {
 		if err := api.ValidNodeName(*node); err != nil {
 			return usagef("'llmgw status' lists the nodes", "--node: %v", err)
@@ -55,7 +66,7 @@ func gcCmd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := c.StartGC(ctx, api.GCRequest{Collect: *collect, Node: *node})
+	st, err := c.StartGC(ctx, api.GCRequest{Collect: *collect, Node: *node, Force: *force})
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,7 @@ func TestGCCommand(t *testing.T) {
 	os.MkdirAll(cacheOf("n1"), 0o755)
 	for _, src := range []string{kept, gone} {
 		os.WriteFile(catalog.CachePathFor(cacheOf("n1"), src), make([]byte, 2000), 0o644)
+		fetchedLongAgo(t, catalog.CachePathFor(cacheOf("n1"), src))
 	}
 	operator := filepath.Join(cacheOf("n1"), "gone.gguf")
 	os.WriteFile(operator, make([]byte, 2000), 0o644)
@@ -173,6 +174,7 @@ func TestGCTamperedCoordinator(t *testing.T) {
 	os.MkdirAll(cacheDir, 0o755)
 	for _, src := range []string{wanted, gone, used} {
 		os.WriteFile(catalog.CachePathFor(cacheDir, src), make([]byte, 4096), 0o644)
+		fetchedLongAgo(t, catalog.CachePathFor(cacheDir, src))
 	}
 	operator := filepath.Join(cacheDir, "operator.gguf")
 	os.WriteFile(operator, make([]byte, 4096), 0o644)
@@ -279,4 +281,94 @@ func tamperedCoordinator(t *testing.T, target string, hostile []string) *httptes
 	tampered := httptest.NewServer(proxy)
 	t.Cleanup(tampered.Close)
 	return tampered
+}
+
+// fetchedLongAgo dates a cache file a day back: gc keeps what was fetched
+// within the gc interval, and these stand for files fetched long ago.
+func fetchedLongAgo(t *testing.T, p string) {
+	t.Helper()
+	long := time.Now().Add(-24 * time.Hour)
+	if err := os.Chtimes(p, long, long); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGCOtherCoordinator: a node that collected against one coordinator's
+// catalog is pointed at another (a fresh database: a reinstall, a wrong
+// URL) whose catalog lacks a model the node holds. `llmgw gc --collect`
+// there removes nothing and says why and how to override it; with
+// --force it collects, and the node trusts that catalog from then on.
+func TestGCOtherCoordinator(t *testing.T) {
+	dir := t.TempDir()
+	kept, gone := "https://o.example/m/kept.gguf", "https://o.example/m/gone.gguf"
+	first, agentTok, firstAdmin := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	other, _, otherAdmin := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	for _, add := range []struct{ url, tok, name, src string }{
+		{first, firstAdmin, "kept", kept}, {first, firstAdmin, "gone", gone}, {other, otherAdmin, "kept", kept},
+	} {
+		if code, _, errs := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": add.url, "LLMGW_TOKEN_FILE": add.tok}, "models", "add", add.name, add.src); code != 0 {
+			t.Fatalf("models add %s: %s", add.name, errs)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	os.MkdirAll(cache, 0o755)
+	for _, src := range []string{kept, gone} {
+		os.WriteFile(catalog.CachePathFor(cache, src), make([]byte, 1000), 0o644)
+		fetchedLongAgo(t, catalog.CachePathFor(cache, src))
+	}
+	agentOnce := func(coord string) {
+		code, _, errs := llmgwRun(t, map[string]string{}, "agent", "--once", "--node", "n1", "--coordinator", coord,
+			"--token-file", agentTok, "--cache-dir", cache, "--state-dir", dir, "--run-dir", filepath.Join(dir, "run"),
+			"--socket", filepath.Join(dir, "s"))
+		if code != 0 {
+			t.Fatalf("agent --once: exit %d: %s", code, errs)
+		}
+	}
+	agentOnce(first)
+	agentOnce(other)
+	gcWhile := func(args ...string) string {
+		done := make(chan string, 1)
+		go func() {
+			code, out, errs := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": other, "LLMGW_TOKEN_FILE": otherAdmin}, append([]string{"gc", "--node", "n1"}, args...)...)
+			if code != 0 {
+				t.Errorf("gc %q: exit %d: %s", args, code, errs)
+			}
+			done <- out
+		}()
+		for {
+			select {
+			case out := <-done:
+				return out
+			case <-time.After(200 * time.Millisecond):
+				agentOnce(other)
+			}
+		}
+	}
+	gonePath := catalog.CachePathFor(cache, gone)
+	out := gcWhile("--collect")
+	if _, err := os.Stat(gonePath); err != nil {
+		t.Fatalf("gc --collect against another coordinator's catalog removed %s: %v\n%s", gonePath, err, out)
+	}
+	for _, want := range []string{"another coordinator database", "--collect --force"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("gc --collect output lacks %q:\n%s", want, out)
+		}
+	}
+	out = gcWhile("--collect", "--force")
+	if _, err := os.Stat(gonePath); !os.IsNotExist(err) {
+		t.Errorf("gc --collect --force left %s: %v\n%s", gonePath, err, out)
+	}
+	if !strings.Contains(out, "forced") {
+		t.Errorf("gc --collect --force output does not say it was forced:\n%s", out)
+	}
+	if _, err := os.Stat(catalog.CachePathFor(cache, kept)); err != nil {
+		t.Errorf("the wanted file: %v", err)
+	}
+	cp, err := catalog.ReadCopy(filepath.Join(dir, "catalog.json"))
+	if err != nil || cp.Distrust() != "" {
+		t.Errorf("after a forced gc the node does not trust the catalog it was forced against: %v, %q", err, cp.Distrust())
+	}
+	if code, _, _ := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": other, "LLMGW_TOKEN_FILE": otherAdmin}, "gc", "--force"); code != 2 {
+		t.Errorf("gc --force without --collect: exit %d, want 2", code)
+	}
 }

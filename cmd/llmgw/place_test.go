@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 )
@@ -21,7 +22,9 @@ func TestPlaceCommand(t *testing.T) {
 
 	weightsDir := t.TempDir()
 	model := filepath.Join(weightsDir, "tiny.gguf")
-	os.WriteFile(model, []byte("GGUF weights"), 0o644)
+	os.WriteFile(model, []byte("GGUF weights, 24 bytes.."), 0o644) // a GGUF header's length: the scan reads it
+	settled := time.Now().Add(-time.Minute)                        // and takes a file modified within seconds as still being written
+	os.Chtimes(model, settled, settled)
 	for _, m := range [][]string{{"tiny", model}, {"fetched", "hf:org/repo/model.gguf", "--size", "7.5GB", "--gpu-memory", "20G"}} {
 		if code, _, errs := llmgwRun(t, admin, append([]string{"models", "add"}, m...)...); code != 0 {
 			t.Fatalf("models add %v: exit %d, %s", m, code, errs)

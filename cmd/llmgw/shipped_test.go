@@ -119,6 +119,8 @@ func TestShippedAgentConfig(t *testing.T) {
 		"hf_token_file":   {cfg.HFTokenFile, def.HFTokenFile},
 		"cache_reserve":   {cfg.CacheReserve, def.CacheReserve},
 		"fetch_min_speed": {cfg.FetchMinSpeed, def.FetchMinSpeed},
+		"gc_max_share":    {cfg.GCMaxShare, def.GCMaxShare},
+		"gc_part_max_age": {cfg.GCPartMaxAge, def.GCPartMaxAge},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])

@@ -146,6 +146,17 @@ func (db *DB) Models(ctx context.Context) ([]api.Model, error) {
 	return listModels(ctx, db.r)
 }
 
+// CatalogIdentity returns the catalog's identity, made once with the
+// database, and its generation, which every change to the catalog raises
+// by one (see migrations/0004_catalog_identity.sql).
+func (db *DB) CatalogIdentity(ctx context.Context) (id string, generation int64, err error) {
+	err = db.r.QueryRowContext(ctx, `SELECT id, generation FROM catalog_identity`).Scan(&id, &generation)
+	if err != nil {
+		return "", 0, fmt.Errorf("catalog identity: %w", err)
+	}
+	return id, generation, nil
+}
+
 // Model returns one catalog entry, or an error wrapping ErrNotFound.
 func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
 	m, err := scanModel(db.r.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
@@ -214,6 +225,9 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 			return api.Model{}, false, fmt.Errorf("put model %s: match presence: %w", m.Name, err)
 		}
 	}
+	if _, err := tx.ExecContext(ctx, `UPDATE catalog_identity SET generation = generation + 1`); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: catalog generation: %w", m.Name, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
 	}
@@ -246,6 +260,9 @@ func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	}
 	if err := rematch(ctx, tx, match, []string{modelNeedle(name)}); err != nil {
 		return fmt.Errorf("delete model %s: unmatch presence: %w", name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE catalog_identity SET generation = generation + 1`); err != nil {
+		return fmt.Errorf("delete model %s: catalog generation: %w", name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)

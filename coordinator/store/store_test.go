@@ -364,3 +364,37 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	}
 	db.Close()
 }
+
+// TestCatalogIdentity: a database keeps one identity for life, another
+// database has another, and every catalog change raises the generation.
+func TestCatalogIdentity(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "coordinator.db")
+	db := mustOpenPath(t, path)
+	id, g0, err := db.CatalogIdentity(ctx)
+	if err != nil || len(id) != 32 {
+		t.Fatalf("identity %q, %v", id, err)
+	}
+	if _, _, err := db.PutModel(ctx, api.Model{Name: "m", Source: "/models/m"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.PutModel(ctx, api.Model{Name: "m", Source: "/models/m", Size: 3}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteModel(ctx, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteModel(ctx, "m"); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if id1, g, err := db.CatalogIdentity(ctx); err != nil || id1 != id || g != g0+3 {
+		t.Errorf("after two puts and a delete: %q generation %d, %v; want %q generation %d", id1, g, err, id, g0+3)
+	}
+	db.Close()
+	if id1, g, err := mustOpenPath(t, path).CatalogIdentity(ctx); err != nil || id1 != id || g != g0+3 {
+		t.Errorf("reopened: %q generation %d, %v; want %q generation %d", id1, g, err, id, g0+3)
+	}
+	if other, _, err := mustOpen(t).CatalogIdentity(ctx); err != nil || other == id {
+		t.Errorf("another database: identity %q, %v; want one of its own", other, err)
+	}
+}

@@ -90,7 +90,7 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
 			rec.Source = m.Source
-			rec.Path, err = p.ensure(ctx, job, m)
+			rec.Path, err = p.present(ctx, job, m)
 		}
 	}
 	if err != nil {
@@ -133,10 +133,13 @@ func (p *Prolog) reason(ctx context.Context, job prolog.Job, source string, err 
 func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, error) {
 	if p.Coordinator != nil {
 		cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
-		models, err := p.Coordinator.Models(cctx)
+		cat, err := p.Coordinator.Catalog(cctx)
 		cancel()
 		if err == nil {
-			if m, ok := (catalog.Copy{Models: models}).Lookup(job.Model); ok {
+			cp := catalog.Copy{Coordinator: p.Coordinator.BaseURL, Fetched: p.now().UTC(), Models: cat.Models,
+				CatalogID: cat.CatalogID, Generation: cat.Generation}
+			p.refreshCopy(job, cp)
+			if m, ok := cp.Lookup(job.Model); ok {
 				return m, nil
 			}
 			return catalog.Model{}, fmt.Errorf("model %s is not in the catalog at %s; see 'llmgw models list'", job.Model, p.Coordinator.BaseURL)
@@ -160,6 +163,33 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		return catalog.Model{}, fmt.Errorf("model %s is not in the node's catalog copy %s (from %s at %s)", job.Model, path, cp.Coordinator, cp.Fetched.Format(time.RFC3339))
 	}
 	return m, nil
+}
+
+// present looks for m's weights on this node within Config.FSTimeout()
+// before anything else touches them, and ensures them only when they are
+// not there: a stuck filer must not hold the Prolog (slurmd kills it and
+// drains the node), and neither the agent nor the fetcher bound their
+// stat of a path or of the cache.
+func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
+	path, err := prolog.PresentWithin(p.Config.CacheDir, m, p.Config.FSTimeout())
+	if err == nil || !errors.Is(err, prolog.ErrNotPresent) {
+		return path, err
+	}
+	return p.ensure(ctx, job, m)
+}
+
+// refreshCopy writes the catalog the coordinator just gave as the node's
+// copy. The agent does so on its own schedule, but it may be down, and the
+// Epilog's gc judges the cache against this copy: one that lacks the model
+// this Prolog is about to fetch would have gc remove it at the job's end.
+// A failure is logged only: the job goes on, and gc keeps recent fetches.
+// The copy keeps the node's trust (catalog.UpdateCopy): a catalog of
+// another identity or an older generation resolves this job's model, but
+// gc does not collect against it.
+func (p *Prolog) refreshCopy(job prolog.Job, cp catalog.Copy) {
+	if _, err := catalog.UpdateCopy(p.Config.CatalogCopyPath(), cp); err != nil {
+		p.logf(job.ID, "keeping the node's catalog copy as it was: %v", err)
+	}
 }
 
 // ensure makes m's weights present: through the agent, which runs one

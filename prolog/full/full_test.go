@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
+	"github.com/llmgw/llmgw/weights/scan"
 )
 
 // newProlog is a Prolog for a node with no agent (its socket does not
@@ -277,5 +278,97 @@ func TestFailedSignedFetchKeepsTheSignatureOutOfTheRecord(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(catalog.JobsDir(p.Config.RunDir), "1.json")); strings.Contains(string(b), "s3cret") {
 		t.Errorf("the job record holds the signature:\n%s", b)
+	}
+}
+
+// The hooks bound a touch of the weights as the scanner bounds a directory
+// (nodeconf spells the scanner's default again, to keep the scanner out of
+// the hook binary).
+func TestFSTimeoutDefault(t *testing.T) {
+	if nodeconf.DefaultDirTimeout != scan.DefaultDirTimeout {
+		t.Errorf("nodeconf.DefaultDirTimeout = %s, scan.DefaultDirTimeout = %s: keep them equal", nodeconf.DefaultDirTimeout, scan.DefaultDirTimeout)
+	}
+}
+
+// TestEpilogKeepsWhatPrologFetched: with the agent down, the Prolog
+// resolves at the coordinator a model the node's catalog copy lacks and
+// fetches it in this process; the Epilog's gc, reading the node's copy,
+// must not take it away again.
+func TestEpilogKeepsWhatPrologFetched(t *testing.T) {
+	body := []byte("just fetched")
+	var hits atomic.Int64
+	o := serve(t, body, &hits)
+	// The copy knows another model only: it is not empty, so gc trusts it.
+	p, log, _ := newProlog(t, catalog.Model{Name: "old", Source: o.URL + "/old.gguf"})
+	coord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"models":[{"name":"old","source":"` + o.URL + `/old.gguf"},{"name":"new","source":"` + o.URL + `/new.gguf"}]}`))
+	}))
+	defer coord.Close()
+	p.Coordinator = &api.Client{BaseURL: coord.URL}
+	p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "new"}, nil)
+	rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	if err != nil || rec.Path == "" {
+		t.Fatalf("record %+v, %v; log:\n%s", rec, err, log)
+	}
+	(&Epilog{Config: p.Config, GC: NodeGC(log), Log: log}).Run(context.Background(), "1")
+	if _, err := os.Stat(rec.Path); err != nil {
+		t.Fatalf("the Epilog's gc removed what the Prolog just fetched: %v; log:\n%s", err, log)
+	}
+	cp, err := catalog.ReadCopy(p.Config.CatalogCopyPath())
+	if _, ok := cp.Lookup("new"); err != nil || !ok {
+		t.Errorf("the catalog copy after resolving at the coordinator: %+v, %v; want it to hold model new", cp, err)
+	}
+}
+
+// TestEpilogDistrustsShrunkCatalog: a coordinator on another database (a
+// fresh install, a wrong URL), or its own database restored from an older
+// backup, answers with a catalog that lacks a model this node holds. The
+// Prolog believes it for its own model, but the Epilog's gc must not empty
+// the cache by it.
+func TestEpilogDistrustsShrunkCatalog(t *testing.T) {
+	var hits atomic.Int64
+	o := serve(t, []byte("x"), &hits)
+	a, b := o.URL+"/a.gguf", o.URL+"/b.gguf"
+	for _, tc := range []struct{ name, id, gen, want string }{
+		{"another database", "bbbb", "9", "has identity bbbb, not aaaa"},
+		{"a restored backup", "aaaa", "4", "generation 4, older than generation 5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, log, _ := newProlog(t)
+			// The copy this node holds: catalog aaaa at generation 5, which
+			// it trusts, wanting both models.
+			os.WriteFile(p.Config.CatalogCopyPath(), []byte(`{"coordinator":"http://c","models":[{"name":"a","source":"`+a+
+				`"},{"name":"b","source":"`+b+`"}],"catalog_id":"aaaa","generation":5,"trusted_catalog_id":"aaaa","trusted_generation":5}`), 0o644)
+			long := time.Now().Add(-24 * time.Hour)
+			os.MkdirAll(p.Config.CacheDir, 0o755)
+			for _, src := range []string{a, b} {
+				path := catalog.CachePathFor(p.Config.CacheDir, src)
+				// b is the smaller file: it is not gc_max_share that saves it.
+				size := 1000
+				if src == b {
+					size = 10
+				}
+				os.WriteFile(path, make([]byte, size), 0o644)
+				os.Chtimes(path, long, long)
+			}
+			coord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write([]byte(`{"models":[{"name":"a","source":"` + a + `"}],"catalog_id":"` + tc.id + `","generation":` + tc.gen + `}`))
+			}))
+			defer coord.Close()
+			p.Coordinator = &api.Client{BaseURL: coord.URL}
+			p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "a"}, nil)
+			if rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1"); err != nil || rec.Path == "" {
+				t.Fatalf("record %+v, %v; log:\n%s", rec, err, log)
+			}
+			(&Epilog{Config: p.Config, GC: NodeGC(log), Log: log}).Run(context.Background(), "1")
+			if _, err := os.Stat(catalog.CachePathFor(p.Config.CacheDir, b)); err != nil {
+				t.Fatalf("the Epilog's gc collected against a catalog that shrank: %v; log:\n%s", err, log)
+			}
+			if !strings.Contains(log.String(), tc.want) || !strings.Contains(log.String(), "--force") {
+				t.Errorf("the Epilog's log does not say why gc held (%q) and how to override it:\n%s", tc.want, log)
+			}
+		})
 	}
 }

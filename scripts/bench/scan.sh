@@ -37,9 +37,14 @@ mkdir -p "$M"
 
 echo "building the tree in $TREE ..." >&2
 cd "$M"
+# Each weight file starts as a whole one of its format does (the scan reads
+# the header): GGUF's magic; a safetensors header of 2 bytes, "{}".
+gguf() { for f in "$@"; do printf 'GGUF\003\000\000\000' >"$f"; done; }
+safetensors() { for f in "$@"; do printf '\002\000\000\000\000\000\000\000{}' >"$f"; done; }
 for d in $(seq -f 'dir-%03g' 1 100); do
 	mkdir -p "$d/extra"
 	for i in 1 2 3 4; do
+		safetensors "$d/model-0000$i-of-00004.safetensors"
 		truncate -s 4G "$d/model-0000$i-of-00004.safetensors"
 	done
 	printf '{"weight_map":{"a":"model-00001-of-00004.safetensors","b":"model-00002-of-00004.safetensors","c":"model-00003-of-00004.safetensors","d":"model-00004-of-00004.safetensors"}}' \
@@ -53,15 +58,23 @@ for m in $(seq -f 'm%02g' 1 40); do
 	mkdir -p "$repo/blobs" "$repo/snapshots/0123456789abcdef" "$repo/refs"
 	echo 0123456789abcdef >"$repo/refs/main"
 	for i in $(seq -f '%02g' 1 25); do
+		safetensors "$repo/blobs/blob$i"
 		truncate -s 100M "$repo/blobs/blob$i"
 		ln -s "../../blobs/blob$i" "$repo/snapshots/0123456789abcdef/model-000$i-of-00025.safetensors"
 	done
 done
+gguf $(seq -f 'single-%03g.gguf' 1 500)
 seq -f 'single-%03g.gguf' 1 500 | xargs truncate -s 1G
 for s in $(seq -f 'split-%03g' 1 100); do
-	for p in 1 2 3; do truncate -s 2G "$s-0000$p-of-00003.gguf"; done
+	for p in 1 2 3; do
+		gguf "$s-0000$p-of-00003.gguf"
+		truncate -s 2G "$s-0000$p-of-00003.gguf"
+	done
 done
 seq -f 'note-%05g.txt' 1 7500 | xargs touch
+# Finished files: the scan takes one modified within seconds as still being
+# written.
+find . -type f -print0 | xargs -0 touch -d '1 hour ago'
 cd - >/dev/null
 FILES=$(find "$M" | wc -l)
 

@@ -21,6 +21,75 @@ type Copy struct {
 	// Fetched is when the coordinator last answered with it.
 	Fetched time.Time `json:"fetched"`
 	Models  []Model   `json:"models"`
+
+	// CatalogID and Generation are the coordinator's for these models (see
+	// api.Models); empty from a coordinator older than them.
+	CatalogID  string `json:"catalog_id,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	// TrustedID and TrustedGeneration are the catalog this node last
+	// collected against or saw grow from it: the anchor a new catalog is
+	// judged by (see Refreshed and Distrust). They move only forward, along
+	// one identity, or when an operator forces a gc.
+	TrustedID         string `json:"trusted_catalog_id,omitempty"`
+	TrustedGeneration int64  `json:"trusted_generation,omitempty"`
+}
+
+// Refreshed returns next, a catalog just read from a coordinator, with the
+// trust this node had in prev, the copy it replaces. next becomes trusted
+// when nothing was trusted yet, or when it is the trusted catalog at the
+// same or a later generation; otherwise the old anchor stays and Distrust
+// says why, until an operator forces a gc (Trusted). A node must not learn
+// to trust a catalog that shrank merely by reading it.
+func (next Copy) Refreshed(prev Copy) Copy {
+	next.TrustedID, next.TrustedGeneration = prev.TrustedID, prev.TrustedGeneration
+	switch {
+	case next.CatalogID == "":
+		// A coordinator that carries no identity: nothing to anchor to.
+	case next.TrustedID == "", next.TrustedID == next.CatalogID && next.Generation >= next.TrustedGeneration:
+		next = next.Trusted()
+	}
+	return next
+}
+
+// Trusted returns c with its own catalog as the anchor: what a forced gc
+// leaves, after an operator said this catalog is the one.
+func (c Copy) Trusted() Copy {
+	c.TrustedID, c.TrustedGeneration = c.CatalogID, c.Generation
+	return c
+}
+
+// Distrust says why gc must not collect against c, or "" when it may.
+func (c Copy) Distrust() string {
+	switch {
+	case c.TrustedID == "":
+		return ""
+	case c.CatalogID != c.TrustedID:
+		id := c.CatalogID
+		if id == "" {
+			id = "none"
+		}
+		return fmt.Sprintf("the catalog from %s has identity %s, not %s that this node collected against: another coordinator database (a fresh install, a wrong coordinator URL?), whose catalog may lack what this node's jobs use", c.Coordinator, id, c.TrustedID)
+	case c.Generation < c.TrustedGeneration:
+		return fmt.Sprintf("the catalog from %s is at generation %d, older than generation %d that this node saw (a coordinator database restored from a backup?)", c.Coordinator, c.Generation, c.TrustedGeneration)
+	}
+	return ""
+}
+
+// UpdateCopy writes next, a catalog just read from a coordinator, as the
+// copy at path, carrying the trust of the copy it replaces (Refreshed). An
+// unreadable old copy carries none.
+func UpdateCopy(path string, next Copy) (Copy, error) {
+	prev, _ := ReadCopy(path)
+	next = next.Refreshed(prev)
+	if next.Models == nil {
+		next.Models = []Model{}
+	}
+	// The private copy first: a Prolog must never find a public copy newer
+	// than the private one it fetches from (PrivateCopyPath).
+	if err := WritePrivateCopy(path, next); err != nil {
+		return next, err
+	}
+	return next, WriteCopy(path, next)
 }
 
 // ReadCopy reads a catalog copy the agent wrote.
@@ -165,8 +234,24 @@ func decodeCopy(b []byte) (Copy, bool) {
 				c.Models = append(c.Models, m)
 				return ok
 			})
+		case "catalog_id":
+			v, ok := s.String()
+			c.CatalogID = v
+			return ok
+		case "generation":
+			v, ok := s.Int(64)
+			c.Generation = v
+			return ok
+		case "trusted_catalog_id":
+			v, ok := s.String()
+			c.TrustedID = v
+			return ok
+		case "trusted_generation":
+			v, ok := s.Int(64)
+			c.TrustedGeneration = v
+			return ok
 		}
-		return jsonlite.Unknown(name, "coordinator", "fetched", "models") && s.Skip()
+		return jsonlite.Unknown(name, "coordinator", "fetched", "models", "catalog_id", "generation", "trusted_catalog_id", "trusted_generation") && s.Skip()
 	})
 	return c, ok && s.End()
 }

@@ -19,7 +19,7 @@ func copySeeds(t testing.TB) [][]byte {
 		{Name: "b", Source: "hf:org/repo@rev/b.gguf", Size: 1 << 40, SHA256: strings.Repeat("ab", 32), GPUMemory: 80 << 30,
 			Created: time.Date(2025, 5, 6, 7, 8, 9, 0, time.FixedZone("x", 3600)), Updated: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 		{Name: "c", Source: "https://h/é\u2028/\x01\"\\\t.gguf", Size: -1},
-	}}
+	}, CatalogID: "0123456789abcdef0123456789abcdef", Generation: 7, TrustedID: "fedcba", TrustedGeneration: 1 << 40}
 	var seeds [][]byte
 	for _, c := range []Copy{{}, {Models: []Model{}}, full} {
 		b, err := json.Marshal(c)

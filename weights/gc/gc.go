@@ -14,16 +14,25 @@
 //     source in the node's catalog copy);
 //   - never a symlink, never a directory: only regular files, looked at
 //     without following links;
-//   - never the .part or .part.ranges of a fetch in progress (they are not
-//     cache names);
+//   - never the .part or .part.ranges of a fetch in progress: one written
+//     within partQuiet, or of a source the catalog wants and touched within
+//     PartMaxAge. A fetch left behind (its source no longer wanted, or
+//     untouched for PartMaxAge) is garbage, listed like any other;
 //   - never weights a job still running on this node uses (its record under
 //     the run directory names them), and nothing at all when a record cannot
 //     be read, since then gc cannot rule any file out;
+//   - never a file written within Options.Recent (the gc interval): a Prolog
+//     may have fetched it against a catalog newer than the node's copy, for
+//     a job that has ended since;
 //   - nothing at all when the catalog cannot be read, or reads as empty
 //     while the node holds fetched weights: an empty catalog is far more
 //     often a fault (a wiped database, a wrong coordinator) than an operator
 //     who removed every model, and the cost of being wrong is refetching
-//     everything.
+//     everything;
+//   - nothing at all, unless forced, when the catalog is not the one the
+//     node trusts (another identity, an older generation: catalog.Copy's
+//     Distrust), or when the run would remove more than MaxShare percent of
+//     the cache's bytes: the same fault, short of emptying the catalog.
 //
 // A coordinator may name the files it wants removed (Options.Only); the
 // node applies every rule above to each name anyway. The control plane
@@ -90,6 +99,25 @@ type Options struct {
 	// means every unwanted cache file in the directory; an empty, non-nil
 	// slice means none.
 	Only []string
+	// Force collects against a catalog the node does not trust and beyond
+	// MaxShare: `llmgw gc --collect --force`, an operator's word that the
+	// catalog is right. It never overrides a rule about a single file.
+	Force bool
+	// MaxShare is the most of the cache, in percent of the bytes of its
+	// cache files, that a run may remove (0 or 100: no bound). A run that
+	// would remove more removes nothing and says so, unless Force.
+	MaxShare int
+	// PartMaxAge is how long a fetch's .part and .part.ranges may sit
+	// untouched before gc takes them even for a source the catalog wants
+	// (zero: never for their age). A later fetch would resume them, but one
+	// nobody resumed in that long holds disk for nobody.
+	PartMaxAge time.Duration
+	// Recent keeps every file modified within it before now, wanted or
+	// not (zero keeps none for its age). The Epilog passes gc_interval: a
+	// Prolog that resolved a model at the coordinator may have fetched it
+	// before the node's catalog copy learnt of it, and its job may have
+	// ended (its record gone) before this gc.
+	Recent time.Duration
 	// Deadline, when set, bounds the run: once it has passed, no further
 	// file is removed (each is kept, saying so) and the run returns. The
 	// Epilog sets it so that job end is never held up by a slow unlink.
@@ -212,14 +240,49 @@ func Run(opt Options) Result {
 	}
 	g.inUse = inUse(recs)
 
-	for _, name := range names {
-		held := res.Held
-		if held == "" && !opt.Deadline.IsZero() && !time.Now().Before(opt.Deadline) {
-			held = "gc ran out of its time bound before this file; the next gc looks again"
+	if res.Held == "" && !opt.Force {
+		if why := opt.Catalog.Distrust(); why != "" {
+			res.Held = why + "; nothing is removed until `llmgw gc --collect --force` says this catalog is right"
 		}
-		f := g.judge(name, asked, held)
+	}
+
+	// Every name is judged before any is removed: whether the run may
+	// remove at all depends on how much it would remove.
+	var judged []judgement
+	var garbage int64
+	for _, name := range names {
+		f, fi := g.judge(name, asked, res.Held)
 		if f.Action == "" {
 			continue // a wanted file found by listing: not garbage, not news
+		}
+		if f.Action == Listed {
+			garbage += f.Size
+		}
+		judged = append(judged, judgement{f, fi})
+	}
+	if res.Held == "" && !opt.Force && opt.MaxShare > 0 && opt.MaxShare < 100 && garbage > 0 {
+		total, err := g.cacheBytes()
+		switch {
+		case err != nil:
+			res.Held = fmt.Sprintf("cache directory cannot be listed (%v), so gc cannot tell what share of it would go; nothing is removed", err)
+		case garbage*100 > total*int64(opt.MaxShare):
+			res.Held = fmt.Sprintf("this would remove %s of the cache's %s (%d%%), more than gc_max_share (%d%%) in one run: a catalog that lost that much is more likely wrong than meant; nothing is removed until `llmgw gc --collect --force`",
+				catalog.FormatBytes(garbage), catalog.FormatBytes(total), garbage*100/max(total, 1), opt.MaxShare)
+		}
+	}
+	for _, j := range judged {
+		f := j.file
+		if f.Action == Listed {
+			switch {
+			case !opt.Collect:
+				// A listing says what would go; Held says what stops it.
+			case res.Held != "":
+				f.Action, f.Reason = Kept, res.Held
+			case !opt.Deadline.IsZero() && !time.Now().Before(opt.Deadline):
+				f.Action, f.Reason = Kept, "gc ran out of its time bound before this file; the next gc looks again"
+			default:
+				f = g.remove(f, j.info)
+			}
 		}
 		if f.Action == Removed {
 			res.Freed += f.Size
@@ -228,6 +291,12 @@ func Run(opt Options) Result {
 	}
 	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Name < res.Files[j].Name })
 	return res
+}
+
+// judgement is one file as judged, with what it was when judged.
+type judgement struct {
+	file File
+	info fs.FileInfo
 }
 
 type run struct {
@@ -267,62 +336,143 @@ func (g *run) cacheNames() ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if catalog.IsCacheName(e.Name()) {
+		if _, partial := partialOf(e.Name()); partial || catalog.IsCacheName(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
 	return out, nil
 }
 
-// judge applies the rules to one name and, when it may go and the run
-// collects, removes it. held, when set, keeps every file.
-func (g *run) judge(name string, asked bool, held string) File {
+// partQuiet is how long a fetch's files must sit unwritten before gc
+// judges them at all: a fetch running writes its .part continuously and
+// its .part.ranges every few MiB, so one touched this recently is live,
+// whatever its source.
+const partQuiet = 10 * time.Minute
+
+// partialOf returns the cache name a fetch's .part, .part.ranges or
+// .part.ranges.tmp file belongs to.
+func partialOf(name string) (string, bool) {
+	for _, suffix := range []string{catalog.RangesTmpSuffix, catalog.RangesSuffix, catalog.PartSuffix} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && catalog.IsCacheName(base) {
+			return base, true
+		}
+	}
+	return "", false
+}
+
+// cacheBytes sums the sizes of the regular cache files in the directory,
+// wanted or not: the cache a share is of.
+func (g *run) cacheBytes() (int64, error) {
+	names, err := g.cacheNames()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, name := range names {
+		if fi, err := g.root.Lstat(name); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n, nil
+}
+
+// judge applies the rules to one name: Listed when it may go, with what
+// it was when judged, for remove to check again. held, when set, keeps
+// every file, and is the reason given.
+func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	f := File{Name: name, Asked: asked}
 	if why := badName(name); why != "" {
 		f.Action, f.Reason = Refused, why
-		return f
+		return f, nil
 	}
 	f.Path = filepath.Join(g.opt.CacheDir, name)
+	if base, partial := partialOf(name); partial {
+		return g.judgePartial(f, base)
+	}
 	if !catalog.IsCacheName(name) {
 		f.Action, f.Reason = Refused, notCacheName(name)
-		return f
+		return f, nil
 	}
 	if m, ok := g.wanted[name]; ok {
 		if !asked {
-			return File{} // wanted and found by listing: leave it unsaid
+			return File{}, nil // wanted and found by listing: leave it unsaid
 		}
 		f.Action, f.Reason = Refused, fmt.Sprintf("the catalog wants it (model %s)", m)
-		return f
+		return f, nil
 	}
-	fi, err := g.root.Lstat(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		f.Action, f.Reason = Refused, "no such file in the cache directory"
-		return f
-	case err != nil:
-		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
-		return f
+	fi, refused := g.look(&f)
+	if refused {
+		return f, nil
 	}
-	if why := notRegular(fi); why != "" {
-		f.Action, f.Reason = Refused, why
-		return f
-	}
-	f.Size = fi.Size()
 	for _, key := range []string{name, f.Path} {
 		if job, ok := g.inUse[key]; ok {
 			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
-			return f
+			return f, nil
 		}
+	}
+	if g.opt.Recent > 0 && time.Since(fi.ModTime()) < g.opt.Recent {
+		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
+		return f, nil
 	}
 	if held != "" {
 		f.Action, f.Reason = Kept, held
-		return f
+		return f, fi
 	}
-	if !g.opt.Collect {
-		f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
-		return f
+	f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
+	return f, fi
+}
+
+// look finds f in the cache directory, without following a link, and
+// refuses it (true) when it is not there or not a regular file; else it
+// sets f.Size.
+func (g *run) look(f *File) (fs.FileInfo, bool) {
+	fi, err := g.root.Lstat(f.Name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f.Action, f.Reason = Refused, "no such file in the cache directory"
+		return nil, true
+	case err != nil:
+		f.Action, f.Reason = Refused, fmt.Sprintf("cannot look at it: %v", err)
+		return nil, true
 	}
-	return g.remove(f, fi)
+	if why := notRegular(fi); why != "" {
+		f.Action, f.Reason = Refused, why
+		return nil, true
+	}
+	f.Size = fi.Size()
+	return fi, false
+}
+
+// judgePartial judges a fetch's .part or ranges file, whose cache name is
+// base: a live fetch, or one of a wanted source not yet PartMaxAge old, is
+// not garbage; one left behind is, unless a job uses its source.
+func (g *run) judgePartial(f File, base string) (File, fs.FileInfo) {
+	fi, refused := g.look(&f)
+	if refused {
+		return f, nil
+	}
+	age := time.Since(fi.ModTime())
+	m, wanted := g.wanted[base]
+	stale := g.opt.PartMaxAge > 0 && age >= g.opt.PartMaxAge
+	if age < partQuiet || age < g.opt.Recent || wanted && !stale {
+		if !f.Asked {
+			return File{}, nil // a fetch in progress found by listing: not news
+		}
+		f.Action, f.Reason = Refused, notCacheName(f.Name)
+		return f, nil
+	}
+	for _, key := range []string{base, filepath.Join(g.opt.CacheDir, base)} {
+		if job, ok := g.inUse[key]; ok {
+			f.Action, f.Reason = Kept, "a fetch for "+job+" on this node"
+			return f, nil
+		}
+	}
+	why := "a fetch left behind: no catalog entry wants its source"
+	if wanted {
+		why = fmt.Sprintf("a fetch left behind: untouched for %s, longer than gc_part_max_age (%s), though model %s wants its source", age.Round(time.Hour), g.opt.PartMaxAge, m)
+	}
+	f.Action, f.Reason = Listed, why+"; gc --collect would remove it"
+	return f, fi
 }
 
 // remove unlinks f after looking at it once more, through the same
@@ -351,6 +501,10 @@ func (g *run) remove(f File, judged fs.FileInfo) File {
 	// name there can only ever remove an entry of that directory.
 	if err := g.root.Remove(f.Name); err != nil {
 		f.Action, f.Reason = Failed, fmt.Sprintf("remove: %v", err)
+		return f
+	}
+	if _, partial := partialOf(f.Name); partial {
+		f.Action, f.Reason = Removed, strings.TrimSuffix(f.Reason, "; gc --collect would remove it")
 		return f
 	}
 	f.Action, f.Reason = Removed, "no catalog entry wants it"

@@ -365,8 +365,8 @@ func TestSwappedCacheDir(t *testing.T) {
 	if err := os.Symlink(n.outside, n.cache); err != nil {
 		t.Fatal(err)
 	}
-	f := g.judge(gone, false, "")
-	if f.Action != Removed {
+	f, fi := g.judge(gone, false, "")
+	if f = g.remove(f, fi); f.Action != Removed {
 		t.Fatalf("judge = %+v", f)
 	}
 	if !n.exists(twin) {
@@ -416,5 +416,137 @@ func TestDeadline(t *testing.T) {
 	o.Deadline = time.Now().Add(time.Minute)
 	if r := Run(o); r.Count(Removed) != 2 {
 		t.Errorf("a run within its deadline removed %d files, want both unwanted ones", r.Count(Removed))
+	}
+}
+
+// TestRecentFetchKept: a file written within Options.Recent is kept even
+// when no catalog entry wants it and no record names it: it may be what a
+// Prolog fetched against a catalog newer than the node's copy, for a job
+// that has already ended.
+func TestRecentFetchKept(t *testing.T) {
+	n := newNode(t)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(n.cachePath(usedSrc), old, old)
+	opt := n.opts(true)
+	opt.Recent = 10 * time.Minute
+	r := Run(opt)
+	if f := find(t, r, filepath.Base(n.cachePath(goneSrc))); f.Action != Kept || !strings.Contains(f.Reason, "fetched within the last 10m0s") {
+		t.Errorf("a file written just now: %+v; want it kept as fetched within the gc interval", f)
+	}
+	if f := find(t, r, filepath.Base(n.cachePath(usedSrc))); f.Action != Removed {
+		t.Errorf("a file written an hour ago: %+v; want it removed", f)
+	}
+}
+
+// TestMaxShare: a run that would remove more than MaxShare percent of the
+// cache's bytes removes nothing and says so, in a listing too; Force, or a
+// bound it stays within, collects.
+func TestMaxShare(t *testing.T) {
+	n := newNode(t) // kept 100, gone 200, used 300 bytes: 500 of 600 unwanted
+	opt := n.opts(true)
+	opt.MaxShare = 50
+	r := Run(opt)
+	if r.Count(Removed) != 0 || !strings.Contains(r.Held, "500 B of the cache's 600 B (83%), more than gc_max_share (50%)") || !strings.Contains(r.Held, "--force") {
+		t.Fatalf("over the share: removed %d, held %q", r.Count(Removed), r.Held)
+	}
+	if f := find(t, r, filepath.Base(n.cachePath(goneSrc))); f.Action != Kept || f.Reason != r.Held {
+		t.Errorf("gone over the share: %+v", f)
+	}
+	list := n.opts(false)
+	list.MaxShare = 50
+	if r := Run(list); r.Held == "" || find(t, r, filepath.Base(n.cachePath(goneSrc))).Action != Listed {
+		t.Errorf("a listing over the share: held %q, files %+v; want it listed and the hold said", r.Held, r.Files)
+	}
+	opt.MaxShare = 90
+	if r := Run(opt); r.Count(Removed) != 2 || r.Held != "" {
+		t.Errorf("within a 90%% share: removed %d, held %q", r.Count(Removed), r.Held)
+	}
+	n = newNode(t)
+	opt = n.opts(true)
+	opt.MaxShare, opt.Force = 50, true
+	if r := Run(opt); r.Count(Removed) != 2 || r.Held != "" {
+		t.Errorf("forced: removed %d, held %q", r.Count(Removed), r.Held)
+	}
+}
+
+// TestDistrustedCatalog: against a catalog of another identity, or an
+// older generation of the trusted one, nothing is removed unless forced.
+func TestDistrustedCatalog(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		gen  int64
+		held string
+	}{
+		{"other", 9, "has identity other, not mine"},
+		{"mine", 3, "generation 3, older than generation 4"},
+		{"mine", 4, ""},
+		{"mine", 5, ""},
+	} {
+		n := newNode(t)
+		n.cat.CatalogID, n.cat.Generation, n.cat.TrustedID, n.cat.TrustedGeneration = tc.id, tc.gen, "mine", 4
+		r := Run(n.opts(true))
+		if tc.held == "" {
+			if r.Held != "" || r.Count(Removed) != 2 {
+				t.Errorf("%s@%d: held %q, removed %d; want the trusted catalog collected", tc.id, tc.gen, r.Held, r.Count(Removed))
+			}
+			continue
+		}
+		if !strings.Contains(r.Held, tc.held) || r.Count(Removed) != 0 {
+			t.Errorf("%s@%d: held %q, removed %d; want nothing removed, held for %q", tc.id, tc.gen, r.Held, r.Count(Removed), tc.held)
+		}
+		opt := n.opts(true)
+		opt.Force = true
+		if r := Run(opt); r.Held != "" || r.Count(Removed) != 2 {
+			t.Errorf("%s@%d forced: held %q, removed %d", tc.id, tc.gen, r.Held, r.Count(Removed))
+		}
+	}
+}
+
+// TestStaleParts: a fetch left behind is garbage, listed like any other:
+// its source no longer wanted, or untouched for PartMaxAge. A live fetch,
+// or a recent one of a wanted source, is left alone.
+func TestStaleParts(t *testing.T) {
+	n := newNode(t)
+	hour, week := time.Now().Add(-time.Hour), time.Now().Add(-8*24*time.Hour)
+	unwanted := n.cachePath("https://origin.example/dropped.gguf")
+	for _, s := range []string{catalog.PartSuffix, catalog.RangesSuffix} {
+		n.write(unwanted+s, 50)
+		os.Chtimes(unwanted+s, hour, hour)
+	}
+	live := n.cachePath("https://origin.example/live.gguf") + catalog.PartSuffix
+	n.write(live, 60)
+	wantedOld, wantedNew := n.cachePath(keptSrc)+catalog.PartSuffix, n.cachePath("https://origin.example/new.gguf")+catalog.PartSuffix
+	n.cat.Models = append(n.cat.Models, catalog.Model{Name: "new", Source: "https://origin.example/new.gguf"})
+	n.write(wantedOld, 70)
+	os.Chtimes(wantedOld, week, week)
+	n.write(wantedNew, 80)
+	os.Chtimes(wantedNew, hour, hour)
+
+	opt := n.opts(false)
+	opt.PartMaxAge = 7 * 24 * time.Hour
+	r := Run(opt)
+	for _, p := range []string{unwanted + catalog.PartSuffix, unwanted + catalog.RangesSuffix} {
+		if f := find(t, r, filepath.Base(p)); f.Action != Listed || !strings.Contains(f.Reason, "no catalog entry wants its source") {
+			t.Errorf("%s: %+v; want it listed as a fetch left behind", filepath.Base(p), f)
+		}
+	}
+	if f := find(t, r, filepath.Base(wantedOld)); f.Action != Listed || !strings.Contains(f.Reason, "longer than gc_part_max_age") {
+		t.Errorf("a wanted source's .part untouched for 8 days: %+v", f)
+	}
+	for _, p := range []string{live, wantedNew} {
+		if hasEntry(r, filepath.Base(p)) {
+			t.Errorf("%s is listed: %+v", filepath.Base(p), find(t, r, filepath.Base(p)))
+		}
+	}
+	opt.Collect = true
+	opt.MaxShare = 100
+	r = Run(opt)
+	if r.Count(Removed) != 5 { // gone, used, and the three fetches left behind
+		t.Errorf("collect removed %d: %+v", r.Count(Removed), r.Files)
+	}
+	for p, want := range map[string]bool{unwanted + catalog.PartSuffix: false, unwanted + catalog.RangesSuffix: false, wantedOld: false, live: true, wantedNew: true} {
+		if n.exists(p) != want {
+			t.Errorf("%s exists = %v after collect, want %v", filepath.Base(p), !want, want)
+		}
 	}
 }

@@ -44,6 +44,26 @@ func splitGGUF(name string) (prefix string, part, total int, ok bool) {
 	return stem[:i-6], part, total, true
 }
 
+// splitShard parses a shard name of a numbered set, whatever the weight
+// format: "PREFIX-00001-of-00003.EXT" as gguf-split writes GGUF parts and
+// transformers' save_pretrained writes safetensors and .bin shards. A set
+// missing a number is a download that stopped between two files, index or
+// no index (an HF snapshot gets its index last).
+func splitShard(name string) (prefix string, part, total int, ext string, ok bool) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return "", 0, 0, "", false
+	}
+	ext = name[dot:]
+	switch strings.ToLower(ext) {
+	case ".gguf", ".safetensors", ".bin":
+	default:
+		return "", 0, 0, "", false
+	}
+	prefix, part, total, ok = splitGGUF(name[:dot] + ".gguf")
+	return prefix, part, total, ext, ok
+}
+
 func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -178,13 +198,13 @@ func (c *candidate) checkComplete() {
 	}
 	sort.Strings(names)
 	type setKey struct {
-		dir, prefix string
-		total       int
+		dir, prefix, ext string
+		total            int
 	}
 	sets := map[setKey]map[int]bool{}
 	for _, r := range names {
-		if prefix, part, total, ok := splitGGUF(path.Base(r)); ok {
-			k := setKey{path.Dir(r), prefix, total}
+		if prefix, part, total, ext, ok := splitShard(path.Base(r)); ok {
+			k := setKey{path.Dir(r), prefix, ext, total}
 			if sets[k] == nil {
 				sets[k] = map[int]bool{}
 			}
@@ -194,10 +214,25 @@ func (c *candidate) checkComplete() {
 			c.trouble.file(r, "empty")
 		}
 	}
+	indexed := map[string]bool{}
+	for _, idx := range c.indexes {
+		indexed[path.Dir(idx)] = true
+	}
 	for k, parts := range sets {
+		if indexed[k.dir] && !strings.EqualFold(k.ext, ".gguf") {
+			// An index beside the shards lists them, and is the truth
+			// (checked above): a checkpoint may name its shards otherwise.
+			continue
+		}
 		for part := 1; part <= k.total; part++ {
-			if !parts[part] {
-				c.trouble.file(path.Join(k.dir, splitName(k.prefix, part, k.total)), "missing part of a split GGUF")
+			if parts[part] {
+				continue
+			}
+			name := fmt.Sprintf("%s-%05d-of-%05d%s", k.prefix, part, k.total, k.ext)
+			if strings.EqualFold(k.ext, ".gguf") {
+				c.trouble.file(path.Join(k.dir, name), "missing part of a split GGUF")
+			} else {
+				c.trouble.file(path.Join(k.dir, name), "missing part of a sharded set")
 			}
 		}
 	}

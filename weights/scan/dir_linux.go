@@ -29,9 +29,10 @@ type devIno struct{ dev, ino uint64 }
 
 // fileStat is what a scan needs to know of one file.
 type fileStat struct {
-	size int64
-	typ  fs.FileMode // fs.ModeDir, fs.ModeSymlink, 0 for a regular file, else fs.ModeIrregular
-	id   devIno
+	size  int64
+	typ   fs.FileMode // fs.ModeDir, fs.ModeSymlink, 0 for a regular file, else fs.ModeIrregular
+	id    devIno
+	mtime int64 // modification time, Unix nanoseconds
 }
 
 // entry is one directory entry: its name and its type as the directory
@@ -190,5 +191,5 @@ func (h *dirHandle) stat(e *entry, follow bool) (fileStat, error) {
 	default:
 		typ = fs.ModeIrregular
 	}
-	return fileStat{size: st.Size, typ: typ, id: devIno{dev: st.Dev, ino: st.Ino}}, nil
+	return fileStat{size: st.Size, typ: typ, id: devIno{dev: st.Dev, ino: st.Ino}, mtime: st.Mtim.Nano()}, nil
 }

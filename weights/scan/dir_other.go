@@ -14,9 +14,10 @@ import (
 type devIno struct{ dev, ino uint64 }
 
 type fileStat struct {
-	size int64
-	typ  fs.FileMode
-	id   devIno
+	size  int64
+	typ   fs.FileMode
+	id    devIno
+	mtime int64 // modification time, Unix nanoseconds
 }
 
 type entry struct {
@@ -75,5 +76,5 @@ func (h *dirHandle) stat(e *entry, follow bool) (fileStat, error) {
 		return fileStat{}, err
 	}
 	id, _ := identityOf(fi)
-	return fileStat{size: fi.Size(), typ: fi.Mode().Type(), id: id}, nil
+	return fileStat{size: fi.Size(), typ: fi.Mode().Type(), id: id, mtime: fi.ModTime().UnixNano()}, nil
 }

@@ -5,13 +5,14 @@ package scan
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/internal/fusetest"
 )
 
 // These tests mount a real FUSE filesystem (Debian's bindfs), so statfs
@@ -21,50 +22,11 @@ import (
 //	apt-get install bindfs fuse3
 //	sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan -v ./weights/scan/
 
-func needBindfs(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting FUSE needs root: run 'sudo GOTOOLCHAIN=go1.27.3 go test -tags integration -run Scan ./weights/scan/' or 'make integration'")
-	}
-	if _, err := exec.LookPath("bindfs"); err != nil {
-		t.Skip("bindfs not installed: apt-get install bindfs fuse3")
-	}
-}
+func needBindfs(t *testing.T) { fusetest.Need(t) }
 
 // mountBindfs mounts src on mnt with bindfs in the foreground, so the test
 // holds its process (to stop it), and unmounts it when the test ends.
-func mountBindfs(t *testing.T, src, mnt string) *os.Process {
-	t.Helper()
-	cmd := exec.Command("bindfs", "-f", src, mnt)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("bindfs %s %s: %v", src, mnt, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		if err := exec.Command("fusermount", "-u", mnt).Run(); err != nil {
-			exec.Command("umount", "-l", mnt).Run()
-		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if magic, err := statfsMagic(mnt); err == nil && magic == magicFUSE {
-			return cmd.Process
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bindfs %s %s: not mounted after 10s", src, mnt)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func mountBindfs(t *testing.T, src, mnt string) *os.Process { return fusetest.Mount(t, src, mnt) }
 
 func TestScanIntegrationSharedFUSE(t *testing.T) {
 	needBindfs(t)
@@ -75,7 +37,7 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 	// judged by its own filesystem, not its parent's.
 	mnt := outer + "/filer"
 	testMkdir(t, mnt)
-	testFile(t, outer+"/local.gguf", 7)
+	testFile(t, outer+"/local.gguf", 27)
 	// And a local link into the filer counts as shared too.
 	testLink(t, mnt+"/qwen.gguf", outer+"/linked.gguf")
 	mountBindfs(t, src, mnt)
@@ -120,8 +82,8 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 func TestScanIntegrationHungMount(t *testing.T) {
 	needBindfs(t)
 	src, mnt, local := t.TempDir(), t.TempDir(), t.TempDir()
-	testFile(t, src+"/model.gguf", 10)
-	testFile(t, local+"/here.gguf", 20)
+	testFile(t, src+"/model.gguf", 30)
+	testFile(t, local+"/here.gguf", 40)
 	proc := mountBindfs(t, src, mnt)
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,12 @@ const (
 	DefaultWorkers = 8
 	// DefaultMaxSkipped is how many skipped entries each Dir lists.
 	DefaultMaxSkipped = 100
+	// DefaultSettle is how long a weight file must have gone unmodified
+	// to count as finished. A copy by rsync, cp or an engine's downloader
+	// writes in place; a file it wrote to a second ago may be written to
+	// again. Five seconds is well above the gap between two writes of any
+	// copy still running, and well below any scan interval.
+	DefaultSettle = 5 * time.Second
 )
 
 // Options tunes Scan. The zero value is ready to use.
@@ -52,6 +58,16 @@ type Options struct {
 	// the total: a directory of 100,000 notes must not become a 100,000-line
 	// report to the coordinator.
 	MaxSkipped int
+
+	// Settle is how long a weight file must have gone unmodified to be
+	// complete (default DefaultSettle; negative: no such check). A file
+	// under a cache name is exempt: llmgw's fetcher renames a file there
+	// only once it is whole.
+	Settle time.Duration
+
+	// roots are every directory of this scan, cleaned and absolute: a
+	// symlink is followed only to within one of them (see walker.within).
+	roots []string
 }
 
 func (o Options) withDefaults() Options {
@@ -63,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxSkipped == 0 {
 		o.MaxSkipped = DefaultMaxSkipped
+	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
 	}
 	return o
 }
@@ -120,6 +139,8 @@ func Scan(ctx context.Context, dirs []string, opt Options) Inventory {
 		}
 	}
 
+	opt.roots = paths
+
 	// Every directory at once: the time a scan takes is that of the slowest
 	// directory, bounded by DirTimeout, not the sum of them.
 	results := make([]result, len(paths))
@@ -165,6 +186,10 @@ type rootRun struct {
 	started time.Time
 	done    chan struct{} // closed when res is set
 	res     result
+	// callers counts the scans waiting on this run, the one that started
+	// it included; guarded by inflight's lock. It makes the sharing
+	// observable: a test can wait until every scan has joined.
+	callers int
 }
 
 // inflight holds the scans in progress, by directory. A scan that outlived
@@ -220,6 +245,7 @@ func dirBounded(ctx context.Context, dir string, opt Options) result {
 			close(run.done)
 		}()
 	}
+	run.callers++
 	inflight.Unlock()
 
 	deadline := run.started.Add(opt.DirTimeout)

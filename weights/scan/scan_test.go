@@ -1,12 +1,15 @@
 package scan
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +23,13 @@ import (
 
 func testFile(t *testing.T, p string, size int64) {
 	t.Helper()
+	testFileAs(t, p, size, p)
+}
+
+// testFileAs is testFile for a file read under another name (as): a blob
+// of an HF cache, which its snapshot links as a .gguf or .safetensors.
+func testFileAs(t *testing.T, p string, size int64, as string) {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -31,9 +41,44 @@ func testFile(t *testing.T, p string, size int64) {
 	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
 	}
+	// The header a whole file of its format starts with, where it fits:
+	// the scan reads it (header.go). A .gguf gets GGUF's; anything else
+	// (a blob an HF snapshot links as .safetensors) an empty safetensors
+	// header, padded to fill the file.
+	if h := testHeader(as, size); h != nil {
+		if _, err := f.WriteAt(h, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	settled(t, p)
+}
+
+// settled dates a fixture a minute back: it stands for a finished file,
+// and one modified within Options.Settle is still being written.
+func settled(t *testing.T, p string) {
+	t.Helper()
+	then := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(p, then, then); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testHeader(p string, size int64) []byte {
+	if strings.HasSuffix(strings.ToLower(p), ".gguf") {
+		if size < 24 {
+			return nil
+		}
+		return append([]byte("GGUF\x03\x00\x00\x00"), make([]byte, 16)...)
+	}
+	if size < 10 {
+		return nil
+	}
+	n := min(size-8, 1<<10)
+	h := binary.LittleEndian.AppendUint64(nil, uint64(n))
+	return append(append(h, "{}"...), bytes.Repeat([]byte(" "), int(n)-2)...)
 }
 
 func testWrite(t *testing.T, p, content string) {
@@ -44,6 +89,7 @@ func testWrite(t *testing.T, p, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	settled(t, p)
 }
 
 func testMkdir(t *testing.T, p string) {
@@ -84,7 +130,7 @@ func testHF(t *testing.T, hub, id, rev string, files map[string]int64) string {
 	for name, size := range files {
 		blob := fmt.Sprintf("%x", name+rev)
 		if size >= 0 {
-			testFile(t, filepath.Join(repo, "blobs", blob), size)
+			testFileAs(t, filepath.Join(repo, "blobs", blob), size, name)
 		}
 		rel, _ := filepath.Rel(filepath.Dir(filepath.Join(snap, name)), filepath.Join(repo, "blobs", blob))
 		testLink(t, rel, filepath.Join(snap, name))
@@ -164,12 +210,12 @@ func TestScan(t *testing.T) {
 				testFile(t, root+"/c.bin", 11)
 				testFile(t, root+"/d.pt", 12)
 				testFile(t, root+"/e.pth", 13)
-				testFile(t, root+"/F.GGUF", 14)
+				testFile(t, root+"/F.GGUF", 34)
 			},
 			want: []wantLocal{
 				{"a.gguf", 1000, true, "", "", ""}, {"b.safetensors", 10, true, "", "", ""},
 				{"c.bin", 11, true, "", "", ""}, {"d.pt", 12, true, "", "", ""},
-				{"e.pth", 13, true, "", "", ""}, {"F.GGUF", 14, true, "", "", ""},
+				{"e.pth", 13, true, "", "", ""}, {"F.GGUF", 34, true, "", "", ""},
 			},
 		},
 		{
@@ -242,8 +288,8 @@ func TestScan(t *testing.T) {
 				// An index in a subdirectory (diffusers' layout) is relative to itself.
 				testWrite(t, root+"/diffusers/unet/diffusion_pytorch_model.safetensors.index.json",
 					testIndex("diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"))
-				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00001-of-00002.safetensors", 5)
-				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5)
+				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00001-of-00002.safetensors", 15)
+				testFile(t, root+"/diffusers/unet/diffusion_pytorch_model-00002-of-00002.safetensors", 15)
 				// pytorch .bin shards, and a shard without a weight extension.
 				testWrite(t, root+"/bins/pytorch_model.bin.index.json", testIndex("pytorch_model-00001-of-00002.bin", "shard-two"))
 				testFile(t, root+"/bins/pytorch_model-00001-of-00002.bin", 5)
@@ -355,7 +401,9 @@ func TestScan(t *testing.T) {
 		{
 			name: "symlinks are followed, loops are not",
 			build: func(t *testing.T, root string) {
-				elsewhere := t.TempDir()
+				// Within the configured directory: links out of it are not
+				// followed (TestScanSymlinksStayInside).
+				elsewhere := root + "/.elsewhere"
 				testFile(t, elsewhere+"/store/llama.gguf", 300)
 				testFile(t, elsewhere+"/store/qwen/model.safetensors", 400)
 				testLink(t, elsewhere+"/store/llama.gguf", root+"/llama.gguf")
@@ -373,6 +421,7 @@ func TestScan(t *testing.T) {
 				testFile(t, root+"/n/ok.safetensors", 1)
 			},
 			want: []wantLocal{
+				{".elsewhere", 700, true, "", "", ""},
 				{"llama.gguf", 300, true, "", "", ""},
 				{"qwen", 400, true, "", "", ""},
 				{"m", 310, true, "", "", ""},
@@ -387,13 +436,13 @@ func TestScan(t *testing.T) {
 		{
 			name: "names with newlines and invalid UTF-8 are kept as they are",
 			build: func(t *testing.T, root string) {
-				testFile(t, root+"/two\nlines.gguf", 5)
-				testFile(t, root+"/bad\xff\xfename.safetensors", 6)
+				testFile(t, root+"/two\nlines.gguf", 25)
+				testFile(t, root+"/bad\xff\xfename.safetensors", 16)
 				testFile(t, root+"/dir\nx/\x80.bin", 7)
 			},
 			want: []wantLocal{
-				{"two\nlines.gguf", 5, true, "", "", ""},
-				{"bad\xff\xfename.safetensors", 6, true, "", "", ""},
+				{"two\nlines.gguf", 25, true, "", "", ""},
+				{"bad\xff\xfename.safetensors", 16, true, "", "", ""},
 				{"dir\nx", 7, true, "", "", ""},
 			},
 		},
@@ -512,10 +561,12 @@ func testManyEntries(t *testing.T, n int) {
 	inv := Scan(context.Background(), []string{root}, Options{})
 	d := inv.Dirs[0]
 	if len(inv.Weights) != 1 || d.SkippedCount != n || len(d.Skipped) != DefaultMaxSkipped {
-		t.Errorf("Scan(%d notes + 1 model) = %d weights, %d skipped (%d listed); want 1, %d (%d listed)",
+		t.Fatalf("Scan(%d notes + 1 model) = %d weights, %d skipped (%d listed); want 1, %d (%d listed)",
 			n, len(inv.Weights), d.SkippedCount, len(d.Skipped), n, DefaultMaxSkipped)
 	}
-	if len(d.Skipped) == DefaultMaxSkipped && d.Skipped[0].Path != root+"/note-000000.txt" || d.Skipped[len(d.Skipped)-1].Path != fmt.Sprintf("%s/note-%06d.txt", root, DefaultMaxSkipped-1) {
+	// The list has DefaultMaxSkipped entries (checked above, fatally): the
+	// first and the last of the first by name.
+	if d.Skipped[0].Path != root+"/note-000000.txt" || d.Skipped[len(d.Skipped)-1].Path != fmt.Sprintf("%s/note-%06d.txt", root, DefaultMaxSkipped-1) {
 		t.Errorf("Scan listed skips %q .. %q, want the first %d by name", d.Skipped[0].Path, d.Skipped[len(d.Skipped)-1].Path, DefaultMaxSkipped)
 	}
 	inv = Scan(context.Background(), []string{root}, Options{MaxSkipped: -1})
@@ -545,7 +596,7 @@ func TestScanRemovedMidScan(t *testing.T) {
 	testFile(t, root+"/going/model.gguf", 1)
 	testFile(t, root+"/shrinking/model.gguf", 1)
 	testFile(t, root+"/shrinking/sub/more.gguf", 1)
-	testFile(t, root+"/staying.gguf", 1)
+	testFile(t, root+"/staying.gguf", 31)
 	afterList = func(dir string) {
 		switch dir {
 		case root:
@@ -557,7 +608,7 @@ func TestScanRemovedMidScan(t *testing.T) {
 	t.Cleanup(func() { afterList = nil })
 	inv := Scan(context.Background(), []string{root}, Options{Workers: 1})
 	checkInventory(t, root, inv, []wantLocal{
-		{"staying.gguf", 1, true, "", "", ""},
+		{"staying.gguf", 31, true, "", "", ""},
 		{"shrinking", -1, false, "sub/ (removed while the scan ran)", "", ""},
 	}, map[string]string{"going": "removed while the scan ran"})
 }
@@ -575,7 +626,7 @@ func TestScanUnreadable(t *testing.T) {
 		base = t.TempDir()
 	}
 	root := base + "/models"
-	testFile(t, root+"/ok.gguf", 1)
+	testFile(t, root+"/ok.gguf", 31)
 	testFile(t, root+"/locked/model.gguf", 1)
 	testFile(t, root+"/partly/model.gguf", 1)
 	testFile(t, root+"/partly/private/more.gguf", 1)
@@ -588,7 +639,7 @@ func TestScanUnreadable(t *testing.T) {
 	}
 	inv := Scan(context.Background(), []string{root, base + "/closed"}, Options{})
 	checkInventory(t, root, inv, []wantLocal{
-		{"ok.gguf", 1, true, "", "", ""},
+		{"ok.gguf", 31, true, "", "", ""},
 		{"partly", 1, false, "private/ (unreadable: permission denied)", "", ""},
 	}, map[string]string{"locked": "cannot read it: permission denied"})
 	if d := inv.Dirs[1]; !strings.Contains(d.Err, "permission denied") {
@@ -734,7 +785,19 @@ func TestScanConcurrentShare(t *testing.T) {
 	for range 4 {
 		go func() { results <- Scan(context.Background(), []string{root}, Options{}) }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The read is held at the gate until all four scans wait on one run.
+	for joined, give := 0, time.Now().Add(10*time.Second); joined < 4; {
+		inflight.Lock()
+		if run := inflight.m[root]; run != nil {
+			joined = run.callers
+		}
+		inflight.Unlock()
+		if time.Now().After(give) {
+			close(gate)
+			t.Fatalf("%d of 4 concurrent scans wait on the one read; want all of them to share it", joined)
+		}
+		runtime.Gosched()
+	}
 	close(gate)
 	for range 4 {
 		inv := <-results
@@ -742,8 +805,8 @@ func TestScanConcurrentShare(t *testing.T) {
 			t.Errorf("shared scan = %+v, want the one model", inv.Weights)
 		}
 	}
-	if n := reads.Load(); n > 2 {
-		t.Errorf("4 concurrent scans read the dir %d times, want them to share", n)
+	if n := reads.Load(); n != 1 {
+		t.Errorf("4 concurrent scans read the dir %d times, want once, shared", n)
 	}
 }
 
@@ -829,6 +892,172 @@ func TestScanFSKind(t *testing.T) {
 		name, shared := fsKind(tc.magic)
 		if name != tc.name || shared != tc.shared {
 			t.Errorf("fsKind(%#x) = %q, %v; want %q, %v", tc.magic, name, shared, tc.name, tc.shared)
+		}
+	}
+}
+
+// scanOne scans root and returns the weights by path.
+func scanOne(t *testing.T, root string) map[string]Local {
+	t.Helper()
+	got := map[string]Local{}
+	for _, l := range Scan(context.Background(), []string{root}, Options{}).Weights {
+		got[l.Path] = l
+	}
+	return got
+}
+
+// TestScanHalfFinished: downloads stopped part way are not reported
+// complete, whichever tool left them.
+func TestScanHalfFinished(t *testing.T) {
+	root := t.TempDir()
+	// A plain directory holding the first of two safetensors shards and
+	// no index: the -of-00002 name says a shard is missing.
+	testFile(t, root+"/plain/model-00001-of-00002.safetensors", 100)
+	// The whole set is complete.
+	testFile(t, root+"/whole/model-00001-of-00002.safetensors", 100)
+	testFile(t, root+"/whole/model-00002-of-00002.safetensors", 100)
+	// An HF snapshot mid-download: 5 of 30 shard links, no index yet, and
+	// the blob being written beside them.
+	repo := root + "/models--org--big"
+	snap := repo + "/snapshots/abc123"
+	for i := 1; i <= 5; i++ {
+		blob := fmt.Sprintf("%s/blobs/blob%02d", repo, i)
+		testFile(t, blob, 100)
+		testLink(t, "../../blobs/"+filepath.Base(blob), fmt.Sprintf("%s/model-%05d-of-00030.safetensors", snap, i))
+	}
+	testFile(t, repo+"/blobs/blob06.incomplete", 50)
+	// Another repo whose download finished long ago, with no shards named
+	// -of-: the only sign of a download in flight is the .incomplete blob.
+	done := root + "/models--org--small"
+	testFile(t, done+"/blobs/aaaa", 100)
+	testLink(t, "../../blobs/aaaa", done+"/snapshots/def456/model.safetensors")
+	testFile(t, done+"/blobs/bbbb.incomplete", 10)
+
+	got := scanOne(t, root)
+	for p, want := range map[string]string{
+		root + "/plain":            "model-00002-of-00002.safetensors (missing part of a sharded set)",
+		snap:                       "25 files missing or unusable",
+		done + "/snapshots/def456": "blobs/bbbb.incomplete",
+	} {
+		if l, ok := got[p]; !ok || l.Complete || !strings.Contains(l.Problem, want) {
+			t.Errorf("%s: %+v (reported %v); want incomplete, saying %q", p, l, ok, want)
+		}
+	}
+	if l := got[snap]; !strings.Contains(l.Problem, "blobs/blob06.incomplete") {
+		t.Errorf("%s: problem %q does not name the blob still being written", snap, l.Problem)
+	}
+	if l := got[root+"/whole"]; !l.Complete {
+		t.Errorf("a whole -of- set: %+v", l)
+	}
+}
+
+// TestScanHeaders: a weight file whose header says it is cut short, or
+// that is no file of its format, is not complete; the verdict is kept per
+// file and read again only when the file changes.
+func TestScanHeaders(t *testing.T) {
+	root := t.TempDir()
+	testWrite(t, root+"/tiny.gguf", "GGUF\x03\x00\x00\x00") // 8 bytes
+	testFile(t, root+"/zeros.gguf", 100)
+	os.WriteFile(root+"/zeros.gguf", make([]byte, 100), 0o644)
+	settled(t, root+"/zeros.gguf")
+	hdr := `{"w":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]}}`
+	short := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	short = append(append(short, hdr...), make([]byte, 400)...) // 600 of the 1000 data bytes missing
+	testWrite(t, root+"/short.safetensors", string(short))
+	whole := append(append([]byte{}, short...), make([]byte, 600)...)
+	testWrite(t, root+"/whole.safetensors", string(whole))
+	testWrite(t, root+"/liar.safetensors", string(binary.LittleEndian.AppendUint64(nil, 1<<40))+"{}")
+
+	got := scanOne(t, root)
+	for name, want := range map[string]string{
+		"tiny.gguf":         "8 bytes, too short for a GGUF header",
+		"zeros.gguf":        "no GGUF magic",
+		"short.safetensors": fmt.Sprintf("announces %d bytes, the file holds %d", 8+len(hdr)+1000, len(short)),
+		"liar.safetensors":  "announces 1099511627776 bytes of header",
+	} {
+		if l := got[root+"/"+name]; l.Complete || !strings.Contains(l.Problem, want) {
+			t.Errorf("%s: %+v; want incomplete, saying %q", name, l, want)
+		}
+	}
+	if l := got[root+"/whole.safetensors"]; !l.Complete {
+		t.Errorf("a whole safetensors file: %+v", l)
+	}
+	// The tail arrives: the same name, now whole, is read again.
+	testWrite(t, root+"/short.safetensors", string(whole))
+	if l := scanOne(t, root)[root+"/short.safetensors"]; !l.Complete {
+		t.Errorf("after the file was completed: %+v", l)
+	}
+}
+
+// TestScanSymlinksStayInside: a symlink is followed only to somewhere a
+// configured directory covers. `ln -s / weights/rootfs` must not walk the
+// whole machine and report it as a model.
+func TestScanSymlinksStayInside(t *testing.T) {
+	base := t.TempDir()
+	root, other, outside := base+"/weights", base+"/more", base+"/elsewhere"
+	testFile(t, outside+"/big/model.gguf", 1000)
+	testFile(t, outside+"/loose.gguf", 100)
+	testFile(t, other+"/shared/model.gguf", 200)
+	testFile(t, root+"/real/model.gguf", 300)
+	testLink(t, outside+"/big", root+"/ext")               // a directory outside
+	testLink(t, outside+"/loose.gguf", root+"/loose.gguf") // a file outside
+	testLink(t, root+"/real", root+"/alias")               // inside
+	testLink(t, other+"/shared", root+"/linked")           // inside another configured directory
+	testFile(t, root+"/mixed/model.gguf", 50)
+	testLink(t, outside+"/loose.gguf", root+"/mixed/part.gguf")
+
+	inv := Scan(context.Background(), []string{root, other}, Options{})
+	got := map[string]Local{}
+	for _, l := range inv.Weights {
+		got[l.Path] = l
+	}
+	for _, p := range []string{root + "/ext", root + "/loose.gguf"} {
+		if l, ok := got[p]; ok {
+			t.Errorf("%s, a link out of the weight directories, was followed: %+v", p, l)
+		}
+	}
+	for p, size := range map[string]int64{root + "/alias": 300, root + "/linked": 200} {
+		if l := got[p]; !l.Complete || l.Size != size {
+			t.Errorf("%s, a link inside: %+v; want it followed, %d bytes", p, l, size)
+		}
+	}
+	if l := got[root+"/mixed"]; l.Complete || !strings.Contains(l.Problem, "outside the weight directories") {
+		t.Errorf("a model with a shard linked from outside: %+v; want it incomplete, saying so", l)
+	}
+	skipped := map[string]string{}
+	for _, s := range inv.Dirs[0].Skipped {
+		skipped[s.Path] = s.Reason
+	}
+	if !strings.Contains(skipped[root+"/ext"], "outside the weight directories") {
+		t.Errorf("skipped %v; want %s skipped as a link outside", skipped, root+"/ext")
+	}
+}
+
+// TestScanSettle: a weight file modified within Options.Settle is still
+// being written, not weights; one under a cache name is exempt (the
+// fetcher renames a file there only once it is whole).
+func TestScanSettle(t *testing.T) {
+	root := t.TempDir()
+	fresh := root + "/fresh.gguf"
+	cached := root + "/" + catalog.CacheName("https://o.example/m.gguf")
+	for _, p := range []string{fresh, cached, root + "/dir/model.gguf"} {
+		testFile(t, p, 100)
+		now := time.Now()
+		os.Chtimes(p, now, now)
+	}
+	got := scanOne(t, root)
+	for _, p := range []string{fresh, root + "/dir"} {
+		if l := got[p]; l.Complete || !strings.Contains(l.Problem, "still being written?") {
+			t.Errorf("%s, written just now: %+v; want incomplete", p, l)
+		}
+	}
+	if l := got[cached]; !l.Complete {
+		t.Errorf("a fetched file under its cache name, renamed just now: %+v", l)
+	}
+	inv := Scan(context.Background(), []string{root}, Options{Settle: -1})
+	for _, l := range inv.Weights {
+		if !l.Complete {
+			t.Errorf("with Settle -1: %+v", l)
 		}
 	}
 }

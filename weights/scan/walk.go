@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -37,6 +39,12 @@ type walker struct {
 	// queue that could deadlock on a deep tree.
 	sem chan struct{}
 	wg  sync.WaitGroup
+
+	// inside are the directories a symlink may lead into: this scan's
+	// directories as configured, and this one's own resolved path.
+	inside []string
+	// now is when the scan started, for Options.Settle.
+	now time.Time
 
 	mu        sync.Mutex
 	cands     []*candidate
@@ -78,8 +86,10 @@ type splitKey struct {
 type splitSet struct {
 	names map[int]string
 	sizes map[int]int64
-	id    devIno
-	hasID bool
+	// problems are the parts whose header says they are cut short.
+	problems map[int]string
+	id       devIno
+	hasID    bool
 }
 
 // skip records an entry passed over. Only the MaxSkipped first by path are
@@ -113,6 +123,29 @@ func (h *skipHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// within resolves the symlink at abs and reports whether its target lies
+// in one of s.inside. A link out of them is not followed: `ln -s /
+// weights/rootfs` would otherwise walk the machine (and /proc) as one
+// model. A link that cannot be resolved (dangling, a loop) is left to the
+// stat that follows it, which says what is wrong.
+func (s *walker) within(abs string) (target string, ok bool) {
+	t, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", true
+	}
+	for _, r := range s.inside {
+		if t == r || strings.HasPrefix(t, r+"/") || r == "/" {
+			return t, true
+		}
+	}
+	return t, false
+}
+
+// outsideMsg says why a link was not followed.
+func outsideMsg(target string) string {
+	return "a symlink to " + quoteName(target) + ", outside the weight directories: not followed"
 }
 
 // spawn runs fn on a worker goroutine if one is free, else on this one.
@@ -168,6 +201,14 @@ func readRoot(ctx context.Context, dir string, opt Options) result {
 		ctx: ctx, opt: opt, root: dir, rootID: h.id, hasRoot: h.hasID, shared: d.Shared,
 		sem:    make(chan struct{}, opt.Workers),
 		splits: map[splitKey]*splitSet{},
+		inside: append([]string{dir}, opt.roots...),
+		now:    time.Now(),
+	}
+	// Only this directory's own path is resolved here: resolving another
+	// configured directory could block on its mount, and this scan must
+	// not wait on another's filer.
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+		s.inside = append(s.inside, real)
 	}
 	for i := range ents {
 		if ctx.Err() != nil {
@@ -199,7 +240,12 @@ func (s *walker) top(h *dirHandle, e *entry) {
 	var st fileStat
 	var stated bool
 	if t&fs.ModeSymlink != 0 {
-		// Followed: operators link models in from elsewhere.
+		// Followed, when it stays within the weight directories: operators
+		// link models in from one configured directory to another.
+		if tgt, ok := s.within(abs); !ok {
+			s.skip(abs, outsideMsg(tgt))
+			return
+		}
 		var err error
 		if st, err = h.stat(e, true); err != nil {
 			s.skip(abs, linkErr(err))
@@ -247,6 +293,10 @@ func (s *walker) top(h *dirHandle, e *entry) {
 		c.size, c.nfiles = st.size, 1
 		if st.size == 0 {
 			c.trouble.add("empty file (a download that never started?)")
+		} else if why := s.settling(abs, st); why != "" {
+			c.trouble.add(why)
+		} else if why := headerProblem(abs, st); why != "" {
+			c.trouble.add(why)
 		}
 	default:
 		s.skip(abs, "not a regular file or directory")
@@ -275,6 +325,16 @@ func (s *walker) addSplit(prefix string, part, total int, name string, st fileSt
 		s.splits[k] = set
 	}
 	set.names[part], set.sizes[part] = name, st.size
+	why := s.settling(s.root+"/"+name, st)
+	if why == "" {
+		why = headerProblem(s.root+"/"+name, st)
+	}
+	if why != "" {
+		if set.problems == nil {
+			set.problems = map[int]string{}
+		}
+		set.problems[part] = why
+	}
 	if part == 1 || !set.hasID {
 		set.id, set.hasID = st.id, s.hasRoot
 	}
@@ -339,12 +399,28 @@ func (s *walker) hfRepo(abs, modelID string) {
 		return
 	}
 	defer h.close()
+	// A blob still being written (huggingface_hub names it .incomplete
+	// until it is whole) belongs to some snapshot whose links to it are not
+	// there yet: none of the repo's snapshots is known to be finished.
+	var incomplete []string
+	if bh, bents, _ := openDir(abs + "/blobs"); bh != nil {
+		for _, e := range bents {
+			if strings.HasSuffix(e.name, ".incomplete") {
+				incomplete = append(incomplete, "blobs/"+e.name)
+			}
+		}
+		bh.close()
+	}
 	n := 0
 	for i := range ents {
 		e := &ents[i]
 		p := snaps + "/" + e.name
 		isDir := e.typ.IsDir()
 		if e.typ&fs.ModeSymlink != 0 {
+			if tgt, ok := s.within(p); !ok {
+				s.skip(p, outsideMsg(tgt))
+				continue
+			}
 			st, err := h.stat(e, true)
 			isDir = err == nil && st.typ.IsDir()
 		}
@@ -355,6 +431,7 @@ func (s *walker) hfRepo(abs, modelID string) {
 		n++
 		c := s.newCand(p)
 		c.modelID, c.revision = modelID, e.name
+		c.partials = append(c.partials, incomplete...)
 		s.spawn(func() { s.walkDir(c, p, "", 0) })
 	}
 	if n == 0 {
@@ -458,6 +535,16 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 		if !follow && !t.IsRegular() {
 			continue // FIFOs, sockets, devices: not part of any model, and never opened
 		}
+		if follow {
+			if tgt, ok := s.within(abs + "/" + name); !ok {
+				if catalog.IsWeightName(name) {
+					troubles = append(troubles, [2]string{relOf(name), outsideMsg(tgt)})
+				} else {
+					s.skip(abs+"/"+name, outsideMsg(tgt))
+				}
+				continue
+			}
+		}
 		st, err := h.stat(e, follow)
 		if err != nil {
 			if follow {
@@ -486,6 +573,11 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 			indexes = append(indexes, relOf(name))
 		case catalog.IsWeightName(name):
 			weights = append(weights, namedSize{relOf(name), st.size})
+			if why := s.settling(abs+"/"+name, st); why != "" {
+				troubles = append(troubles, [2]string{relOf(name), why})
+			} else if why := headerProblem(abs+"/"+name, st); why != "" {
+				troubles = append(troubles, [2]string{relOf(name), why})
+			}
 		}
 	}
 	c.mu.Lock()
@@ -570,6 +662,8 @@ func (s *walker) finish() []Local {
 				t.file(splitName(k.prefix, part, k.total), "missing")
 			case set.sizes[part] == 0:
 				t.file(name, "empty")
+			case set.problems[part] != "":
+				t.file(name, set.problems[part])
 			}
 			size += set.sizes[part]
 		}

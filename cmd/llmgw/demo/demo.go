@@ -70,7 +70,13 @@ func Generate(path string, w Weight) (string, error) {
 		return "", fmt.Errorf("generate %s: %w", w.Model, err)
 	}
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h), io.LimitReader(src, w.Size))
+	// A GGUF's magic first, as every .gguf starts: the scan reads it, and
+	// a file without it is not reported as weights.
+	out := io.MultiWriter(f, h)
+	_, err = io.WriteString(out, "GGUF"[:min(4, w.Size)])
+	if err == nil {
+		_, err = io.Copy(out, io.LimitReader(src, w.Size-min(4, w.Size)))
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
