@@ -147,6 +147,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
+	s.routePins(mux)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
