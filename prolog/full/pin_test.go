@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -165,7 +166,15 @@ func TestPinnedBytesForTheWholeCluster(t *testing.T) {
 	if m := c.model("m"); m.Pinned != hexSum(b) {
 		t.Fatalf("after repin and a fetch the pin is %s; want %s", m.Pinned, hexSum(b))
 	}
-	// n1 held the old pin's bytes: its next fetch takes the new ones.
+	// n1 holds the old pin's bytes, of the same size: its fast path (no
+	// network, no hashing) must not take them for the new pin's.
+	if err := catalog.WriteCopy(n1.Config.CatalogCopyPath(), catalog.Copy{Coordinator: c.coord, Models: []catalog.Model{c.model("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := prolog.Fast(n1.Config, prolog.Job{ID: "8", Model: "m"}, time.Now()); !errors.Is(err, prolog.ErrNotPresent) {
+		t.Errorf("fast path on n1, which holds the old pin's bytes: %v; want ErrNotPresent", err)
+	}
+	// n1's next fetch takes the new ones.
 	rec, err = run(t, n1, "n1", "7", "m")
 	if got, _ := os.ReadFile(rec.Path); err != nil || !bytes.Equal(got, b) {
 		t.Errorf("n1 after repin: %+v, %v; want the new pinned bytes", rec, err)
