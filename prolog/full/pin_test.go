@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/agent"
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/coordinator/store"
@@ -88,6 +91,25 @@ func (c *pinCluster) model(name string) catalog.Model {
 	return catalog.Model{}
 }
 
+// report has a real agent report the node's cache to the coordinator once.
+func (c *pinCluster) report(node string, p *Prolog) {
+	dir := c.t.TempDir()
+	tok := filepath.Join(dir, "agent.token")
+	if err := os.WriteFile(tok, []byte(pinAgentToken+"\n"), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ag, err := agent.New(agent.Config{Node: node, CacheDir: p.Config.CacheDir, StateDir: filepath.Join(dir, "state"),
+		Socket: filepath.Join(dir, "agent.sock"), Coordinator: c.coord, TokenFile: tok, Version: "test"}, log)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, sent, err := ag.Once(context.Background()); err != nil || !sent {
+		c.t.Fatalf("agent report for %s: sent %v, %v", node, sent, err)
+	}
+}
+
 func hexSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // run runs a job's Prolog on p and returns its record and what the
@@ -151,6 +173,20 @@ func TestPinnedBytesForTheWholeCluster(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(catalog.CachePathFor(n1.Config.CacheDir, src)); !bytes.Equal(got, a) {
 		t.Errorf("n1 no longer holds the pinned bytes")
+	}
+	// ... and its agent reports them held; n3, whose fetch failed, holds none.
+	c.report("n1", n1)
+	c.report("n3", n3)
+	st, err := c.admin.ModelStatus(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := map[string]string{}
+	for _, n := range st.Nodes {
+		holds[n.Node] = n.Holds
+	}
+	if holds["n1"] == api.HoldNone || holds["n1"] == "" || holds["n3"] != api.HoldNone {
+		t.Errorf("after the origin changed, status has holds %v; want n1 holding, n3 not", holds)
 	}
 
 	// An admin accepts the new bytes: the next verified fetch pins them.
