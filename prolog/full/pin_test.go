@@ -91,8 +91,35 @@ func (c *pinCluster) model(name string) catalog.Model {
 	return catalog.Model{}
 }
 
-// report has a real agent report the node's cache to the coordinator once.
-func (c *pinCluster) report(node string, p *Prolog) {
+// agentFor starts a real agent for p's node, on p's socket and cache, and
+// returns once its socket answers: p's ensures then go through it.
+func (c *pinCluster) agentFor(node string, p *Prolog) {
+	ag := c.newAgent(node, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(ctx) }()
+	c.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			c.t.Errorf("agent %s: %v", node, err)
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := p.Agent.Status(sctx)
+		scancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("agent %s: socket never answered: %v", node, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (c *pinCluster) newAgent(node string, p *Prolog) *agent.Agent {
 	dir := c.t.TempDir()
 	tok := filepath.Join(dir, "agent.token")
 	if err := os.WriteFile(tok, []byte(pinAgentToken+"\n"), 0o600); err != nil {
@@ -101,11 +128,16 @@ func (c *pinCluster) report(node string, p *Prolog) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	ag, err := agent.New(agent.Config{Node: node, CacheDir: p.Config.CacheDir, StateDir: filepath.Join(dir, "state"),
-		Socket: filepath.Join(dir, "agent.sock"), Coordinator: c.coord, TokenFile: tok, Version: "test"}, log)
+		Socket: p.Config.Socket, Coordinator: c.coord, TokenFile: tok, Version: "test", ReportInterval: time.Hour}, log)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if _, sent, err := ag.Once(context.Background()); err != nil || !sent {
+	return ag
+}
+
+// report has a real agent report the node's cache to the coordinator once.
+func (c *pinCluster) report(node string, p *Prolog) {
+	if _, sent, err := c.newAgent(node, p).Once(context.Background()); err != nil || !sent {
 		c.t.Fatalf("agent report for %s: sent %v, %v", node, sent, err)
 	}
 }
@@ -314,5 +346,34 @@ func TestAManInTheMiddleCannotChangePinnedBytes(t *testing.T) {
 	}
 	if m := c.model("m"); m.Pinned != hexSum(a) {
 		t.Errorf("the pin moved to %s; want %s", m.Pinned, hexSum(a))
+	}
+}
+
+// Through the node's agent, as on a node where it runs: the pinned digest
+// crosses the socket, and so does the mismatch.
+func TestPinThroughTheAgent(t *testing.T) {
+	ctx := context.Background()
+	a := bytes.Repeat([]byte("first bytes "), 4096)
+	b := bytes.Repeat([]byte("other bytes "), 4096)
+	c := newPinCluster(t, a)
+	if _, err := c.admin.PutModel(ctx, api.Model{Name: "m", Source: c.origin.URL + "/w.gguf"}); err != nil {
+		t.Fatal(err)
+	}
+	n1, log1 := c.node()
+	c.agentFor("n1", n1)
+	if _, err := run(t, n1, "n1", "1", "m"); err != nil || strings.Contains(log1.String(), "no agent") {
+		t.Fatalf("first fetch through the agent: %v; log:\n%s", err, log1)
+	}
+	if m := c.model("m"); m.Pinned != hexSum(a) {
+		t.Fatalf("pin after a fetch through the agent: %q; want %s", m.Pinned, hexSum(a))
+	}
+	c.body.Store(&b)
+	n2, log2 := c.node()
+	c.agentFor("n2", n2)
+	_, err := run(t, n2, "n2", "2", "m")
+	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("changed bytes through the agent: %v; want it to name %q; log:\n%s", err, want, log2)
+		}
 	}
 }
