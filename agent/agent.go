@@ -165,7 +165,8 @@ func (a *Agent) applyPending() {
 		}
 	}
 	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
-	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() {
+	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() ||
+		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed {
 		// A Fetcher's fields must not change under a running Ensure; fetches
 		// under way finish on the old one, new ones use the new one. The
 		// node-wide lock directory keeps the two from fetching one file twice.
@@ -179,11 +180,14 @@ func (a *Agent) applyPending() {
 func (a *Agent) fetcherLocked() *fetch.Fetcher {
 	if a.fetcher == nil {
 		f := &fetch.Fetcher{
-			CacheDir:    a.cfg.CacheDir,
-			LockDir:     a.cfg.LockDir(),
-			Connections: a.cfg.Connections,
-			OnProgress:  a.onProgress,
-			Log:         a.log.WithField("part", "fetch"),
+			CacheDir:     a.cfg.CacheDir,
+			LockDir:      a.cfg.LockDir(),
+			Connections:  a.cfg.Connections,
+			HFTokenFile:  a.cfg.HFTokenFile,
+			CacheReserve: a.cfg.CacheReserve,
+			MinSpeed:     a.cfg.FetchMinSpeed,
+			OnProgress:   a.onProgress,
+			Log:          a.log.WithField("part", "fetch"),
 		}
 		if a.configureFetch != nil {
 			a.configureFetch(f)

@@ -35,13 +35,18 @@ type origin struct {
 	// connection open until release is closed: a fetch killed mid-way.
 	stallAfter int
 	release    chan struct{}
-	ranges     []string
-	mu         sync.Mutex
+	// holdAt, when > 0, sends that many bytes of a GET from 0 and then
+	// waits for resume before sending the rest: a fetch that is under way
+	// for exactly as long as a test needs.
+	holdAt int
+	resume chan struct{}
+	ranges []string
+	mu     sync.Mutex
 }
 
 func newOrigin(t *testing.T, size int) *origin {
 	t.Helper()
-	o := &origin{data: make([]byte, size), release: make(chan struct{})}
+	o := &origin{data: make([]byte, size), release: make(chan struct{}), resume: make(chan struct{})}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range o.data {
 		o.data[i] = byte(rng.Uint32())
@@ -52,9 +57,22 @@ func newOrigin(t *testing.T, size int) *origin {
 		}
 		o.mu.Lock()
 		o.ranges = append(o.ranges, r.Header.Get("Range"))
-		stall := o.stallAfter
+		stall, hold := o.stallAfter, o.holdAt
 		o.mu.Unlock()
 		w.Header().Set("ETag", `"v1"`)
+		if rg := r.Header.Get("Range"); hold > 0 && (rg == "" || strings.HasPrefix(rg, "bytes=0-")) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(o.data[:hold])
+			http.NewResponseController(w).Flush()
+			select {
+			case <-o.resume:
+			case <-r.Context().Done():
+				return
+			}
+			w.Write(o.data[hold:])
+			return
+		}
 		if rg := r.Header.Get("Range"); stall > 0 && (rg == "" || strings.HasPrefix(rg, "bytes=0-")) {
 			w.Header().Set("Accept-Ranges", "bytes")
 			w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
@@ -102,6 +120,7 @@ func (s *slowWriter) Write(p []byte) (int, error) {
 
 func TestEnsureSharedByConcurrentClients(t *testing.T) {
 	o := newOrigin(t, 1<<20)
+	o.holdAt = 512 << 10 // until every client has joined the fetch
 	fc := newFakeCoord(t)
 	cfg := testConfig(t)
 	cfg.Coordinator = fc.srv.URL
@@ -126,6 +145,8 @@ func TestEnsureSharedByConcurrentClients(t *testing.T) {
 			})
 		})
 	}
+	waitUntil(t, "every client to wait on the one fetch", func() bool { return flightWaiters(a, source) == clients })
+	close(o.resume)
 	wg.Wait()
 
 	want := catalog.CachePathFor(cfg.CacheDir, source)
@@ -200,25 +221,32 @@ func TestEnsureAnswers(t *testing.T) {
 }
 
 func TestEnsureFetchErrorCountedOnce(t *testing.T) {
-	// Slow to say 404, so that the three ensures wait on one fetch.
+	// The 404 waits until the three ensures wait on one fetch.
+	answer := make(chan struct{})
 	notFound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(300 * time.Millisecond)
+		select {
+		case <-answer:
+		case <-r.Context().Done():
+		}
 		http.NotFound(w, r)
 	}))
 	defer notFound.Close()
 	cfg := testConfig(t)
 	a := newTestAgent(t, cfg)
 	lc, _ := start(t, a)
+	source := notFound.URL + "/gone.gguf"
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
-			_, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: notFound.URL + "/gone.gguf"}, nil)
+			_, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: source}, nil)
 			var ae *api.Error
 			if !errors.As(err, &ae) || !strings.Contains(ae.Message, "404") {
 				t.Errorf("Ensure of a 404 = %v, want an agent error naming the 404", err)
 			}
 		})
 	}
+	waitUntil(t, "the three ensures to wait on one fetch", func() bool { return flightWaiters(a, source) == 3 })
+	close(answer)
 	wg.Wait()
 	if v := testutil.ToFloat64(a.metrics.fetchErrors); v != 1 {
 		t.Errorf("fetch_errors_total = %v after one failed fetch with three waiters, want 1", v)
@@ -375,5 +403,27 @@ func TestProgressAccounting(t *testing.T) {
 				t.Errorf("fetches in progress = %+v, want the one", fs)
 			}
 		})
+	}
+}
+
+// flightWaiters is how many ensures wait on the agent's fetch of source.
+func flightWaiters(a *Agent, source string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fl := a.flights[source]; fl != nil {
+		return fl.waiters
+	}
+	return 0
+}
+
+// waitUntil polls cond until it holds, failing the test after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -29,6 +29,11 @@ type FeatureSync struct {
 	// Unknown is a hostlist of reporting nodes that hold models but that
 	// Slurm does not list; they get no feature.
 	Unknown string `json:"unknown,omitempty"`
+	// Withheld are the models whose features were left off every node to
+	// keep the distinct feature sets within the coordinator's
+	// feature_sets_max (the least-held models go first); their jobs get no
+	// preference.
+	Withheld []string `json:"withheld,omitempty"`
 	// Error says why the run failed or was partial; empty when it worked.
 	Error string `json:"error,omitempty"`
 }

@@ -32,6 +32,30 @@ type Placement struct {
 	// Note says what matters about the whole answer, e.g. that nobody
 	// holds the model and a job fetches it.
 	Note string `json:"note,omitempty"`
+	// View is Slurm's nodes as the feature reconciler last read them, when
+	// the query asked for it (view=1) and the reconciler runs; nil
+	// otherwise. llmgw sbatch composes from it instead of asking slurmctld.
+	View *FeatureView `json:"view,omitempty"`
+}
+
+// FeatureView is Slurm's nodes as the coordinator's feature reconciler last
+// read them (as SlurmUser, whom slurmctld's rate limit exempts), with the
+// features it set since: what a job's --constraint and --prefer match.
+type FeatureView struct {
+	// Synced is when the sync that read them began.
+	Synced time.Time `json:"synced"`
+	// Default is the default partition; empty when there is none or it
+	// could not be read.
+	Default string            `json:"default_partition,omitempty"`
+	Nodes   []FeatureViewNode `json:"nodes"`
+}
+
+// FeatureViewNode is one node of a FeatureView: its partitions and its
+// active features.
+type FeatureViewNode struct {
+	Name       string   `json:"name"`
+	Partitions []string `json:"partitions,omitempty"`
+	Features   []string `json:"features,omitempty"`
 }
 
 // Placement tiers, best first (PlacementNode.Tier). A node in one of the
@@ -124,6 +148,8 @@ type PlacementQuery struct {
 	// partition's nodes as `sinfo -h -p P -o %N` prints them. Empty means
 	// every node the coordinator knows.
 	Nodes string
+	// View asks for the reconciler's view of Slurm's nodes (Placement.View).
+	View bool
 }
 
 // Placement ranks nodes for a job that wants q.Model. An unknown model is
@@ -135,6 +161,9 @@ func (c *Client) Placement(ctx context.Context, q PlacementQuery) (*Placement, e
 	}
 	if q.Nodes != "" {
 		v.Set("nodes", q.Nodes)
+	}
+	if q.View {
+		v.Set("view", "1")
 	}
 	var out Placement
 	if err := c.Do(ctx, http.MethodGet, "/v1/placement?"+v.Encode(), nil, &out); err != nil {

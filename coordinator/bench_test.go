@@ -19,7 +19,7 @@ import (
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
-// The coordinator's targets (DESIGN.md §6 and issue 5): ingest at least
+// The coordinator's targets (docs/design.md §6 and issue 5): ingest at least
 // 5,000 reports/s on 2 cores with 10,000 nodes reporting 50 weights each,
 // and `llmgw status` over 10,000 nodes × 200 models within 300 ms.
 const (

@@ -100,6 +100,11 @@ type Config struct {
 	// and current features (the site's and llmgw's) for job_submit.lua (default
 	// DefaultFeatureFile); slurmctld's user must be able to read it.
 	FeatureFile string `toml:"feature_file"`
+	// FeatureSetsMax bounds the distinct feature sets the reconciler leaves
+	// on the nodes (default DefaultFeatureSetsMax; negative: no bound):
+	// each is a node config record slurmctld's scheduler walks for every
+	// job. Past it, the least-held models get no feature.
+	FeatureSetsMax int `toml:"feature_sets_max"`
 	// Scontrol and Sinfo are the absolute paths of Slurm's commands
 	// (default /usr/bin/scontrol, /usr/bin/sinfo).
 	Scontrol string `toml:"scontrol"`
@@ -114,6 +119,7 @@ type Config struct {
 const (
 	DefaultFeatureInterval = 30 * time.Second
 	DefaultFeatureFile     = "/var/lib/llmgw/features"
+	DefaultFeatureSetsMax  = 64
 	DefaultScontrol        = "/usr/bin/scontrol"
 	DefaultSinfo           = "/usr/bin/sinfo"
 )
@@ -151,6 +157,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FeatureFile == "" {
 		c.FeatureFile = DefaultFeatureFile
+	}
+	if c.FeatureSetsMax == 0 {
+		c.FeatureSetsMax = DefaultFeatureSetsMax
 	}
 	if c.Scontrol == "" {
 		c.Scontrol = DefaultScontrol

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,19 +82,40 @@ func TestFeatureFile(t *testing.T) {
 		{Name: "n11", Active: []string{"a\tb"}, Partitions: []string{"gpu"}},
 	}
 	synced := time.Unix(1796288377, 900e6) // the header keeps whole seconds, rounded down
-	want := FeatureFileHeader + " synced=1796288377 interval=30 features=all\n" +
+	want := FeatureFileHeader + " synced=1796288377 interval=30 features=all lines=<digest>\n" +
 		"n1 - llmgw.llama\n" +
 		"n2 debug,gpu ib-a,llmgw.llama,llmgw.qwen\n" +
 		"n10 debug ib-b\n" +
 		"n11 gpu -\n"
-	if got := string(FeatureFile(nodes, synced, 30*time.Second)); got != want {
+	got := string(FeatureFile(nodes, synced, 30*time.Second))
+	if withoutDigest(got) != want {
 		t.Errorf("FeatureFile =\n%s\nwant\n%s", got, want)
 	}
 	// A sub-second interval (tests use them) stays exact, for
 	// job_submit.lua's tonumber.
-	if got, want := string(FeatureFile(nil, synced, 1500*time.Millisecond)), FeatureFileHeader+" synced=1796288377 interval=1.5 features=all\n"; got != want {
+	if got, want := withoutDigest(string(FeatureFile(nil, synced, 1500*time.Millisecond))), FeatureFileHeader+" synced=1796288377 interval=1.5 features=all lines=<digest>\n"; got != want {
 		t.Errorf("FeatureFile(nil) = %q, want %q", got, want)
 	}
+
+	// The digest follows the node lines and nothing else: job_submit.lua
+	// keeps its parsed index while it stays the same.
+	digest := func(b []byte) string { return linesDigest.FindStringSubmatch(string(b))[1] }
+	same := digest(FeatureFile(nodes, synced.Add(time.Hour), time.Minute))
+	changed := slices.Clone(nodes)
+	changed[0].Active = []string{"ib-a"}
+	other := digest(FeatureFile(changed, synced, 30*time.Second))
+	if d := digest([]byte(got)); d != same || d == other {
+		t.Errorf("lines= digest %s; with a new sync time and interval %s (want the same), with a node's features changed %s (want another)", d, same, other)
+	}
+}
+
+// linesDigest is the header's digest of the node lines.
+var linesDigest = regexp.MustCompile(` lines=([0-9a-f]{16})\n`)
+
+// withoutDigest writes the header's digest as <digest>, for comparing the
+// rest of a feature file.
+func withoutDigest(file string) string {
+	return linesDigest.ReplaceAllString(file, " lines=<digest>\n")
 }
 
 // TestFeatureFileRewrittenEverySync: the sync time in the header is what
@@ -104,12 +127,12 @@ func TestFeatureFileRewrittenEverySync(t *testing.T) {
 	f := &features{file: file, interval: 30 * time.Second}
 	nodes := []slurm.Node{{Name: "n1", Active: []string{"llmgw.m1"}, Partitions: []string{"debug"}}}
 	for _, at := range []int64{1000, 1031} {
-		if err := f.publish(nodes, time.Unix(at, 0)); err != nil {
+		if err := f.publish(nodes, time.Unix(at, 0), "debug"); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(file)
-		want := fmt.Sprintf("%s synced=%d interval=30 features=all\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
-		if err != nil || string(got) != want {
+		want := fmt.Sprintf("%s synced=%d interval=30 features=all lines=<digest>\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
+		if err != nil || withoutDigest(string(got)) != want {
 			t.Errorf("after the run at %d: %q, %v; want %q", at, got, err, want)
 		}
 	}

@@ -134,6 +134,9 @@ func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	p, ok := s.Placement(name, count, nodes, s.now())
+	if ok && q.Get("view") != "" {
+		p.View = s.features.view()
+	}
 	if !ok {
 		return api.Errorf(api.CodeNotFound, "model %s is not in the catalog; 'llmgw models list' shows it", name)
 	}

@@ -12,7 +12,7 @@
 // model it does not know) is handed to `llmgw prolog` (package prolog/full),
 // which has the clients and the fetcher.
 //
-// Exit status policy (DESIGN.md §3, slurm/FACTS.md §5): a non-zero Prolog
+// Exit status policy (docs/design.md §3, docs/slurm/behaviour.md §5): a non-zero Prolog
 // or Epilog drains the node, and the Prolog's failure requeues the job
 // held, so both exit 0 on every llmgw failure, log it to stderr (slurmd's
 // log) and record it for the job. No fault found here takes a node out of
@@ -49,7 +49,7 @@ type Job struct {
 // CommentTag is how a job names its model in its comment when the SPANK
 // plugin is not installed: `sbatch --comment=llmgw:model=M`, possibly
 // beside the user's own words. The Prolog and Epilog see SLURM_JOB_COMMENT;
-// they do not see the job's environment (slurm/FACTS.md §4).
+// they do not see the job's environment (docs/slurm/behaviour.md §4).
 const CommentTag = "llmgw:model="
 
 // JobFromEnv reads the job from a Prolog's or Epilog's environment (getenv
@@ -98,7 +98,7 @@ var ErrNotPresent = errors.New("not present on this node")
 //   - a path is checked: a file must be a regular, non-empty file of the
 //     catalog's size when it gives one; a directory must hold a weight file
 //     and no file still being written (an empty or half-copied directory is
-//     not weights, DESIGN.md §2); sharded-index checks are the scanner's;
+//     not weights, docs/design.md §2); sharded-index checks are the scanner's;
 //   - a remote source must be a regular file at its cache path, of the
 //     catalog's size when it gives one. The fetcher renames a file there
 //     only after checking its size and digest, so a file there is whole.
@@ -120,10 +120,12 @@ func Present(cacheDir string, m catalog.Model) (string, error) {
 			return "", fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), m.Size, ErrNotPresent)
 		}
 		// A digest recorded on the file that is not the one the catalog
-		// wants (an admin repinned, or declared another): the slow path
-		// fetches and verifies.
-		if want, sum := m.WantSHA256(), catalog.RecordedSHA256(p); want != "" && sum != "" && sum != want {
-			return "", fmt.Errorf("cache file %s has sha256 %s, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+		// wants (an admin repinned, or declared another), or a file
+		// written since it was hashed: the slow path fetches and verifies.
+		if want := m.WantSHA256(); want != "" {
+			if sum, tagged := catalog.RecordedSHA256(p); tagged && sum != want {
+				return "", fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+			}
 		}
 		return p, nil
 	}

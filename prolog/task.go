@@ -14,7 +14,7 @@ import (
 // TaskProlog then exits non-zero.
 //
 // How a job learns that its weights cannot be had, found on the dev
-// cluster (Slurm 22.05, slurm/FACTS.md §4, and prolog/full/hooks_integration_test.go
+// cluster (Slurm 22.05, docs/slurm/behaviour.md §4, and prolog/full/hooks_integration_test.go
 // TestOriginNotFound): the TaskProlog's stdout is read by slurmstepd; each
 // "print TEXT" line goes to the job's output (the batch output file, or
 // srun's terminal), and a TaskProlog that exits non-zero fails the job at
@@ -34,7 +34,7 @@ const (
 // TaskProlog tells the job where its weights are. It runs as the job's
 // user, before each task, and reads the record the Prolog left (the
 // TaskProlog's environment has neither the SPANK variables nor the job's
-// comment, slurm/FACTS.md §4, so the record is how it knows the model).
+// comment, docs/slurm/behaviour.md §4, so the record is how it knows the model).
 // Its stdout is slurmstepd's to parse: "export NAME=value" sets the job's
 // environment, "print TEXT" reaches the job's output.
 //

@@ -11,7 +11,7 @@ import (
 // Node features are set with `scontrol update NodeName=LIST
 // AvailableFeatures=… ActiveFeatures=…`, which replaces the node's whole
 // set, slurm.conf's Feature= included; `scontrol reconfigure` and a plain
-// slurmctld restart put slurm.conf's back (slurm/FACTS.md §2). So whoever
+// slurmctld restart put slurm.conf's back (docs/slurm/behaviour.md §2). So whoever
 // owns some features must rewrite them together with everyone else's, and
 // do it again whenever Slurm forgets. PlanFeatures computes those calls,
 // ApplyFeatures makes them.
@@ -27,7 +27,7 @@ type FeatureUpdate struct {
 
 // Args is the argument vector of the call, after "scontrol". The node list
 // is one compressed hostlist: 1000 nodes in one call take 0.06 s, one call
-// per node 5.5 s (FACTS §3).
+// per node 5.5 s (docs/slurm/behaviour.md §3).
 func (u FeatureUpdate) Args() []string {
 	return []string{"update", "NodeName=" + Compress(u.Nodes),
 		"AvailableFeatures=" + strings.Join(u.Available, ","),
@@ -73,6 +73,9 @@ type FeaturePlan struct {
 	// Unknown are nodes with desired features that Slurm does not list
 	// (not in slurm.conf, or FUTURE); nothing is done for them.
 	Unknown []string
+	// From is the nodes as read for the plan: ApplyFeatures reads back
+	// only the nodes it changed and takes the rest from here.
+	From []Node
 }
 
 // Drifted is how many nodes the plan changes.
@@ -138,6 +141,7 @@ func PlanFeatures(nodes []Node, prefix string, desired map[string][]string) Feat
 	sort.Slice(plan.Updates, func(i, j int) bool {
 		return NodeLess(plan.Updates[i].Nodes[0], plan.Updates[j].Nodes[0])
 	})
+	plan.From = nodes
 	return plan
 }
 
@@ -181,7 +185,7 @@ type FeatureResult struct {
 	Calls int
 	// Errors has one entry per failed call. A failed call may still have
 	// changed some of its nodes: a bad name in a list fails the call but
-	// the valid nodes are updated (FACTS §2), so Nodes says what holds.
+	// the valid nodes are updated (docs/slurm/behaviour.md §2), so Nodes says what holds.
 	Errors []error
 	// Nodes is Slurm's state read back after the calls (nil when no call
 	// was made, or the read failed: then ReadErr says why).
@@ -212,8 +216,8 @@ func (r FeatureResult) Err() error {
 }
 
 // ApplyFeatures makes the plan's calls, one after another (slurmctld takes
-// node updates one at a time anyway), then reads every node back and
-// checks the planned ones. It goes on after a failed call: the other
+// node updates one at a time anyway), then reads the changed nodes back
+// (readBack) and checks them. It goes on after a failed call: the other
 // groups are independent of it.
 func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan) FeatureResult {
 	var res FeatureResult
@@ -230,7 +234,7 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan) FeatureRes
 			res.Errors = append(res.Errors, err)
 		}
 	}
-	res.Nodes, res.ReadErr = r.Nodes(ctx)
+	res.Nodes, res.ReadErr = r.readBack(ctx, plan)
 	if res.ReadErr != nil {
 		return res
 	}
@@ -248,6 +252,61 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan) FeatureRes
 	}
 	SortNodeNames(res.Wrong)
 	return res
+}
+
+// readBack reads Slurm's nodes after the plan's calls. Only the changed
+// ones are asked for, with `sinfo -N -n HOSTLIST` in the text form, since
+// 22.05's sinfo --json ignores -n (docs/slurm/behaviour.md §8): every read
+// of every node is slurmctld's work, and each sync already read them all.
+// The rest are as read for the plan. Every node is read (sinfo --json) when
+// the plan was not made from a read, when a planned feature holds a
+// character the text form splits on, or when the text read fails or lacks
+// a changed node: the answer is never less than the full read's.
+func (r *Runner) readBack(ctx context.Context, plan FeaturePlan) ([]Node, error) {
+	var names []string
+	textSafe := plan.From != nil
+	for _, u := range plan.Updates {
+		names = append(names, u.Nodes...)
+		for _, f := range append(slices.Clone(u.Available), u.Active...) {
+			textSafe = textSafe && !strings.ContainsAny(f, "|,\n")
+		}
+	}
+	if textSafe {
+		if merged, ok := r.readBackChanged(ctx, plan.From, names); ok {
+			return merged, nil
+		}
+	}
+	return r.Nodes(ctx)
+}
+
+// readBackChanged reads names with the text form and returns from with
+// those nodes' features and states replaced; false when the read fails or
+// lacks one of them.
+func (r *Runner) readBackChanged(ctx context.Context, from []Node, names []string) ([]Node, bool) {
+	out, err := r.Run(ctx, "sinfo", "-a", "-N", "-h", "-n", Compress(names), "-o", "%N|%f|%b|%T")
+	if err != nil {
+		return nil, false
+	}
+	read, err := ParseNodes(out)
+	if err != nil {
+		return nil, false
+	}
+	byName := make(map[string]Node, len(read))
+	for _, n := range read {
+		byName[n.Name] = n
+	}
+	for _, name := range names {
+		if _, ok := byName[name]; !ok {
+			return nil, false
+		}
+	}
+	merged := slices.Clone(from)
+	for i, n := range merged {
+		if c, ok := byName[n.Name]; ok {
+			merged[i].Available, merged[i].Active, merged[i].State = c.Available, c.Active, c.State
+		}
+	}
+	return merged, true
 }
 
 // NodeLess orders node names the way people and sinfo do: by the text

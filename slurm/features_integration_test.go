@@ -16,7 +16,7 @@ import (
 
 // restoreFeatures puts every node's features back as they were when the
 // test began, with scontrol update, when the test ends. Not with scontrol
-// reconfigure, though it too drops what scontrol set (FACTS §2): it makes
+// reconfigure, though it too drops what scontrol set (docs/slurm/behaviour.md §2): it makes
 // every slurmd register again a moment later, and with ReturnToService=2 a
 // node a later test sets DOWN in that moment comes straight back (seen:
 // TestNodesJSONAgreesWithText found n4 idle after State=DOWN).
@@ -97,7 +97,7 @@ func TestFeaturesOnCluster(t *testing.T) {
 		t.Errorf("wrong after read-back = %q, want only nosuch9", res.Wrong)
 	}
 	if n := nodeMap(t, r)["n4"]; !sameSet(n.Active, []string{"ib-b", "llmgw.x"}) {
-		t.Errorf("n4 active %q: the valid node of a failed call should be updated (FACTS §2)", n.Active)
+		t.Errorf("n4 active %q: the valid node of a failed call should be updated (docs/slurm/behaviour.md §2)", n.Active)
 	}
 }
 

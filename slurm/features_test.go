@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -335,5 +336,63 @@ func TestRunnerPaths(t *testing.T) {
 	r.Paths["sinfo"] = "relative/sinfo"
 	if _, err := r.Nodes(context.Background()); err == nil || !strings.Contains(err.Error(), "not absolute") {
 		t.Errorf("relative path: %v", err)
+	}
+}
+
+// TestApplyFeaturesReadsBackOnlyChanged: after the calls only the changed
+// nodes are read (sinfo -n, the text form, since 22.05's --json ignores
+// -n), the others are taken as read for the plan; and whenever the text
+// form could mislead or falls short, every node is read as before.
+func TestApplyFeaturesReadsBackOnlyChanged(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sinfo-calls")
+	fixture, _ := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-json-features.json"))
+	text := filepath.Join(t.TempDir(), "text")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": `exit 0`,
+		"sinfo": `echo "$*" >>'` + log + `'
+case "$*" in *--json*) exec cat '` + fixture + `';; esac
+cat '` + text + `'`,
+	})
+	r := &Runner{Dir: dir}
+	from := []Node{
+		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
+		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug", "p2")},
+		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug")},
+	}
+	plan := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.m1"), "n3": l("llmgw.m1")})
+	run := func(textOut string, plan FeaturePlan) (FeatureResult, string) {
+		t.Helper()
+		os.WriteFile(text, []byte(textOut), 0o644)
+		os.Remove(log)
+		res := r.ApplyFeatures(context.Background(), plan)
+		calls, _ := os.ReadFile(log)
+		return res, string(calls)
+	}
+
+	res, calls := run("n2|ib-a,llmgw.m1|ib-a,llmgw.m1|mixed\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\n", plan)
+	if want := "-a -N -h -n n[2-3] -o %N|%f|%b|%T\n"; calls != want {
+		t.Errorf("sinfo calls %q, want only %q", calls, want)
+	}
+	if res.Err() != nil || len(res.Wrong) != 0 {
+		t.Errorf("read back: %v", res.Err())
+	}
+	want := []Node{
+		from[0],
+		{Name: "n2", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a", "llmgw.m1"), State: "mixed", Partitions: l("debug", "p2")},
+		{Name: "n3", Available: l("ib-b", "llmgw.m1"), Active: l("ib-b", "llmgw.m1"), State: "idle", Partitions: l("debug")},
+	}
+	if fmt.Sprint(res.Nodes) != fmt.Sprint(want) {
+		t.Errorf("nodes after the read-back\n %+v\nwant\n %+v", res.Nodes, want)
+	}
+
+	// A changed node missing from the text answer: every node, from --json
+	// (Nodes, however it reads them).
+	if _, calls := run("n2|ib-a,llmgw.m1|ib-a,llmgw.m1|idle\n", plan); !strings.HasPrefix(calls, "-a -N -h -n n[2-3] ") || !strings.Contains(calls, "--json") {
+		t.Errorf("text answer without n3: sinfo calls %q; want the full --json read after it", calls)
+	}
+	// A planned feature with the text form's separator: --json at once.
+	odd := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.a|b")})
+	if _, calls := run("", odd); strings.Contains(calls, " -n ") || !strings.Contains(calls, "--json") {
+		t.Errorf("a feature with '|': sinfo calls %q; want only the --json read", calls)
 	}
 }

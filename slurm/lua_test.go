@@ -6,14 +6,40 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// jobSubmitLua is the script slurmctld runs; the tests run it with the same
-// Lua (5.1) that Debian's job_submit/lua plugin links.
-const jobSubmitLua = "lua/job_submit.lua"
+// jobSubmitLua is the script slurmctld runs for a site without one of its
+// own, and submitModule the module it (or a site's script) loads; the tests
+// run them with the same Lua (5.1) that Debian's job_submit/lua plugin links.
+const (
+	jobSubmitLua = "lua/job_submit.lua"
+	submitModule = "lua/llmgw_submit.lua"
+)
+
+// absLua is a Lua file of the tree by absolute path, as a Lua string.
+func absLua(t *testing.T, rel string) string {
+	t.Helper()
+	abs, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return luaString(abs)
+}
+
+// scriptEnv points job_submit.lua at this tree's module, as scripts/dev-cluster
+// points slurmctld at it.
+func scriptEnv(t *testing.T) string {
+	t.Helper()
+	abs, err := filepath.Abs(submitModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "LLMGW_SUBMIT_MODULE=" + abs
+}
 
 func lua51(t *testing.T) string {
 	t.Helper()
@@ -90,17 +116,13 @@ func runLua(t *testing.T, script string, env ...string) string {
 	return string(out)
 }
 
-// luaCompose runs job_submit.lua's compose on each input, in one lua5.1
+// luaCompose runs the module's compose on each input, in one lua5.1
 // process, and returns one composeLine per input.
 func luaCompose(t *testing.T, inputs []ComposeInput) []string {
 	t.Helper()
-	abs, err := filepath.Abs(jobSubmitLua)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)
-	fmt.Fprintf(&b, "dofile(%s)\nlocal cases = {\n", luaString(abs))
+	fmt.Fprintf(&b, "local llmgw = dofile(%s)\nlocal cases = {\n", absLua(t, submitModule))
 	for _, in := range inputs {
 		fmt.Fprintf(&b, "  %s,\n", luaInput(in))
 	}
@@ -162,7 +184,6 @@ n4 debug llmgw.m2,llmgw.m3
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	abs, _ := filepath.Abs(jobSubmitLua)
 	// 22.05 passes the partitions keyed by name (slurm_lua_push_partition_list),
 	// each with its record's pointer in the metatable.
 	parts := `{ debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}),
@@ -210,17 +231,17 @@ n4 debug llmgw.m2,llmgw.m3
 			// tables; the file was synced after it (1005), and the job comes
 			// at 1010.
 			script := luaPrelude + fmt.Sprintf(`
-dofile(%s)
 local clock = 1000
-llmgw.now = function() return clock end
+os.time = function() return clock end
+dofile(%s)
 local parts = %s
 slurm_job_submit({comment="first"}, parts, 1000)
 clock = 1010
 local job = %s
 local rc = slurm_job_submit(job, parts, 1000)
 io.write(rc, "\n", job.prefer or "", "|", job.exc_nodes or "", "|", tostring(job.comment or ""), "|", job.admin_comment or "", "\n")
-`, luaString(abs), parts, c.job)
-			out := runLua(t, script, "LLMGW_FEATURE_FILE="+ff)
+`, absLua(t, jobSubmitLua), parts, c.job)
+			out := runLua(t, script, "LLMGW_FEATURE_FILE="+ff, scriptEnv(t))
 			rc, got, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\n")
 			if rc != "0" {
 				t.Errorf("slurm_job_submit returned %s, want slurm.SUCCESS (0): llmgw never rejects a job", rc)
@@ -241,7 +262,6 @@ io.write(rc, "\n", job.prefer or "", "|", job.exc_nodes or "", "|", tostring(job
 // intervals old.
 func TestLuaJobSubmitFreshness(t *testing.T) {
 	features := filepath.Join(t.TempDir(), "features")
-	abs, _ := filepath.Abs(jobSubmitLua)
 	const body = "n1 debug -\nn2 debug llmgw.m1\n"
 	type step struct {
 		name   string
@@ -271,7 +291,7 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)
-	fmt.Fprintf(&b, "dofile(%s)\nlocal clock\nllmgw.now = function() return clock end\n", luaString(abs))
+	fmt.Fprintf(&b, "local clock\nos.time = function() return clock end\ndofile(%s)\n", absLua(t, jobSubmitLua))
 	b.WriteString(`local function parts(gen)
 	if gen == "" then
 		return { debug = {name="debug", flag_default=1} }
@@ -291,7 +311,7 @@ end
 	for _, s := range steps {
 		fmt.Fprintf(&b, "step(%d, %s, %s, %s)\n", s.clock, luaString(s.header), luaString(s.gen), luaString(s.job))
 	}
-	out := strings.Split(strings.TrimSuffix(runLua(t, b.String(), "LLMGW_FEATURE_FILE="+features), "\n"), "\n")
+	out := strings.Split(strings.TrimSuffix(runLua(t, b.String(), "LLMGW_FEATURE_FILE="+features, scriptEnv(t)), "\n"), "\n")
 	if len(out) != len(steps) {
 		t.Fatalf("lua printed %d lines for %d steps:\n%s", len(out), len(steps), strings.Join(out, "\n"))
 	}
@@ -323,7 +343,7 @@ local job = {comment="llmgw:model=m1"}
 slurm_job_submit({comment="first"}, { debug = {name="debug", flag_default=1} }, 0)
 slurm_job_submit(job, { debug = {name="debug", flag_default=1} }, 0)
 io.write(job.prefer or "", "|", job.admin_comment or "")
-`, luaString(abs)), "LLMGW_FEATURE_FILE="+features)
+`, absLua(t, jobSubmitLua)), "LLMGW_FEATURE_FILE="+features, scriptEnv(t))
 	if !strings.HasPrefix(out1, "|") || !strings.Contains(out1, "partition records are not visible") {
 		t.Errorf("without partition pointers: %q; want no preference, and why", out1)
 	}
@@ -406,4 +426,307 @@ func TestLuaComposeRandomMatchesGo(t *testing.T) {
 		t.Errorf("only %d of %d generated inputs got a preference; the generator misses the main path", prefers, len(inputs))
 	}
 	t.Logf("%d inputs, %d with a preference", len(inputs), prefers)
+}
+
+// submitCase is a shared compose case as a submission through job_submit:
+// the feature file, the job description and the job as it must leave.
+type submitCase struct {
+	name, file, job string
+	want            string // prefer|exc_nodes|comment
+}
+
+// submitCases turns the shared cases into submissions. Cases only llmgw
+// sbatch can produce (no room on a node, a job llmgw sbatch composed) or
+// that job_submit never composes (an invalid model name, a comment the tag
+// would push over Slurm's limit) are left out; the rest are all of them.
+func submitCases(t *testing.T) []submitCase {
+	t.Helper()
+	cs := loadComposeCases(t)
+	var out []submitCase
+	for i, c := range cs.Cases {
+		in := c.input(cs)
+		comment := in.Comment
+		if !in.Spank && !strings.Contains(" "+comment+" ", " "+commentTag+in.Model+" ") {
+			comment = strings.TrimSpace(comment + " " + commentTag + in.Model)
+		}
+		if len(in.NoRoom) > 0 || in.Composed || strings.Contains(in.Comment, "llmgw:composed") ||
+			!luaValidModel.MatchString(in.Model) || len(comment) > 1024 {
+			continue
+		}
+		var file strings.Builder
+		all := ""
+		if in.Complete {
+			all = " features=all"
+		}
+		// A digest per case: each case is a new version of the file.
+		fmt.Fprintf(&file, "# llmgw features (generated by the coordinator; do not edit) synced=1005 interval=30%s lines=%016x\n", all, i+1)
+		for _, nd := range in.Cluster {
+			fmt.Fprintf(&file, "%s %s %s\n", nd.Name, dashList(nd.Partitions), dashList(nd.Features))
+		}
+		job := []string{"comment=" + luaString(comment), "features=" + luaString(in.Constraint), "prefer=" + luaString(in.Prefer),
+			"exc_nodes=" + luaString(strings.Join(in.Exclude, ",")), "partition=" + luaString(strings.Join(in.Partitions, ","))}
+		if in.Nodes > 0 {
+			job = append(job, fmt.Sprintf("min_nodes=%d", in.Nodes))
+		}
+		if in.NodeList {
+			job = append(job, `req_nodes="n1"`)
+		}
+		if in.Spank {
+			job = append(job, fmt.Sprintf("spank_job_env={[0]=%s}", luaString("_SLURM_SPANK_OPTION_llmgw_llmgw_model="+in.Model)))
+		}
+		// What job_submit leaves alone stays as the user wrote it.
+		prefer, exclude, wantComment := c.Want.Prefer, strings.Join(c.Want.Exclude, ","), c.Want.Comment
+		if prefer == "" {
+			prefer = in.Prefer
+		}
+		if exclude == "" {
+			exclude = strings.Join(in.Exclude, ",")
+		}
+		if wantComment == "" {
+			wantComment = comment
+		}
+		out = append(out, submitCase{c.Name, file.String(), "{" + strings.Join(job, ", ") + "}", prefer + "|" + exclude + "|" + wantComment})
+	}
+	if len(out) < len(cs.Cases)*2/3 {
+		t.Fatalf("only %d of %d shared cases apply to job_submit; the conversion lost its way", len(out), len(cs.Cases))
+	}
+	return out
+}
+
+const commentTag = "llmgw:model="
+
+// luaValidModel is the model-name rule job_submit applies before composing
+// (weights/catalog's).
+var luaValidModel = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func dashList(l []string) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	return strings.Join(l, ",")
+}
+
+// runSubmitCases loads a job_submit script (load, Lua that defines
+// slurm_job_submit) in one Lua state, as slurmctld keeps one, submits every
+// case through it and returns the jobs as they left: prefer|exc_nodes|comment.
+func runSubmitCases(t *testing.T, load string, cases []submitCase) []string {
+	t.Helper()
+	features := filepath.Join(t.TempDir(), "features")
+	var b strings.Builder
+	b.WriteString(luaPrelude)
+	b.WriteString("local clock = 1000\nos.time = function() return clock end\n")
+	b.WriteString(load)
+	// The partitions of the cases' clusters, none the default, with their
+	// records' pointers; a first submission lets the script see them.
+	b.WriteString(`
+local parts = {}
+for _, p in ipairs({"debug", "p12", "gpu", "p2"}) do
+	parts[p] = setmetatable({name=p, flag_default=0}, {_part_rec_ptr=p .. "@1"})
+end
+slurm_job_submit({comment="first"}, parts, 0)
+clock = 1010
+local function case(file, job)
+	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
+	f:write(file)
+	f:close()
+	local rc = slurm_job_submit(job, parts, 0)
+	io.write(rc, "|", job.prefer or "", "|", job.exc_nodes or "", "|", job.comment or "", "\n")
+end
+`)
+	for _, c := range cases {
+		fmt.Fprintf(&b, "case(%s, %s)\n", luaString(c.file), c.job)
+	}
+	out := strings.Split(strings.TrimSuffix(runLua(t, b.String(), "LLMGW_FEATURE_FILE="+features, scriptEnv(t)), "\n"), "\n")
+	if len(out) != len(cases) {
+		t.Fatalf("lua printed %d lines for %d cases", len(out), len(cases))
+	}
+	for i, line := range out {
+		rc, rest, _ := strings.Cut(line, "|")
+		if rc != "0" {
+			t.Errorf("%s: slurm_job_submit returned %s, want slurm.SUCCESS", cases[i].name, rc)
+		}
+		out[i] = rest
+	}
+	return out
+}
+
+// TestLuaSiteScriptMatchesShipped: a site's own job_submit.lua that calls
+// the module, beside checks of its own, gives every shared case the
+// composition that the shipped job_submit.lua gives it and that Compose
+// gives it: the module is the whole of llmgw's part, whoever calls it.
+func TestLuaSiteScriptMatchesShipped(t *testing.T) {
+	cases := submitCases(t)
+	site := filepath.Join(t.TempDir(), "job_submit.lua")
+	if err := os.WriteFile(site, []byte(`-- A site's own script: its own rule first, then llmgw's module.
+local llmgw = dofile(`+absLua(t, submitModule)+`)
+function slurm_job_submit(job_desc, part_list, submit_uid)
+	if job_desc.account == "blocked" then
+		return slurm.ERROR
+	end
+	return llmgw.submit(job_desc, part_list, submit_uid)
+end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	return llmgw.modify(job_desc, job_rec, part_list, modify_uid)
+end
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shipped := runSubmitCases(t, "dofile("+absLua(t, jobSubmitLua)+")\n", cases)
+	sites := runSubmitCases(t, "dofile("+luaString(site)+")\n", cases)
+	prefers := 0
+	for i, c := range cases {
+		if shipped[i] != c.want {
+			t.Errorf("%s: the shipped job_submit.lua left the job as\n %q, want\n %q", c.name, shipped[i], c.want)
+		}
+		if sites[i] != shipped[i] {
+			t.Errorf("%s: a site's script calling the module left the job as\n %q, the shipped script as\n %q", c.name, sites[i], shipped[i])
+		}
+		if !strings.HasPrefix(c.want, "|") {
+			prefers++
+		}
+	}
+	if prefers == 0 {
+		t.Error("no case got a preference: the cases never reach the composition")
+	}
+	t.Logf("%d shared cases submitted, %d with a preference", len(cases), prefers)
+}
+
+// TestLuaModuleDefinesNoGlobals: a site's script loads the module into the
+// Lua state that holds its own functions, so the module may not write a
+// single global, loading or working.
+func TestLuaModuleDefinesNoGlobals(t *testing.T) {
+	features := filepath.Join(t.TempDir(), "features")
+	if err := os.WriteFile(features, []byte("# llmgw features (generated by the coordinator; do not edit) synced=1005 interval=30 features=all lines=00000000000000aa\nn1 debug ib-a,llmgw.m1\nn2 debug ib-b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runLua(t, luaPrelude+`
+local before = {}
+for k in pairs(_G) do before[k] = true end
+setmetatable(_G, { __newindex = function(t, k, v)
+	io.write("global ", tostring(k), "\n")
+	rawset(t, k, v)
+end })
+local clock = 1000
+os.time = function() return clock end
+local llmgw = dofile(`+absLua(t, submitModule)+`)
+local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
+llmgw.submit({comment="first"}, parts, 0)
+clock = 1010
+for _, job in ipairs({
+	{comment="llmgw:model=m1"},
+	{comment="llmgw:model=m1", features="ib-a|ib-b", min_nodes=2, exc_nodes="n[2-3]"},
+	{spank_job_env={[0]="_SLURM_SPANK_OPTION_llmgw_llmgw_model=m1"}},
+	{comment="llmgw:model=a/b"},
+	{comment="llmgw:model=m1", features={}},
+}) do
+	llmgw.submit(job, parts, 0)
+	io.write("job: ", tostring(job.prefer), " ", tostring(job.admin_comment), "\n")
+end
+llmgw.modify({}, {}, parts, 0)
+for k in pairs(_G) do
+	if not before[k] then io.write("global ", tostring(k), "\n") end
+end
+`, "LLMGW_FEATURE_FILE="+features)
+	if strings.Contains(out, "global ") {
+		t.Errorf("the module wrote globals:\n%s", out)
+	}
+	if !strings.Contains(out, "job: llmgw.m1 ") {
+		t.Errorf("no job got a preference, so the check saw little of the module:\n%s", out)
+	}
+}
+
+// TestLuaModuleParsesOnlyChangedFiles runs one Lua state through rewrites of
+// the feature file: the parsed nodes are kept while the header's lines=
+// digest stays the same (the coordinator rewrites the file every interval
+// for its sync time alone), taken again when it changes, and a file without
+// the digest (an older coordinator) is read whole every time.
+func TestLuaModuleParsesOnlyChangedFiles(t *testing.T) {
+	features := filepath.Join(t.TempDir(), "features")
+	out := runLua(t, luaPrelude+`
+local clock = 1000
+os.time = function() return clock end
+local llmgw = dofile(`+absLua(t, submitModule)+`)
+local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
+llmgw.submit({comment="first"}, parts, 0)
+local function step(at, lines, body)
+	clock = at
+	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
+	f:write("# llmgw features (generated by the coordinator; do not edit) synced=", at - 1, " interval=30 features=all", lines, "\n", body)
+	f:close()
+	local job = {comment="llmgw:model=m1"}
+	llmgw.submit(job, parts, 0)
+	io.write(job.prefer or "-", "\n")
+end
+step(1010, " lines=00000000000000a1", "n1 debug llmgw.m1\n")
+-- The same digest over other lines: the nodes as parsed before stand.
+step(1020, " lines=00000000000000a1", "n1 debug -\n")
+step(1030, " lines=00000000000000a2", "n1 debug -\n")
+step(1040, " lines=00000000000000a3", "n1 debug llmgw.m1\n")
+-- No digest: every submission reads the lines.
+step(1050, "", "n1 debug llmgw.m1\n")
+step(1060, "", "n1 debug -\n")
+`, "LLMGW_FEATURE_FILE="+features)
+	if want := "llmgw.m1\nllmgw.m1\n-\nllmgw.m1\nllmgw.m1\n-\n"; out != want {
+		t.Errorf("preferences through the rewrites: %q, want %q", out, want)
+	}
+}
+
+// TestLuaJobSubmitFindsTheModule: the shipped script finds the module
+// beside itself (a site that copies both into its slurm.conf directory),
+// and with no module to load it logs why and lets every job pass untouched:
+// a missing file must neither stop slurmctld nor reject a job.
+func TestLuaJobSubmitFindsTheModule(t *testing.T) {
+	lua := lua51(t)
+	dir := t.TempDir()
+	for _, f := range []string{jobSubmitLua, submitModule} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	features := filepath.Join(dir, "features")
+	if err := os.WriteFile(features, []byte("# llmgw features (generated by the coordinator; do not edit) synced=1005 interval=30 features=all lines=00000000000000c1\nn1 debug llmgw.m1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	driver := filepath.Join(dir, "driver.lua")
+	if err := os.WriteFile(driver, []byte(luaPrelude+`
+local clock = 1000
+os.time = function() return clock end
+dofile(arg[1])
+local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
+slurm_job_submit({comment="first"}, parts, 0)
+clock = 1010
+local job = {comment="llmgw:model=m1"}
+local rc = slurm_job_submit(job, parts, 0)
+io.write(rc, "|", job.prefer or "", "|", job.admin_comment or "")
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(env ...string) (string, string) {
+		cmd := exec.Command(lua, driver, filepath.Join(dir, "job_submit.lua"))
+		cmd.Env = append(os.Environ(), append([]string{"LLMGW_FEATURE_FILE=" + features}, env...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("lua5.1: %v\n%s", err, stderr.String())
+		}
+		return string(out), stderr.String()
+	}
+	// Beside the script, with no LLMGW_SUBMIT_MODULE.
+	if out, _ := run("LLMGW_SUBMIT_MODULE="); !strings.HasPrefix(out, "0|llmgw.m1|") {
+		t.Errorf("module beside the script: %q; want a preference", out)
+	}
+	// No module anywhere it looks.
+	missing := filepath.Join(dir, "nope.lua")
+	out, stderr := run("LLMGW_SUBMIT_MODULE=" + missing)
+	if out != "0||" {
+		t.Errorf("module missing: the job left as %q; want slurm.SUCCESS and the job untouched", out)
+	}
+	if !strings.Contains(stderr, "cannot load the job_submit module "+missing) {
+		t.Errorf("module missing: the log says %q; want why", stderr)
+	}
 }

@@ -10,12 +10,12 @@ import (
 
 // MaxExpression is the longest --constraint, --prefer or --comment string
 // Slurm 22.05 accepts: 1024 characters pass, 1025 are rejected at submit
-// (slurm/FACTS.md §2).
+// (docs/slurm/behaviour.md §2).
 const MaxExpression = 1024
 
 // CommentTag is how a job's comment names its model when the SPANK plugin
 // is not loaded: the Prolog and Epilog see SLURM_JOB_COMMENT, not the job's
-// environment (DESIGN.md §3).
+// environment (docs/design.md §3).
 const CommentTag = "llmgw:model="
 
 // ComposedTag in a job's comment says llmgw sbatch composed the job from

@@ -19,7 +19,7 @@ const (
 	DefaultDir = "/usr/bin"
 
 	// DefaultTimeout bounds one Slurm command. sinfo and scontrol answer in
-	// tens of milliseconds on a healthy cluster (slurm/FACTS.md: 0.06 s for
+	// tens of milliseconds on a healthy cluster (docs/slurm/behaviour.md §3: 0.06 s for
 	// a 1000-node update); ten seconds is a controller that is not there.
 	DefaultTimeout = 10 * time.Second
 
@@ -36,7 +36,7 @@ const (
 type Runner struct {
 	// Dir is the directory holding the Slurm commands (default DefaultDir).
 	// Commands are run by absolute path, not looked up in $PATH: slurmd runs
-	// the Prolog and Epilog with no PATH at all (slurm/FACTS.md §4). Tests
+	// the Prolog and Epilog with no PATH at all (docs/slurm/behaviour.md §4). Tests
 	// point Dir at scripts that print captured output.
 	Dir string
 

@@ -313,7 +313,7 @@ func Effective(directives, cmdline SbatchOptions, getenv func(string) string) Sb
 
 // PreferRejected reports whether sbatch's stderr says the job was refused
 // because of its --prefer: either answer Slurm 22.05 gives for a preference
-// no node set can meet (slurm/FACTS.md §1). A job refused so is submitted
+// no node set can meet (docs/slurm/behaviour.md §1). A job refused so is submitted
 // again without the preference.
 func PreferRejected(stderr string) bool {
 	return strings.Contains(stderr, "Invalid preferred feature specification") ||
@@ -322,7 +322,7 @@ func PreferRejected(stderr string) bool {
 
 // partitionFormat asks sinfo for node, partition (the default marked with
 // '*') and active features: the features a job's expression is matched
-// against (FACTS §2).
+// against (docs/slurm/behaviour.md §2).
 const partitionFormat = "%N|%P|%b"
 
 // FeatureNodes lists every node with the partitions it is in and its active

@@ -85,7 +85,7 @@ func TestSubmitRefusesABadModelName(t *testing.T) {
 }
 
 // TestSubmitFallsBackWhenSlurmRefuses gives real Slurm preferences it
-// refuses, with both of its answers (FACTS §1), as features changing between
+// refuses, with both of its answers (docs/slurm/behaviour.md §1), as features changing between
 // sinfo and sbatch would: the job must run anyway, without the preference.
 // It needs no features set by hand: a feature no node has, and two fabrics
 // no node has both of, provoke the two refusals on the dev cluster as it

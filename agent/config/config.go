@@ -107,6 +107,12 @@ func Validate(c Agent) error {
 			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
 		}
 	}
+	if c.FetchMinSpeed < -1 {
+		errs = append(errs, fmt.Errorf("fetch min speed %d: give bytes a second, 0 for the default or -1 for none", c.FetchMinSpeed))
+	}
+	if c.CacheReserve < -1 {
+		errs = append(errs, fmt.Errorf("cache reserve %d: give bytes to keep free, 0 for the default or -1 for none", c.CacheReserve))
+	}
 	if c.Connections < 0 || c.Connections > 64 {
 		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))
 	}

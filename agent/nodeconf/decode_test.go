@@ -18,7 +18,8 @@ func fullAgent(t testing.TB) Agent {
 	a := Agent{Coordinator: "http://c:8420/?a=1&b=<2>", TokenFile: "/etc/llmgw/token", TLSCA: "/etc/llmgw/ca.pem", Node: "n1", Fabric: "ib-a",
 		WeightDirs: []string{"/w/1", "/w/é\t2"}, CacheDir: "/c", StateDir: "/s", RunDir: "/r", Socket: "/r/s", MetricsListen: "127.0.0.1:9482",
 		ScanInterval: time.Minute, ReportInterval: -time.Second, DirTimeout: 1, Connections: 16, GPUMemory: 80 << 30,
-		NvidiaSMI: "/usr/bin/nvidia-smi", FetchDeadline: time.Hour, GCInterval: 2 * time.Minute, GCTimeout: time.Second, Version: "v1"}
+		NvidiaSMI: "/usr/bin/nvidia-smi", FetchDeadline: time.Hour, GCInterval: 2 * time.Minute, GCTimeout: time.Second, Version: "v1",
+		HFTokenFile: "/etc/llmgw/hf.token", CacheReserve: 1 << 30, FetchMinSpeed: 1 << 20}
 	v := reflect.ValueOf(a)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {

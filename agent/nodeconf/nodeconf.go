@@ -73,7 +73,7 @@ const (
 
 	// DefaultFetchDeadline bounds how long a Prolog waits for weights. It
 	// must stay below slurm.conf's PrologEpilogTimeout: a Prolog killed by
-	// that timeout counts as failed and drains the node (slurm/FACTS.md §5),
+	// that timeout counts as failed and drains the node (docs/slurm/behaviour.md §5),
 	// whereas one that gives up by itself records why and exits 0. Slurm's
 	// default PrologEpilogTimeout is 65534 s; sites that set one usually set
 	// minutes, so the default is well under the usual ten.
@@ -148,6 +148,18 @@ type Agent struct {
 	// Connections is how many ranges one fetch downloads at once (default
 	// DefaultConnections).
 	Connections int `toml:"connections"`
+	// HFTokenFile is a file holding the Hugging Face token, read when
+	// neither $HF_TOKEN nor $HF_TOKEN_PATH is set: slurmd runs a Prolog with
+	// no $HOME, where huggingface-cli's own token file cannot be found.
+	HFTokenFile string `toml:"hf_token_file"`
+	// CacheReserve is the free space, in bytes, that a fetch from an origin
+	// giving no length leaves on the cache's filesystem (0: 5% of it, at
+	// most 10 GB; -1: none).
+	CacheReserve int64 `toml:"cache_reserve"`
+	// FetchMinSpeed drops a fetch's connection that delivers fewer bytes a
+	// second than this over 30 s, handing its range to another (0: 64 KiB/s;
+	// -1: never).
+	FetchMinSpeed int64 `toml:"fetch_min_speed"`
 
 	// GPUMemory is the node's total GPU memory in bytes, all GPUs together,
 	// for placement's memory check. 0 asks NvidiaSMI; when that is absent

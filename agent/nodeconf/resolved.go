@@ -218,7 +218,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 // tags; the resolved copy is written by json.Marshal).
 var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
-	"FetchDeadline", "GCInterval", "GCTimeout", "Version"}
+	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -271,6 +271,12 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		dur(&c.GCTimeout)
 	case "Version":
 		c.Version, ok = s.String()
+	case "HFTokenFile":
+		c.HFTokenFile, ok = s.String()
+	case "CacheReserve":
+		c.CacheReserve, ok = s.Int(64)
+	case "FetchMinSpeed":
+		c.FetchMinSpeed, ok = s.Int(64)
 	default:
 		ok = jsonlite.Unknown(name, agentFields...) && s.Skip()
 	}

@@ -34,7 +34,7 @@ var importRules = map[string]struct {
 	"coordinator":       {[]string{"api", "coordinator/store", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm"},
 	"coordinator/store": {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"api/table":         {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
-	"cmd/llmgw/demo":    {[]string{"api", "weights/catalog"}, "the demo's pure parts (generated weights, the local origin, the words for each step) read api types; running processes is cmd/llmgw's"},
+	"cmd/llmgw/demo":    {[]string{"agent/nodeconf", "api", "placement", "slurm", "weights/catalog"}, "the demo runs llmgw's own binary as coordinator and agents and shows the commands a user would type; it reads api types and the node configuration, and speaks to the dev cluster through slurm"},
 	"cmd/llmgw/doctor":  {[]string{"api", "slurm", "weights/catalog", "weights/scan"}, "the doctor reads every side (Slurm, agent socket, coordinator, cache) through their clients and links no server code"},
 	"cmd/llmgw":         {[]string{"*"}, "the binary wires everything"},
 	"cmd/llmgw-hook":    {[]string{"prolog", "agent/nodeconf", "weights/catalog"}, "the hook binary starts on every job: only the fast path (cmd/llmgw-hook/deps_test.go)"},
@@ -52,7 +52,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory)"},
 }
 
 type listedPackage struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/llmgw/llmgw/placement"
 )
@@ -60,6 +61,9 @@ func featuresCmd(ctx context.Context, e *env, args []string) error {
 			res.Nodes, res.Unchanged, verb, res.Drifted, len(res.Commands), res.Duration*1000)
 		if res.Unknown != "" {
 			fmt.Fprintf(e.stderr, "nodes reporting weights that Slurm does not list (no feature): %s\n", res.Unknown)
+		}
+		if len(res.Withheld) > 0 {
+			fmt.Fprintf(e.stderr, "models with no feature, to keep the distinct feature sets within feature_sets_max: %s\n", strings.Join(res.Withheld, ","))
 		}
 	}
 	if res.Error != "" {

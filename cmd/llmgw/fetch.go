@@ -26,9 +26,12 @@ The file is fetched over --connections connections when the origin serves
 ranges, resumed after an interruption without splicing versions, checked
 against --sha256 (and the hub's published digest for hf: sources), and
 renamed into place only once complete. Another fetch of the same file on this
-node waits for the first. Progress goes to stderr. HF_ENDPOINT and HF_TOKEN
-are honoured for hf: sources. The cache directory can also be set with
-LLMGW_CACHE_DIR.`
+node waits for the first. Progress goes to stderr. HF_ENDPOINT, HF_TOKEN and
+HF_TOKEN_PATH are honoured for hf: sources; the token is sent to the hub
+only, never to a host, port or scheme it redirects to. A fetch that the
+disk cannot hold, counting the fetches already running on this node, is
+refused before it starts; one that runs out of space removes its partial
+file. The cache directory can also be set with LLMGW_CACHE_DIR.`
 
 // fetchCmd wires flags into a fetch.Fetcher and prints the path.
 func fetchCmd(ctx context.Context, e *env, args []string) error {

@@ -31,8 +31,10 @@ the script. llmgw adds, before the script:
                 appended to --comment, so the Prolog knows the model;
   --comment     ... llmgw:composed, so job_submit.lua, which knows less,
                 leaves the job as composed here.
-If Slurm still refuses the preference, the job is submitted again without it.
-With no coordinator reachable, only the model is recorded. What was added is
+The node features are the coordinator's (its last read of Slurm), or
+sinfo's when its feature reconciler is off. If Slurm still refuses the
+preference, the job is submitted again without it. With no coordinator
+reachable, only the model is recorded. What was added is
 printed on stderr; sbatch's own output and exit status are passed through.`
 
 // sbatchOwnFlags are llmgw's flags among sbatch's; they may come anywhere
@@ -116,35 +118,36 @@ func sbatchCmd(ctx context.Context, e *env, args []string) error {
 			return usagef("", "--exclude=%s: %v", eff.Exclude, err)
 		}
 	}
-	cluster, def, err := r.FeatureNodes(ctx)
-	if err != nil {
-		warn("cannot read the node features (%v); submitting without a preference", err)
+	// The coordinator says which nodes cannot fetch the model and, when its
+	// feature reconciler runs, which features every node has as it last
+	// read Slurm: slurmctld is not asked for every node by every
+	// submission, as the submitting user, whom its rate limit throttles.
+	// sinfo only when the coordinator has no view. Without the
+	// coordinator, only the model is recorded: features alone are no basis
+	// to steer by when the service that publishes them is down.
+	pctx, cancel := context.WithTimeout(ctx, placementTimeout)
+	p, perr := placementFrom(pctx, *coordURL, *tokenFile, *model, max(eff.Nodes, 1))
+	cancel()
+	var cluster []slurm.FeatureNode
+	var def string
+	var ferr error
+	switch {
+	case perr != nil:
+		warn("warning: no placement from the coordinator (%v); recording the model only", perr)
+	case p.View != nil:
+		cluster, def = viewNodes(p.View)
+	default:
+		if cluster, def, ferr = r.FeatureNodes(ctx); ferr != nil {
+			warn("cannot read the node features (%v); submitting without a preference", ferr)
+		}
 	}
 	if eff.Partition != "" {
 		in.Partitions = strings.Split(eff.Partition, ",")
 	} else if def != "" {
 		in.Partitions = []string{def}
 	}
-
-	// The coordinator says which nodes cannot fetch the model. Without it,
-	// only the model is recorded: features alone are no basis to steer by
-	// when the service that publishes them is down.
-	if err == nil {
-		// Only the nodes the job may run on are worth asking about.
-		var names []string
-		for _, nd := range cluster {
-			if len(in.Partitions) == 0 || slices.ContainsFunc(nd.Partitions, func(p string) bool { return slices.Contains(in.Partitions, p) }) {
-				names = append(names, nd.Name)
-			}
-		}
-		pctx, cancel := context.WithTimeout(ctx, placementTimeout)
-		noRoom, perr := noRoomFrom(pctx, *coordURL, *tokenFile, *model, max(eff.Nodes, 1), names)
-		cancel()
-		if perr != nil {
-			warn("warning: no placement from the coordinator (%v); recording the model only", perr)
-		} else {
-			in.Cluster, in.NoRoom = cluster, noRoom
-		}
+	if perr == nil && ferr == nil {
+		in.Cluster, in.NoRoom = cluster, noRoom(p, cluster, in.Partitions)
 	}
 
 	c := slurm.Compose(in)
@@ -176,12 +179,10 @@ type sbatchExit int
 func (s sbatchExit) Error() string { return "sbatch exited with status " + strconv.Itoa(int(s)) }
 func (s sbatchExit) ExitCode() int { return int(s) }
 
-// noRoomFrom asks the coordinator named by the flags for the placement
-// ranking of model over nodes and returns the nodes that cannot take the
-// job: they do not hold the model and their cache lacks the room to fetch
-// it (api.PlacementNode.NoRoom), so a job there would fail its fetch. A
-// node that holds the model needs no room and is never among them.
-func noRoomFrom(ctx context.Context, coordURL, tokenFile, model string, count int, nodes []string) ([]string, error) {
+// placementFrom asks the coordinator named by the flags for the placement
+// ranking of model over every node it knows, with its view of Slurm's
+// nodes.
+func placementFrom(ctx context.Context, coordURL, tokenFile, model string, count int) (*api.Placement, error) {
 	if coordURL == "" {
 		return nil, errors.New("no coordinator given (--coordinator URL or LLMGW_COORDINATOR)")
 	}
@@ -189,19 +190,35 @@ func noRoomFrom(ctx context.Context, coordURL, tokenFile, model string, count in
 	if err != nil {
 		return nil, err
 	}
-	q := api.PlacementQuery{Model: model, Count: count}
-	if len(nodes) > 0 {
-		q.Nodes = slurm.Compress(nodes)
-	}
-	p, err := c.Placement(ctx, q)
-	if err != nil {
-		return nil, err
+	return c.Placement(ctx, api.PlacementQuery{Model: model, Count: count, View: true})
+}
+
+// noRoom is the nodes the job may run on (in one of partitions, or any
+// when none is known) that cannot take it: they do not hold the model and
+// their cache lacks the room to fetch it (api.PlacementNode.NoRoom), so a
+// job there would fail its fetch. A node that holds the model needs no
+// room and is never among them.
+func noRoom(p *api.Placement, cluster []slurm.FeatureNode, partitions []string) []string {
+	may := map[string]bool{}
+	for _, nd := range cluster {
+		if len(partitions) == 0 || slices.ContainsFunc(nd.Partitions, func(p string) bool { return slices.Contains(partitions, p) }) {
+			may[nd.Name] = true
+		}
 	}
 	var out []string
 	for _, n := range p.Nodes {
-		if n.NoRoom {
+		if n.NoRoom && may[n.Node] {
 			out = append(out, n.Node)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// viewNodes is the coordinator's view as Compose takes nodes.
+func viewNodes(v *api.FeatureView) ([]slurm.FeatureNode, string) {
+	nodes := make([]slurm.FeatureNode, len(v.Nodes))
+	for i, n := range v.Nodes {
+		nodes[i] = slurm.FeatureNode{Name: n.Name, Partitions: n.Partitions, Features: n.Features}
+	}
+	return nodes, v.Default
 }

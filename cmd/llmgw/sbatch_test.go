@@ -48,8 +48,16 @@ echo "Submitted batch job 7"
 }
 
 // placementServer answers GET /v1/placement with noRoom failing the disk
-// check and every other node fine.
+// check and every other node fine, and no view of Slurm's nodes (a
+// coordinator whose feature reconciler is off).
 func placementServer(t *testing.T, noRoom ...string) (*httptest.Server, *http.Request) {
+	t.Helper()
+	return placementServerView(t, nil, noRoom...)
+}
+
+// placementServerView is placementServer whose answer carries view when
+// asked for it.
+func placementServerView(t *testing.T, view *api.FeatureView, noRoom ...string) (*httptest.Server, *http.Request) {
 	t.Helper()
 	var last http.Request
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -67,6 +75,9 @@ func placementServer(t *testing.T, noRoom ...string) (*httptest.Server, *http.Re
 			}
 			holds := n == "n2" && r.URL.Query().Get("model") == "m1"
 			ans.Nodes = append(ans.Nodes, node{Node: n, Holder: holds, NoRoom: fails && !holds})
+		}
+		if r.URL.Query().Get("view") == "1" {
+			ans.View = view
 		}
 		_ = json.NewEncoder(w).Encode(ans)
 	}))
@@ -102,8 +113,41 @@ func TestSbatchAddsPreferExcludeAndComment(t *testing.T) {
 	if !strings.Contains(stderr, "adding --prefer=llmgw.m1") {
 		t.Errorf("stderr does not say what was added: %q", stderr)
 	}
-	if q := req.URL.Query(); q.Get("model") != "m1" || q.Get("count") != "1" || q.Get("nodes") != "n[1-4]" {
+	if q := req.URL.Query(); q.Get("model") != "m1" || q.Get("count") != "1" || q.Get("view") != "1" {
 		t.Errorf("placement query %q", req.URL.RawQuery)
+	}
+}
+
+// TestSbatchTakesNodesFromCoordinator: with the coordinator's view of
+// Slurm's nodes, sbatch composes from it, default partition included, and
+// never runs sinfo (slurmctld is not asked for every node by every
+// submission).
+func TestSbatchTakesNodesFromCoordinator(t *testing.T) {
+	dir, argsLog := fakeSlurm(t, false)
+	marker := filepath.Join(dir, "sinfo-ran")
+	if err := os.WriteFile(filepath.Join(dir, "sinfo"), []byte("#!/bin/sh\ntouch "+marker+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// n5 holds m1 too, but is not in the default partition: a job that
+	// names none can have only n2 as a holder.
+	view := &api.FeatureView{Default: "debug", Nodes: []api.FeatureViewNode{
+		{Name: "n1", Partitions: []string{"debug"}, Features: []string{"ib-a"}},
+		{Name: "n2", Partitions: []string{"debug"}, Features: []string{"ib-a", "llmgw.m1"}},
+		{Name: "n3", Partitions: []string{"debug"}, Features: []string{"ib-b"}},
+		{Name: "n5", Partitions: []string{"other"}, Features: []string{"ib-a", "llmgw.m1"}},
+	}}
+	srv, _ := placementServerView(t, view, "n3")
+	code, _, stderr := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": srv.URL},
+		"sbatch", "--model", "m1", "--slurm-dir", dir, "-N", "2", "--wrap", "true")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := "-N 2 --wrap true --prefer=llmgw.m1*1 --exclude=n3 --comment=llmgw:model=m1 llmgw:composed\n"
+	if got := readArgs(t, argsLog); got != want {
+		t.Errorf("sbatch args:\n got %q\nwant %q", got, want)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("sinfo ran although the coordinator gave its view of the nodes")
 	}
 }
 
@@ -184,16 +228,16 @@ func TestSbatchUsage(t *testing.T) {
 	}
 }
 
-// job_submit.lua cannot import the Go constant, so it repeats it; this keeps
-// the two from drifting apart, which would make the script prefer features
-// no node carries (a rejected job) or none at all.
+// The job_submit module cannot import the Go constant, so it repeats it;
+// this keeps the two from drifting apart, which would make it prefer
+// features no node carries (a rejected job) or none at all.
 func TestLuaPrefixIsPlacements(t *testing.T) {
-	b, err := os.ReadFile("../../slurm/lua/job_submit.lua")
+	b, err := os.ReadFile("../../slurm/lua/llmgw_submit.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `PREFIX = "` + placement.FeaturePrefix + `"`
 	if !strings.Contains(string(b), want) {
-		t.Errorf("job_submit.lua does not set %s", want)
+		t.Errorf("llmgw_submit.lua does not set %s", want)
 	}
 }

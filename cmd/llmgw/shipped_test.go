@@ -116,6 +116,9 @@ func TestShippedAgentConfig(t *testing.T) {
 		"fetch_deadline":  {cfg.FetchDeadline, def.FetchDeadline},
 		"gc_interval":     {cfg.GCInterval, def.GCInterval},
 		"gc_timeout":      {cfg.GCTimeout, def.GCTimeout},
+		"hf_token_file":   {cfg.HFTokenFile, def.HFTokenFile},
+		"cache_reserve":   {cfg.CacheReserve, def.CacheReserve},
+		"fetch_min_speed": {cfg.FetchMinSpeed, def.FetchMinSpeed},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])

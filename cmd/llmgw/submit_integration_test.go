@@ -334,7 +334,7 @@ func (e *e2e) showTables(t *testing.T) {
 // restartSlurmctld restarts the dev cluster's slurmctld as
 // scripts/dev-cluster started it (same command line, same
 // LLMGW_FEATURE_FILE), without -R: the restart that loses the features
-// (FACTS §2). It waits until slurmctld answers again.
+// (docs/slurm/behaviour.md §2). It waits until slurmctld answers again.
 func restartSlurmctld(t *testing.T, sl *slurm.Runner) {
 	t.Helper()
 	ctx := context.Background()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # coordinator.sh: the coordinator at cluster scale, against its targets
-# (DESIGN.md §6, issue 5): 10,000 simulated nodes reporting 50 weights each
+# (docs/design.md §6, issue 5): 10,000 simulated nodes reporting 50 weights each
 # must be ingested at >= 5,000 reports/s on this 2-core machine, and
 # `llmgw status` over 10,000 nodes x 200 catalog models must answer in
 # <= 300 ms.

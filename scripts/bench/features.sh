@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # features.sh: syncing Slurm node features on 1,000 nodes, llmgw's way
-# against the naive one (DESIGN.md §6, issue 8: <= 0.5 s, one scontrol call
+# against the naive one (docs/design.md §6, issue 8: <= 0.5 s, one scontrol call
 # per distinct feature set).
 #
 # Both start from nodes whose llmgw features were wiped (as after scontrol
@@ -17,26 +17,41 @@
 #   naive:  a bash loop, one scontrol update per node.
 #
 # It needs the dev cluster with 1000 extra nodes (never registered, no
-# slurmd; they accept feature updates, slurm/FACTS.md §3), under the
+# slurmd; they accept feature updates, docs/slurm/behaviour.md §3), under the
 # cluster lock:
 #   flock /tmp/llmgw-cluster.lock bash -c 'scripts/dev-cluster down >/dev/null 2>&1;
 #     LLMGW_DEV_EXTRA_NODES=1000 scripts/dev-cluster up >/dev/null &&
 #     SLURM_CONF=/var/tmp/llmgw-dev-cluster/slurm.conf scripts/bench/features.sh;
 #     scripts/dev-cluster down'
 #
-# Usage: scripts/bench/features.sh [--runs N]
+# --plan needs no cluster: it reports the distinct feature sets the
+# reconciler's plan leaves on 1,000 nodes holding random mixes of 50 models
+# (8 fabrics), unbounded and bounded by feature_sets_max (default 64; goal
+# <= 64), with the models withheld and what bounding costs a sync
+# (BenchmarkFeatureSets, coordinator/featuresets_test.go). Every distinct set
+# is a node config record slurmctld's scheduler walks for every job.
+#
+# Usage: scripts/bench/features.sh [--runs N] | --plan
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
 RUNS=5
+PLAN=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) RUNS=$2; shift 2 ;;
+	--plan) PLAN=1; shift ;;
 	-h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//; /^set -e/d'; exit 0 ;;
 	*) echo "features.sh: unknown argument $1; try --help" >&2; exit 2 ;;
 	esac
 done
+if [[ -n $PLAN ]]; then
+	echo "distinct feature sets on 1000 nodes, random mixes of 50 models (max=-1: unbounded):"
+	go test -run '^$' -bench 'BenchmarkFeatureSets' -benchtime 20x ./coordinator/ |
+		awk '/^BenchmarkFeatureSets/ { printf "  %-32s %8.0f sets %4.0f models withheld %8.2f ms per sync\n", $1, $5, $7, $3 / 1e6 }'
+	exit 0
+fi
 [[ -n ${SLURM_CONF:-} ]] || { echo "features.sh: SLURM_CONF is not set; see --help for how to start the cluster" >&2; exit 1; }
 export SLURM_CONF
 

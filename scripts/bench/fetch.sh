@@ -2,7 +2,7 @@
 # fetch.sh: time `llmgw fetch` against curl and aria2c fetching the same file
 # from the same origin on 127.0.0.1, in one run, side by side.
 #
-# The targets (DESIGN.md §6): with a per-connection cap on the origin — how
+# The targets (docs/design.md §6): with a per-connection cap on the origin — how
 # CDNs and object stores treat each TCP flow — llmgw's eight connections must
 # at least match aria2c -x8 -s8, the tool people reach for, and beat a single
 # curl stream fourfold; with no cap, where one stream can already fill the
@@ -27,10 +27,14 @@
 #   --connections N   llmgw --connections and aria2c -x/-s (default 8)
 #   --dir DIR         where the file and every download go (default $TMPDIR
 #                     or /tmp); all tools write to the same disk
+#   --llmgw PATH      measure this llmgw binary instead of building one (to
+#                     compare with an older build)
+# What one kill costs (bytes served after kill -9 and a resume) is
+# scripts/bench/resume.sh.
 # Needs curl, aria2c and sha256sum. Everything it creates is deleted at exit.
 set -euo pipefail
 
-SIZE=4G CAP=0 RUNS=3 CONNS=8 DIR=${TMPDIR:-/tmp}
+SIZE=4G CAP=0 RUNS=3 CONNS=8 DIR=${TMPDIR:-/tmp} BIN=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--size) SIZE=$2; shift 2 ;;
@@ -38,16 +42,15 @@ while [ $# -gt 0 ]; do
 	--runs) RUNS=$2; shift 2 ;;
 	--connections) CONNS=$2; shift 2 ;;
 	--dir) DIR=$2; shift 2 ;;
+	--llmgw) BIN=$(realpath "$2"); shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "fetch.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
-for tool in curl aria2c sha256sum numfmt; do
-	command -v $tool >/dev/null || { echo "fetch.sh: $tool is not installed" >&2; exit 1; }
-done
-BYTES=$(numfmt --from=iec "$SIZE")
-
 cd "$(dirname "$0")/../.."
+. scripts/bench/origin/start.sh
+need_tools fetch.sh curl aria2c sha256sum numfmt bc
+BYTES=$(numfmt --from=iec "$SIZE")
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 W=$(mktemp -d "$DIR/llmgw-fetch-bench.XXXXXX")
 ORIGIN_PID=
@@ -58,17 +61,9 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 echo "building llmgw and the origin ..." >&2
-go build -o "$W/llmgw" ./cmd/llmgw
-go build -o "$W/origin" ./scripts/bench/origin
-
-echo "writing $SIZE of random bytes to $W ..." >&2
-head -c "$BYTES" /dev/urandom >"$W/model.bin"
-WANT=$(sha256sum "$W/model.bin" | cut -d' ' -f1)
-
-"$W/origin" --file "$W/model.bin" --cap "$CAP" --addr-file "$W/addr" >/dev/null 2>"$W/origin.log" &
-ORIGIN_PID=$!
-for _ in $(seq 50); do [ -s "$W/addr" ] && break; sleep 0.1; done
-URL=$(cat "$W/addr")
+if [ -n "$BIN" ]; then cp "$BIN" "$W/llmgw"; else go build -o "$W/llmgw" ./cmd/llmgw; fi
+echo "writing $SIZE of random bytes to $W and serving them ..." >&2
+start_origin "$CAP"
 
 # run NAME CMD... times one download; the command must leave the file at
 # $OUT. Two clocks: when the tool exits, and when the file is also on disk

@@ -1,6 +1,6 @@
 #!/bin/bash
 # hook.sh: the Prolog's fast path against a bash hook doing `test -e`, as
-# whole processes (DESIGN.md §6: within 1.5x, no call to slurmctld).
+# whole processes (docs/design.md §6: within 1.5x, no call to slurmctld).
 #
 #   make build && scripts/bench/hook.sh [RUNS]     (ROUNDS=6 by default)
 #

@@ -2,7 +2,7 @@
 # scan.sh: time `llmgw scan` against `du -sb` over a synthetic tree of about
 # 100,000 files, warm and with the dentry and inode caches dropped.
 #
-# The target (DESIGN.md §6) is a scan no slower than du -sb: both must stat
+# The target (docs/design.md §6) is a scan no slower than du -sb: both must stat
 # every file, so du is the floor an operator already knows. llmgw does more
 # per file (it follows Hugging Face snapshot symlinks into blobs/ and reads
 # every sharded checkpoint's index), and still has to keep up.

@@ -2,7 +2,7 @@
  * llmgw_spank: the --llmgw-model=NAME option of sbatch, srun and salloc.
  *
  * The option tells llmgw's Slurm hooks which model a job uses. The Prolog and
- * Epilog see neither the job's environment nor its name (slurm/FACTS.md §4),
+ * Epilog see neither the job's environment nor its name (docs/slurm/behaviour.md §4),
  * but they do see SPANK_* variables that an allocator-side plugin sets with
  * spank_job_control_setenv(); the tasks get LLMGW_MODEL from the remote
  * (slurmstepd) side. slurmctld's job_submit.lua also reads the option from
@@ -14,7 +14,7 @@
  * The option is registered with spank_option_register() from
  * slurm_spank_init(): Slurm 22.05 ignores a static spank_options[] table in
  * the allocator context, so sbatch and salloc would refuse --llmgw-model
- * (src/common/plugstack.c; seen on the dev cluster, FACTS §6).
+ * (src/common/plugstack.c; seen on the dev cluster, docs/slurm/behaviour.md §6).
  */
 
 #include <stdio.h>

@@ -2,5 +2,5 @@
 
 package catalog
 
-// RecordedSHA256 is "": no user xattrs here, so no recorded digest.
-func RecordedSHA256(path string) string { return "" }
+// RecordedSHA256 finds nothing: no user xattrs here, so no recorded digest.
+func RecordedSHA256(path string) (sum string, tagged bool) { return "", false }

@@ -30,7 +30,17 @@ func TestDigestRecordsWhatItComputes(t *testing.T) {
 	if err != nil || got != hex.EncodeToString(want[:]) {
 		t.Fatalf("Digest = %s, %v; want %x", got, err, want)
 	}
-	if rec := catalog.RecordedSHA256(p); runtime.GOOS == "linux" && rec != got && recordedSum(p) == got {
-		t.Errorf("the hooks read %q where the fetcher recorded %s", rec, got)
+	if runtime.GOOS != "linux" {
+		return
+	}
+	if rec, tagged := catalog.RecordedSHA256(p); !tagged || rec != got || recordedSum(p) != got {
+		t.Errorf("the hooks read %q (tagged %v), the fetcher %q, where Digest computed %s", rec, tagged, recordedSum(p), got)
+	}
+	// A file written after it was hashed is vouched for by neither.
+	if err := os.WriteFile(p, []byte("other weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rec, tagged := catalog.RecordedSHA256(p); !tagged || rec != "" || recordedSum(p) != "" {
+		t.Errorf("after a write the hooks read %q (tagged %v), the fetcher %q; want no digest", rec, tagged, recordedSum(p))
 	}
 }

@@ -121,9 +121,9 @@ func noSpace(err error, dir string, need int64) error {
 
 // allocated is how many bytes of disk a file already occupies; a
 // preallocated .part from an earlier attempt needs no more room.
-func allocated(path string) int64 {
+func allocated(fh *os.File) int64 {
 	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
+	if unix.Fstat(int(fh.Fd()), &st) != nil {
 		return 0
 	}
 	return st.Blocks * 512

@@ -2,7 +2,9 @@ package fetch
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,25 +34,44 @@ func startWriteOut(fd int, off, n int64) {
 // sha256. It travels with the file through the rename into place, so a
 // later caller that expects a digest can trust the file without reading
 // 100 GB again.
+//
+// It holds "SHA256 SIZE MTIME_NS": the file's size and modification time
+// when it was hashed. The tag is trusted only while both still match, so a
+// file written after it was hashed (by a process that should not have, or
+// by hand) is hashed again instead of vouched for.
 const sumXattr = "user.llmgw.sha256"
 
-// recordSum notes sum on the open file; best effort, since a filesystem
-// without user xattrs only costs a later caller a full hash.
+// recordSum notes sum on the open file, with the file's size and mtime as
+// they are now; call it only when nothing has written the file since it was
+// hashed. Best effort: a filesystem without user xattrs only costs a later
+// caller a full hash.
 func recordSum(fh *os.File, sum string) {
-	_ = unix.Fsetxattr(int(fh.Fd()), sumXattr, []byte(sum), 0)
+	var st unix.Stat_t
+	if unix.Fstat(int(fh.Fd()), &st) != nil {
+		return
+	}
+	_ = unix.Fsetxattr(int(fh.Fd()), sumXattr, []byte(sumTag(sum, &st)), 0)
 }
 
-// recordedSum is the sha256 noted on path, or "" when none is.
+func sumTag(sum string, st *unix.Stat_t) string {
+	return fmt.Sprintf("%s %d %d", sum, st.Size, st.Mtim.Nano())
+}
+
+// recordedSum is the sha256 noted on path, or "" when none is or when the
+// file's size or mtime is no longer what was hashed.
 func recordedSum(path string) string {
-	buf := make([]byte, 64)
+	buf := make([]byte, 128)
 	n, err := unix.Getxattr(path, sumXattr, buf)
-	if err != nil || n != 64 {
+	if err != nil {
 		return ""
 	}
-	return string(buf[:n])
-}
-
-// recordSumAt notes sum on the file at path; best effort, as recordSum.
-func recordSumAt(path, sum string) {
-	_ = unix.Setxattr(path, sumXattr, []byte(sum), 0)
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return ""
+	}
+	sum, _, _ := strings.Cut(string(buf[:n]), " ")
+	if len(sum) != 64 || string(buf[:n]) != sumTag(sum, &st) {
+		return ""
+	}
+	return sum
 }

@@ -31,8 +31,12 @@ type download struct {
 	log    logrus.FieldLogger
 
 	part, statePath string
-	token           string
-	hubSum          string // the digest the hub published, if any
+	// fh is the .part, open and flocked for the whole download (see
+	// Fetcher.lockPart): every write, truncation, hash and the rename act on
+	// this one inode.
+	fh     *os.File
+	token  string
+	hubSum string // the digest the hub published, if any
 
 	done  atomic.Int64 // bytes on disk, for progress
 	total atomic.Int64 // -1 until known
@@ -91,23 +95,59 @@ func (d *download) run(ctx context.Context) (string, error) {
 	}
 }
 
-// discard removes the partial download and its state.
+// discard throws away the partial download and its state. The .part is
+// emptied through the locked descriptor rather than unlinked, so the lock
+// stays on the file this process goes on writing.
 func (d *download) discard() {
 	os.Remove(d.statePath)
-	os.Remove(d.part)
+	d.fh.Truncate(0)
 	d.done.Store(0)
+}
+
+// giveBack removes the .part of a fetch that ran out of space, and returns
+// err saying so. A fetch that cannot finish must not keep the disk full:
+// every other writer on the node, jobs and logs included, fails until the
+// space comes back, and waiting for an operator to free room for a resume
+// is worse than fetching those bytes again. Other errors pass through.
+func (d *download) giveBack(err error) error {
+	if !isNoSpace(err) {
+		return err
+	}
+	d.fh.Truncate(0)
+	if sameFile(d.fh, d.part) {
+		os.Remove(d.part)
+	}
+	os.Remove(d.statePath)
+	d.done.Store(0)
+	return fmt.Errorf("%w; the partial download was removed to give the space back", err)
+}
+
+// dropEmptyPart removes a .part that holds nothing, after a fetch that
+// failed: an empty file is no progress to resume from. It holds the .part's
+// flock, and removes the name only while it still points at the inode this
+// process has open.
+func (d *download) dropEmptyPart() {
+	if fi, err := d.fh.Stat(); err == nil && fi.Size() == 0 && sameFile(d.fh, d.part) {
+		os.Remove(d.part)
+		os.Remove(d.statePath)
+	}
 }
 
 // attempt fetches from whatever is on disk to a verified, renamed file.
 func (d *download) attempt(ctx context.Context) (string, error) {
 	st := loadState(d.statePath, d.rem.source)
 	partSize := int64(-1)
-	if fi, err := os.Stat(d.part); err == nil {
+	if fi, err := d.fh.Stat(); err == nil {
 		partSize = fi.Size()
 	}
-	if st == nil || partSize < 0 || (!st.Parallel && partSize > st.Size && st.Size >= 0) {
+	if st == nil || partSize < 0 || (!st.Parallel && partSize > st.Size && st.Size >= 0) ||
+		(st.Parallel && partSize != st.Size) {
 		// Bytes of unknown provenance: without a validator there is no way
-		// to ask the origin whether they are still the file's.
+		// to ask the origin whether they are still the file's. A parallel
+		// .part is preallocated to its size before its record is first
+		// saved, so one of another length is not the .part the record
+		// describes (it was removed, or emptied by giveBack, and created
+		// anew): its "finished" ranges would be zeros.
 		st = nil
 		d.discard()
 	}
@@ -236,10 +276,10 @@ func (d *download) expectedSum() string {
 	return d.hubSum
 }
 
-// seal ends a download whose bytes are all in fh: it takes the digest the
-// hashing goroutine computed (when one ran), closes fh, and hands the .part
+// seal ends a download whose bytes are all in the .part: it takes the
+// digest the hashing goroutine computed (when one ran) and hands the .part
 // to finish for verification and the rename.
-func (d *download) seal(ctx context.Context, fh *os.File, hashed <-chan hashResult, size int64) (string, error) {
+func (d *download) seal(ctx context.Context, hashed <-chan hashResult, size int64) (string, error) {
 	sum := ""
 	if hashed != nil {
 		h := <-hashed
@@ -247,9 +287,6 @@ func (d *download) seal(ctx context.Context, fh *os.File, hashed <-chan hashResu
 			return "", &Error{Source: d.rem.source, Op: "verify", Err: h.err}
 		}
 		sum = h.sum
-	}
-	if err := fh.Close(); err != nil {
-		return "", &Error{Source: d.rem.source, Op: "write", Err: err}
 	}
 	return d.finish(ctx, size, sum)
 }
@@ -275,11 +312,15 @@ func (d *download) checkRange(resp *http.Response, st *rangeState, from, to int6
 
 // finish checks the complete .part and renames it into place. sum is the
 // digest computed while streaming, or "".
+//
+// Everything acts on the open, locked descriptor: its size, its hash, its
+// fsync and its tag; and the rename happens only while the .part's name
+// still points at that inode, so what is renamed is what was verified.
 func (d *download) finish(ctx context.Context, size int64, sum string) (string, error) {
 	fail := func(op string, err error) (string, error) {
 		return "", &Error{Source: d.rem.source, Op: op, Err: err}
 	}
-	fi, err := os.Stat(d.part)
+	fi, err := d.fh.Stat()
 	if err != nil {
 		return fail("verify", err)
 	}
@@ -293,7 +334,7 @@ func (d *download) finish(ctx context.Context, size int64, sum string) (string, 
 	}
 	if exp := d.expectedSum(); exp != "" {
 		if sum == "" {
-			if sum, err = fileSHA256(ctx, d.part); err != nil {
+			if sum, err = hashFD(ctx, d.fh); err != nil {
 				return fail("verify", err)
 			}
 		}
@@ -302,19 +343,14 @@ func (d *download) finish(ctx context.Context, size int64, sum string) (string, 
 			return fail("verify", fmt.Errorf("sha256 mismatch: expected %s, got %s; discarded", exp, sum))
 		}
 	}
-	fh, err := os.OpenFile(d.part, os.O_RDWR, 0)
-	if err != nil {
+	if err := d.fh.Sync(); err != nil {
 		return fail("sync", err)
 	}
 	if sum != "" {
-		recordSum(fh, sum)
+		recordSum(d.fh, sum)
 	}
-	err = fh.Sync()
-	if cerr := fh.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fail("sync", err)
+	if !sameFile(d.fh, d.part) {
+		return fail("rename", fmt.Errorf("%s is no longer the file this fetch wrote and verified; not renaming it", d.part))
 	}
 	if err := os.Rename(d.part, d.target); err != nil {
 		return fail("rename", err)

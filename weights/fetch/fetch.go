@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,12 @@ const (
 	// DefaultParallelMin is the smallest file fetched with more than one
 	// connection. Below it the extra requests cost more than they save.
 	DefaultParallelMin = 64 << 20
+	// DefaultMinSpeed is the slowest a connection may be, over an
+	// IdleTimeout window, before it is dropped: 64 KiB/s. A connection that
+	// slow on a cluster's link is a stuck CDN node or a trickling proxy, not
+	// a slow network, and a fresh connection usually does better; it is low
+	// enough that a genuinely slow origin is still fetched.
+	DefaultMinSpeed = 64 << 10
 	// DefaultProgressInterval is how often OnProgress is called.
 	DefaultProgressInterval = time.Second
 )
@@ -104,10 +111,14 @@ type Want struct {
 // returns it wrapped; test for it with errors.Is.
 var ErrNotLocal = errors.New("the weights are not on this node and the source is a path, which is never fetched")
 
-// ErrNoSpace reports that the cache's filesystem cannot hold a fetch, found
-// either before it started (from the announced size) or by ENOSPC during it.
-// Ensure returns it wrapped, with the sizes and the mount; test for it with
-// errors.Is. The partial file is kept, so freeing space and retrying resumes.
+// ErrNoSpace reports that the cache's filesystem cannot hold a fetch: found
+// before it started (the announced size against the free space less what
+// the fetches in flight on the node have claimed), by ENOSPC during it, or,
+// for an origin that gives no length, by reaching cache_reserve. Ensure
+// returns it wrapped, with the sizes and the mount; test for it with
+// errors.Is. A fetch refused up front keeps an earlier attempt's partial
+// file; one that ran out of space during the fetch removes its own, to give
+// the space back.
 var ErrNoSpace = errors.New("not enough disk space")
 
 // Error records a failed Ensure and the step that failed. Op is one of
@@ -192,9 +203,30 @@ type Fetcher struct {
 	HFEndpoint string
 
 	// HFToken is sent to the hub for gated and private models (default
-	// $HF_TOKEN, else the token file huggingface-cli login writes; see
-	// hfToken). It is sent only to the hub's host, never logged.
+	// $HF_TOKEN, else $HF_TOKEN_PATH, else HFTokenFile, else the token file
+	// huggingface-cli login writes; see hfToken). It is sent only to the
+	// hub's scheme, host and port, never logged.
 	HFToken string
+
+	// HFTokenFile is a file holding the hub token (agent.toml's
+	// hf_token_file), read when neither $HF_TOKEN nor $HF_TOKEN_PATH is
+	// set: slurmd runs a Prolog with no $HOME, where huggingface-cli's
+	// file cannot be found.
+	HFTokenFile string
+
+	// CacheReserve is the free space, in bytes, a fetch from an origin that
+	// gives no length leaves on the cache's filesystem: it stops there
+	// rather than grow into the last blocks (default: 5% of the
+	// filesystem, at most 10 GB; negative: none). Fetches of a known size
+	// are checked against the space itself, before their first byte.
+	CacheReserve int64
+
+	// MinSpeed drops a connection that delivers fewer bytes a second than
+	// this over an IdleTimeout window, like aria2's --lowest-speed-limit
+	// (default DefaultMinSpeed; negative: never). A parallel fetch hands
+	// the dropped connection's range to the next free connection; a single
+	// stream reconnects and resumes.
+	MinSpeed int64
 
 	mu            sync.Mutex
 	inflight      map[string]*call
@@ -272,7 +304,10 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
 	target := catalog.CachePathFor(f.CacheDir, source)
-	if p, ok, err := present(ctx, target, want); err != nil {
+	// Only the cheap check here: a file that must be hashed first is hashed
+	// by the shared call below, once however many callers ask at the same
+	// time.
+	if p, ok, _, err := present(ctx, target, want, false); err != nil {
 		return "", &Error{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
@@ -337,34 +372,38 @@ func (f *Fetcher) leave(target string, c *call) {
 // wants it. A file under the real name was verified against what its fetch
 // knew before it was renamed there, so the size is checked again cheaply.
 // A digest the caller expects is checked too, against the sha256 recorded
-// on the file when it was fetched, or, where none is recorded (fetched
-// without a digest, or a filesystem without user xattrs), by hashing the
-// file once and recording the result. A size or digest that differs means
-// the origin has published a new file, which is fetched (and renamed over
-// the old one only once it verifies).
-func present(ctx context.Context, target string, want Want) (string, bool, error) {
+// on the file when it was fetched (trusted only while the file's size and
+// mtime are those that were hashed), or, where none is, by hashing the file
+// once and recording the result — only when hash is set; without it a file
+// that would need hashing is reported absent, for the caller that hashes. A
+// size or digest that differs means the origin has published a new file,
+// which is fetched (and renamed over the old one only once it verifies).
+// sum is the file's digest when it was known or computed.
+func present(ctx context.Context, target string, want Want, hash bool) (path string, ok bool, sum string, err error) {
 	st, err := os.Stat(target)
 	switch {
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return "", false, nil // and MkdirAll will say what is wrong with the directory
+		return "", false, "", nil // and MkdirAll will say what is wrong with the directory
 	case err != nil:
-		return "", false, err
+		return "", false, "", err
 	case !st.Mode().IsRegular():
-		return "", false, fmt.Errorf("%s is in the cache but is not a regular file; remove it", target)
+		return "", false, "", fmt.Errorf("%s is in the cache but is not a regular file; remove it", target)
 	case want.Size > 0 && st.Size() != want.Size:
-		return "", false, nil
+		return "", false, "", nil
 	}
 	if want.SHA256 == "" {
-		return target, true, nil
+		return target, true, "", nil
 	}
-	sum := recordedSum(target)
+	sum = recordedSum(target)
 	if sum == "" {
-		if sum, err = fileSHA256(ctx, target); err != nil {
-			return "", false, err
+		if !hash {
+			return "", false, "", nil
 		}
-		recordSumAt(target, sum)
+		if sum, err = fileSHA256(ctx, target); err != nil {
+			return "", false, "", err
+		}
 	}
-	return target, sum == want.SHA256, nil
+	return target, sum == want.SHA256, sum, nil
 }
 
 // checkWant checks a fetched file against one caller's expectations. sum is
@@ -409,19 +448,32 @@ func (f *Fetcher) fetch(ctx context.Context, rem remote, target string, want Wan
 		return fail("lock", err)
 	}
 	defer unlock()
-	// Another process may have finished it while this one waited.
-	if p, ok, err := present(ctx, target, want); err != nil {
-		return fail("check", err)
-	} else if ok {
-		return p, "", nil
+	part := target + catalog.PartSuffix
+	for {
+		// Another process may have finished it while this one waited.
+		if p, ok, sum, err := present(ctx, target, want, true); err != nil {
+			return fail("check", err)
+		} else if ok {
+			return p, sum, nil
+		}
+		fh, err := f.lockPart(ctx, part)
+		if errors.Is(err, errPartMoved) {
+			continue
+		}
+		if err != nil {
+			return fail("lock", err)
+		}
+		d := &download{f: f, rem: rem, target: target, want: want, fh: fh, log: f.logger().WithField("source", rem.source)}
+		sum, err = d.run(ctx)
+		if err != nil {
+			d.dropEmptyPart()
+		}
+		fh.Close()
+		if err != nil {
+			return "", "", err
+		}
+		return target, sum, nil
 	}
-
-	d := &download{f: f, rem: rem, target: target, want: want, log: f.logger().WithField("source", rem.source)}
-	sum, err = d.run(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	return target, sum, nil
 }
 
 func (f *Fetcher) logger() logrus.FieldLogger {
@@ -454,6 +506,13 @@ func (f *Fetcher) retries() int {
 		return DefaultRetries
 	}
 	return f.Retries
+}
+
+func (f *Fetcher) minSpeed() int64 {
+	if f.MinSpeed < 0 {
+		return 0
+	}
+	return positiveOr(f.MinSpeed, DefaultMinSpeed)
 }
 
 func (f *Fetcher) retryWait() time.Duration { return positiveOr(f.RetryWait, DefaultRetryWait) }
@@ -502,21 +561,48 @@ func newClient(conns int, idle time.Duration) *http.Client {
 	}}
 }
 
-// fileSHA256 hashes a file, stopping early when ctx ends.
+// fileSHA256 hashes a file through one descriptor, stopping early when ctx
+// ends, and records the digest on it when the file did not change while it
+// was read.
 func fileSHA256(ctx context.Context, path string) (string, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer fh.Close()
+	before, err := fh.Stat()
+	if err != nil {
+		return "", err
+	}
+	sum, err := hashFD(ctx, fh)
+	if err != nil {
+		return "", err
+	}
+	if after, err := fh.Stat(); err == nil && after.Size() == before.Size() && after.ModTime().Equal(before.ModTime()) {
+		recordSum(fh, sum)
+	}
+	return sum, nil
+}
+
+// hashes counts whole-file hashes, so tests can see that a file is hashed
+// once however many callers want it checked.
+var hashes atomic.Int64
+
+// hashFD hashes the file open as fh from its start, stopping early when ctx
+// ends. Through the descriptor, not the name: what is hashed is then the
+// inode that is tagged and renamed, whatever the name points at meanwhile.
+func hashFD(ctx context.Context, fh *os.File) (string, error) {
+	hashes.Add(1)
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
+	var off int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		n, err := fh.Read(buf)
+		n, err := fh.ReadAt(buf, off)
 		h.Write(buf[:n])
+		off += int64(n)
 		if err == io.EOF {
 			return hex.EncodeToString(h.Sum(nil)), nil
 		}

@@ -174,13 +174,16 @@ func TestEnsureSharesOneFetch(t *testing.T) {
 }
 
 // TestEnsureCancelContract: one caller giving up does not fail the others;
-// the last one leaving cancels the fetch, and what it got is kept.
+// the last one leaving cancels the fetch, and what it got is kept. The
+// origin holds the file half way, and the callers give up when the test
+// says, so each case happens in the state it is about.
 func TestEnsureCancelContract(t *testing.T) {
 	t.Run("impatient caller does not fail a patient one", func(t *testing.T) {
 		o := newFakeOrigin(t, 1<<20)
-		o.writeDelay = 10 * time.Millisecond // ~320 ms for the file
+		release := make(chan struct{})
+		o.set(func(o *fakeOrigin) { o.override = heldOrigin(o, 512<<10, release) })
 		f := testFetcher(t)
-		impatient, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		impatient, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var wg sync.WaitGroup
 		var patientPath string
@@ -194,9 +197,13 @@ func TestEnsureCancelContract(t *testing.T) {
 			defer wg.Done()
 			patientPath, patientErr = f.Ensure(context.Background(), o.url(), Want{})
 		}()
+		waitFor(t, "both callers to wait on the fetch, half way", func() bool { return waiters(f) == 2 && o.served.Load() >= 512<<10 })
+		cancel()
+		waitFor(t, "the impatient caller to leave", func() bool { return waiters(f) == 1 })
+		close(release)
 		wg.Wait()
-		if !errors.Is(impatientErr, context.DeadlineExceeded) {
-			t.Errorf("impatient caller got %v, want its own deadline", impatientErr)
+		if !errors.Is(impatientErr, context.Canceled) {
+			t.Errorf("impatient caller got %v, want its own cancellation", impatientErr)
 		}
 		if patientErr != nil {
 			t.Fatalf("patient caller got %v; one caller giving up must not fail the others", patientErr)
@@ -207,16 +214,25 @@ func TestEnsureCancelContract(t *testing.T) {
 		}
 	})
 	t.Run("last caller leaving cancels the fetch", func(t *testing.T) {
-		o := newFakeOrigin(t, 1<<20)
-		o.writeDelay = 20 * time.Millisecond
+		// Held past the first 1 MiB write, so that bytes are on disk.
+		o := newFakeOrigin(t, 3<<20)
+		release := make(chan struct{})
+		defer close(release)
+		o.set(func(o *fakeOrigin) { o.override = heldOrigin(o, 3<<19, release) })
 		f := testFetcher(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-		defer cancel()
-		_, err := f.Ensure(ctx, o.url(), Want{})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Ensure = %v, want the deadline", err)
-		}
 		target := catalog.CachePathFor(f.CacheDir, o.url())
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { _, err := f.Ensure(ctx, o.url(), Want{}); errc <- err }()
+		waitFor(t, "bytes of the fetch on disk", func() bool {
+			st, err := os.Stat(target + catalog.PartSuffix)
+			return err == nil && st.Size() >= 1<<20
+		})
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Ensure = %v, want the cancellation", err)
+		}
 		waitFor(t, "the origin to see the client go away", func() bool { return o.aborted.Load() == 1 })
 		// The canceled fetch stops writing; what it wrote stays for a resume.
 		waitFor(t, "the canceled fetch to finish", func() bool {
@@ -226,11 +242,11 @@ func TestEnsureCancelContract(t *testing.T) {
 		})
 		assertAbsent(t, target)
 		st, err := os.Stat(target + catalog.PartSuffix)
-		if err != nil || st.Size() == 0 || st.Size() >= int64(len(o.data)) {
-			t.Fatalf("partial file after cancel: %v, %v; want some bytes kept", st, err)
+		if err != nil || st.Size() < 1<<20 || st.Size() >= int64(len(o.data)) {
+			t.Fatalf("partial file after cancel: %v, %v; want the bytes that arrived kept", st, err)
 		}
 		kept := st.Size()
-		o.writeDelay = 0
+		o.set(func(o *fakeOrigin) { o.override = nil })
 		assertFile(t, mustEnsure(t, f, o.url(), Want{}), o.data)
 		reqs := o.requests()
 		last := reqs[len(reqs)-1]
@@ -238,6 +254,16 @@ func TestEnsureCancelContract(t *testing.T) {
 			t.Errorf("resume request Range %q If-Range %q, want %q with the ETag", last.Range, last.IfRange, want)
 		}
 	})
+}
+
+// waiters is how many callers wait on the Fetcher's one fetch in flight.
+func waiters(f *Fetcher) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.inflight {
+		return c.waiters
+	}
+	return 0
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

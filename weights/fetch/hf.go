@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -21,9 +22,9 @@ type remote struct {
 	source string // as given to Ensure
 	url    string // what to GET
 	hf     bool   // an hf: source: the hub's headers are trusted for the digest
-	// hubHost is the host the hub token may be sent to. Go's client already
-	// drops Authorization on a redirect to another host; this keeps the token
-	// off any request not aimed at the hub in the first place.
+	// hubHost is the host the hub token may be sent to: it keeps the token
+	// off any request not aimed at the hub in the first place. Redirects
+	// are stripCredentials' business.
 	hubHost string
 }
 
@@ -58,22 +59,43 @@ func parseRemote(source, endpoint string) (remote, error) {
 
 func parseHF(source, rest, endpoint string) (remote, error) {
 	parts := strings.Split(rest, "/")
+	notFile := fmt.Errorf("%s names a repository, not a file; give the file as hf:org/repo/model.gguf, "+
+		"or use the repository id directly and let the engine download it", source)
 	if len(parts) < 3 || parts[len(parts)-1] == "" {
-		return remote{}, fmt.Errorf("%s names a repository, not a file; give the file as hf:org/repo/model.gguf, "+
-			"or use the repository id directly and let the engine download it", source)
+		return remote{}, notFile
 	}
 	org, repo := parts[0], parts[1]
+	file := parts[2:]
 	rev := "main"
 	if r, v, ok := strings.Cut(repo, "@"); ok {
 		if v == "" {
 			return remote{}, errors.New("empty revision after @; write hf:org/repo@REVISION/file")
 		}
 		repo, rev = r, v
+		// The hub's own revisions with slashes (refs/pr/N, refs/convert/NAME)
+		// are written as the hub's pages write them; they are three
+		// segments. Any other revision with a slash (a branch feature/x)
+		// is given escaped, feature%2Fx, since nothing else says where it
+		// ends and the file begins.
+		if rev == "refs" {
+			if len(file) < 3 {
+				return remote{}, fmt.Errorf("%s: a revision refs/... is refs/pr/NUMBER or refs/convert/NAME, followed by the file", source)
+			}
+			if file[0] == "pr" {
+				if _, err := strconv.ParseUint(file[1], 10, 32); err != nil {
+					return remote{}, fmt.Errorf("%s: refs/pr/%s is not a pull request; write refs/pr/NUMBER", source, file[1])
+				}
+			}
+			rev, file = "refs/"+file[0]+"/"+file[1], file[2:]
+		} else if u, err := url.PathUnescape(rev); err == nil {
+			rev = u
+		} else {
+			return remote{}, fmt.Errorf("%s: revision %q is not validly escaped", source, rev)
+		}
 	}
-	if org == "" || repo == "" {
+	if org == "" || repo == "" || rev == "" {
 		return remote{}, errors.New("malformed hub source; write hf:org/repo/file or hf:org/repo@revision/file")
 	}
-	file := parts[2:]
 	for i, seg := range file {
 		if seg == "" || seg == "." || seg == ".." {
 			return remote{}, fmt.Errorf("malformed file path %q in hub source", strings.Join(file, "/"))
@@ -84,11 +106,31 @@ func parseHF(source, rest, endpoint string) (remote, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return remote{}, fmt.Errorf("hub endpoint %q (HF_ENDPOINT) is not an http(s) URL", endpoint)
 	}
-	// The revision is one path segment; a branch such as refs/pr/1 is escaped
-	// into it, as huggingface_hub does.
+	// The revision is one path segment with its slashes escaped, refs/pr/1
+	// as refs%2Fpr%2F1: what huggingface_hub's hf_hub_url sends
+	// (quote(revision, safe="")), while the file's slashes stay slashes.
 	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(repo) +
 		"/resolve/" + url.PathEscape(rev) + "/" + strings.Join(file, "/")
 	return remote{source: source, url: u, hf: true, hubHost: base.Host}, nil
+}
+
+// stripCredentials reports whether a redirect from one URL to another must
+// lose the Authorization header: on any change of scheme, host or port, as
+// huggingface_hub does (through requests' rebuild_auth). Go's client keeps
+// it for a subdomain and for another port of the same host, which for the
+// hub (huggingface.co redirecting to cdn-lfs.huggingface.co) would hand
+// the user's token to the storage backend.
+func stripCredentials(from, to *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return !strings.EqualFold(from.Scheme, to.Scheme) || !strings.EqualFold(from.Hostname(), to.Hostname()) || port(from) != port(to)
 }
 
 // checkModelID refuses what looks like a URL in a scheme llmgw does not
@@ -115,9 +157,9 @@ func (f *Fetcher) hfEndpoint() string {
 }
 
 // hfToken is the hub token: HFToken, else $HF_TOKEN, else the file
-// huggingface-cli login writes ($HF_TOKEN_PATH, else $HF_HOME/token, else
-// ~/.cache/huggingface/token). "" when there is none, which is fine for
-// public models.
+// $HF_TOKEN_PATH names, else HFTokenFile, else the file huggingface-cli
+// login writes ($HF_HOME/token, else ~/.cache/huggingface/token). "" when
+// there is none, which is fine for public models.
 func (f *Fetcher) hfToken() string {
 	if f.HFToken != "" {
 		return f.HFToken
@@ -126,6 +168,9 @@ func (f *Fetcher) hfToken() string {
 		return t
 	}
 	path := os.Getenv("HF_TOKEN_PATH")
+	if path == "" {
+		path = f.HFTokenFile
+	}
 	if path == "" {
 		home := os.Getenv("HF_HOME")
 		if home == "" {

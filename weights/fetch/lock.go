@@ -28,53 +28,111 @@ const lockPoll = 100 * time.Millisecond
 // never on the cache's own filesystem, because on Lustre, GPFS and some NFS
 // mounts flock succeeds for everyone. The kernel drops it when the process
 // dies, so a killed fetch never leaves the node locked.
+//
+// The lock is named after the cache directory's identity (device and inode),
+// not its spelling: /var/cache/llmgw and a symlink to it are one directory,
+// and two processes that spelled it differently must still exclude each
+// other, or one truncates the .part the other is writing.
 func (f *Fetcher) lock(ctx context.Context, target string) (func(), error) {
-	dir := f.LockDir
-	if dir == "" {
-		var err error
-		if dir, err = defaultLockDir(); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("lock directory: %w", err)
-	}
-	abs, err := filepath.Abs(target)
+	dir, err := f.lockDir()
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(abs))
-	name := filepath.Join(dir, hex.EncodeToString(sum[:8])+"-"+filepath.Base(abs)+".lock")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Dir(target), &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: filepath.Dir(target), Err: err}
+	}
+	id := fmt.Sprintf("%d:%d/%s", st.Dev, st.Ino, filepath.Base(target))
+	sum := sha256.Sum256([]byte(id))
+	name := filepath.Join(dir, hex.EncodeToString(sum[:8])+"-"+filepath.Base(target)+".lock")
 	// The lock file is never removed: unlinking a lock file races with a
 	// process that has opened it and is about to lock it.
 	fh, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock file: %w", err)
 	}
-	waited := false
-	for {
-		err := unix.Flock(int(fh.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			fh.Close()
-			return nil, &os.PathError{Op: "flock", Path: name, Err: err}
-		}
-		if !waited {
-			waited = true
-			f.logger().WithField("lock", name).Info("another process on this node is fetching this file; waiting for it")
-		}
-		select {
-		case <-ctx.Done():
-			fh.Close()
-			return nil, ctx.Err()
-		case <-time.After(lockPoll):
-		}
+	if err := f.flockWait(ctx, fh, "another process on this node is fetching this file; waiting for it"); err != nil {
+		fh.Close()
+		return nil, err
 	}
 	return func() {
 		unix.Flock(int(fh.Fd()), unix.LOCK_UN)
 		fh.Close()
 	}, nil
+}
+
+// lockDir is LockDir, created if need be, or the default.
+func (f *Fetcher) lockDir() (string, error) {
+	if f.LockDir == "" {
+		return defaultLockDir()
+	}
+	if err := os.MkdirAll(f.LockDir, 0o755); err != nil {
+		return "", fmt.Errorf("lock directory: %w", err)
+	}
+	return f.LockDir, nil
+}
+
+// flockWait takes an exclusive flock on fh, polling until ctx ends, and logs
+// waiting once.
+func (f *Fetcher) flockWait(ctx context.Context, fh *os.File, waiting string) error {
+	logged := false
+	for {
+		err := unix.Flock(int(fh.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			return &os.PathError{Op: "flock", Path: fh.Name(), Err: err}
+		}
+		if !logged {
+			logged = true
+			f.logger().WithField("lock", fh.Name()).Info(waiting)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(lockPoll):
+		}
+	}
+}
+
+// errPartMoved means the .part this process locked was renamed into place
+// or removed by its owner while this one waited: the file may now be
+// present, and a new .part is a new lock.
+var errPartMoved = errors.New("the partial file was renamed or removed while waiting for it")
+
+// lockPart opens the .part (creating it empty) and holds an flock on it for
+// as long as this process writes it. The node lock already keeps llmgw's
+// fetches apart; this is what still keeps them apart when two processes do
+// not share a lock directory (the agent with its own run_dir beside a
+// hand-run llmgw fetch): nobody truncates, unlinks or renames a .part
+// without holding its flock, so nobody does it to one another process is
+// writing. The flock is on the inode, so after taking it the name must still
+// point at that inode; if it does not, the owner renamed the file into
+// place (or discarded it) and the caller looks again.
+func (f *Fetcher) lockPart(ctx context.Context, part string) (*os.File, error) {
+	fh, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.flockWait(ctx, fh, "another process is writing this file's partial download; waiting for it"); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	if !sameFile(fh, part) {
+		fh.Close()
+		return nil, errPartMoved
+	}
+	return fh, nil
+}
+
+// sameFile reports whether name still points at the inode fh has open.
+func sameFile(fh *os.File, name string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(int(fh.Fd()), &a) != nil || unix.Stat(name, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // defaultLockDir is DefaultLockDir when this process can create and write

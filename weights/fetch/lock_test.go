@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,15 +27,19 @@ func TestHelperFetchProcess(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
+	num := func(k string) int64 { n, _ := strconv.ParseInt(os.Getenv(k), 10, 64); return n }
 	f := &Fetcher{
 		CacheDir:    os.Getenv("LLMGW_TEST_CACHE"),
 		LockDir:     os.Getenv("LLMGW_TEST_LOCKS"),
 		IdleTimeout: 5 * time.Second,
 		Log:         log,
+		Connections: int(num("LLMGW_TEST_CONNS")),
+		ParallelMin: num("LLMGW_TEST_PARALLEL_MIN"),
+		ChunkSize:   num("LLMGW_TEST_CHUNK"),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := f.Ensure(ctx, os.Getenv("LLMGW_TEST_SOURCE"), Want{})
+	p, err := f.Ensure(ctx, os.Getenv("LLMGW_TEST_SOURCE"), Want{SHA256: os.Getenv("LLMGW_TEST_SHA256")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
@@ -43,10 +49,13 @@ func TestHelperFetchProcess(t *testing.T) {
 
 // TestEnsureOneFetchPerNode runs two processes fetching the same source into
 // the same cache, as two Slurm prologs on one node do: the origin must see
-// one download, and both must get the file.
+// one download, and both must get the file. The origin holds the first
+// download half way until the second process says it is waiting on the
+// lock, so the two overlap by construction, not by timing.
 func TestEnsureOneFetchPerNode(t *testing.T) {
 	o := newFakeOrigin(t, 1<<20)
-	o.set(func(o *fakeOrigin) { o.writeDelay = 30 * time.Millisecond }) // ~1 s, so the two overlap
+	release := make(chan struct{})
+	o.set(func(o *fakeOrigin) { o.override = heldOrigin(o, 512<<10, release) })
 	dir := t.TempDir()
 	env := append(os.Environ(),
 		"LLMGW_TEST_FETCH_CHILD=1",
@@ -55,17 +64,18 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 		"LLMGW_TEST_SOURCE="+o.url(),
 	)
 	var cmds []*exec.Cmd
-	var outs []*bytes.Buffer
-	for range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
-		cmd.Env = env
-		out := new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+	var outs []*lockedBuffer
+	start := func() {
+		cmd, out := startChild(t, env)
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
+	start()
+	waitFor(t, "the first process to be half way", func() bool { return o.served.Load() >= 512<<10 })
+	start()
+	waitFor(t, "the second process to wait on the lock", func() bool {
+		return strings.Contains(outs[1].String(), "another process on this node is fetching")
+	})
+	close(release)
 	want := "PATH=" + catalog.CachePathFor(filepath.Join(dir, "cache"), o.url())
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
@@ -78,10 +88,108 @@ func TestEnsureOneFetchPerNode(t *testing.T) {
 	if n := len(o.requests()); n != 1 {
 		t.Errorf("two processes made %d requests; the second must wait and find the file", n)
 	}
-	if !strings.Contains(outs[0].String()+outs[1].String(), "another process on this node is fetching") {
-		t.Errorf("neither process waited on the lock; the test did not overlap them:\n%s\n%s", outs[0], outs[1])
-	}
 	assertFile(t, strings.TrimPrefix(want, "PATH="), o.data)
+}
+
+// startChild runs TestHelperFetchProcess in a new process with env (which
+// must set LLMGW_TEST_FETCH_CHILD=1 and the LLMGW_TEST_* it reads), its
+// output collected.
+func startChild(t *testing.T, env []string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFetchProcess$", "-test.count=1")
+	cmd.Env = env
+	out := new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
+}
+
+// lockedBuffer is a bytes.Buffer a child process writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEnsureRaceOneCacheTwoSpellings: two processes fetch one source with
+// its sha256 into one cache directory, one through a symlink to it; and,
+// separately, with the same spelling but different lock directories (the
+// agent with its own run_dir beside a hand-run llmgw fetch). Both must
+// succeed with the right bytes, and the file the cache keeps must be the
+// right one, tagged as such. Before the lock was keyed on the directory's
+// identity and the .part itself guarded, the two wrote one .part at once
+// and one of them renamed or discarded it under the other.
+func TestEnsureRaceOneCacheTwoSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		symlink     bool
+		twoLockDirs bool
+	}{
+		{"dir and a symlink to it", true, false},
+		{"two lock directories", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newFakeOrigin(t, 1<<20)
+			o.set(func(o *fakeOrigin) { o.writeDelay = 20 * time.Millisecond })
+			dir := t.TempDir()
+			cache := filepath.Join(dir, "cache")
+			if err := os.Mkdir(cache, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			caches := []string{cache, cache}
+			if tc.symlink {
+				caches[1] = filepath.Join(dir, "cache-link")
+				if err := os.Symlink(cache, caches[1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			locks := []string{filepath.Join(dir, "locks"), filepath.Join(dir, "locks")}
+			if tc.twoLockDirs {
+				locks[1] = filepath.Join(dir, "run2", "locks")
+			}
+			start := func(i int) (*exec.Cmd, *lockedBuffer) {
+				return startChild(t, append(os.Environ(),
+					"LLMGW_TEST_FETCH_CHILD=1",
+					"LLMGW_TEST_CACHE="+caches[i],
+					"LLMGW_TEST_LOCKS="+locks[i],
+					"LLMGW_TEST_SOURCE="+o.url(),
+					"LLMGW_TEST_SHA256="+sha256Hex(o.data),
+				))
+			}
+			first, out1 := start(0)
+			// The second starts once the first is well under way.
+			waitFor(t, "the first process to be past the middle", func() bool { return o.served.Load() > 3<<18 })
+			second, out2 := start(1)
+			if err := first.Wait(); err != nil {
+				t.Fatalf("first process: %v\n%s", err, out1)
+			}
+			target := catalog.CachePathFor(cache, o.url())
+			// Read at once: what a job given this path would read.
+			assertFile(t, target, o.data)
+			if err := second.Wait(); err != nil {
+				t.Fatalf("second process: %v\n%s", err, out2)
+			}
+			assertFile(t, target, o.data)
+			// Tagged as verified, and the tag is true.
+			if p, ok, _, err := present(context.Background(), target, Want{SHA256: sha256Hex(o.data)}, false); err != nil || !ok || p != target {
+				t.Errorf("present after the race = %q, %v, %v; want the file verified by its tag", p, ok, err)
+			}
+		})
+	}
 }
 
 // TestLockWaitsAndHonoursContext: a process waiting on another's lock gives
@@ -141,4 +249,102 @@ func TestPickLockDir(t *testing.T) {
 			t.Errorf("pickLockDir followed a planted symlink to %q", got)
 		}
 	})
+}
+
+// TestEnsureTagTrustedOnlyWhileUnchanged: a verified file that is written
+// afterwards (same size, new bytes) is not vouched for by its old tag; the
+// caller expecting the digest gets the right file again.
+func TestEnsureTagTrustedOnlyWhileUnchanged(t *testing.T) {
+	o := newFakeOrigin(t, 200<<10)
+	f := testFetcher(t)
+	want := Want{SHA256: sha256Hex(o.data)}
+	target := mustEnsure(t, f, o.url(), want)
+	fh, err := os.OpenFile(target, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt(make([]byte, 4096), 8192); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	assertFile(t, mustEnsure(t, f, o.url(), want), o.data)
+}
+
+// TestEnsureHashesOnceForConcurrentCallers: a cached file without a
+// recorded digest, asked for by eight callers expecting one, is read once.
+func TestEnsureHashesOnceForConcurrentCallers(t *testing.T) {
+	o := newFakeOrigin(t, 4<<20)
+	f := testFetcher(t)
+	target := mustEnsure(t, f, o.url(), Want{}) // no digest: no tag
+	before := hashes.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.Ensure(context.Background(), o.url(), Want{SHA256: sha256Hex(o.data)})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	if n := hashes.Load() - before; n != 1 {
+		t.Errorf("eight concurrent callers hashed %s %d times, want once", target, n)
+	}
+}
+
+// TestEnsureResumeKeepsProgressWithinChunks kills a fetch (kill -9, as the
+// Prolog's timeout or an OOM does) half way, single-stream and parallel,
+// with every connection in the middle of its only chunk, and lets a second
+// process finish it. The origin must have served at most 1.05× the file in
+// all: a resume that kept only whole chunks served 1.5× here.
+func TestEnsureResumeKeepsProgressWithinChunks(t *testing.T) {
+	const size = 64 << 20
+	for _, tc := range []struct {
+		name  string
+		conns int
+	}{
+		{"single stream", 1},
+		{"parallel", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newFakeOrigin(t, size)
+			// Small send buffers: what the origin counts as served is then
+			// what the fetcher received, give or take 64 KiB a connection,
+			// not megabytes queued in the kernel when a loaded machine
+			// starves the fetching process (those are lost on any kill, by
+			// any client; scripts/bench/resume.sh measures them too).
+			o.set(func(o *fakeOrigin) { o.writeDelay, o.smallSendBuf = 2*time.Millisecond, true })
+			dir := t.TempDir()
+			env := append(os.Environ(),
+				"LLMGW_TEST_FETCH_CHILD=1",
+				"LLMGW_TEST_CACHE="+filepath.Join(dir, "cache"),
+				"LLMGW_TEST_LOCKS="+filepath.Join(dir, "locks"),
+				"LLMGW_TEST_SOURCE="+o.url(),
+				"LLMGW_TEST_SHA256="+sha256Hex(o.data),
+				fmt.Sprint("LLMGW_TEST_CONNS=", tc.conns),
+				fmt.Sprint("LLMGW_TEST_PARALLEL_MIN=", 1<<20),
+				fmt.Sprint("LLMGW_TEST_CHUNK=", size/4),
+			)
+			first, _ := startChild(t, env)
+			waitFor(t, "half the file served", func() bool { return o.served.Load() >= size/2 })
+			first.Process.Kill()
+			first.Wait()
+			killedAt := o.served.Load()
+			second, out := startChild(t, env)
+			if err := second.Wait(); err != nil {
+				t.Fatalf("resuming process: %v\n%s", err, out)
+			}
+			assertFile(t, catalog.CachePathFor(filepath.Join(dir, "cache"), o.url()), o.data)
+			served := o.served.Load()
+			t.Logf("killed at %.2f of the file; served %.3f× the file in all", float64(killedAt)/size, float64(served)/size)
+			if float64(served) > 1.05*size {
+				t.Errorf("the origin served %d bytes for a %d-byte file after one kill (%.2f×); want at most 1.05×", served, size, float64(served)/size)
+			}
+		})
+	}
 }

@@ -46,6 +46,10 @@ type fakeOrigin struct {
 	override      http.HandlerFunc
 	hub           bool   // act as the hub: /org/repo/resolve/REV/FILE redirects to the file
 	linkedEtag    string // the digest the hub publishes in X-Linked-Etag
+	redirectTo    string // the hub redirects to this base URL instead of its own
+	// smallSendBuf gives each new connection a 64 KiB send buffer, so that
+	// "served" counts little that is still in the kernel, not yet received.
+	smallSendBuf bool
 
 	conns   atomic.Int32
 	served  atomic.Int64 // body bytes written
@@ -55,6 +59,7 @@ type fakeOrigin struct {
 
 type originReq struct {
 	Range, IfRange, Auth string
+	URI, AcceptEncoding  string // as sent: the path still escaped
 	Status               int
 }
 
@@ -63,9 +68,15 @@ func newFakeOrigin(t *testing.T, size int) *fakeOrigin {
 	o := &fakeOrigin{t: t, release: make(chan struct{})}
 	o.setData(randomBytes(t, size), `"v1"`)
 	o.srv = httptest.NewUnstartedServer(http.HandlerFunc(o.serve))
-	o.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+	o.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			o.conns.Add(1)
+			o.mu.Lock()
+			small := o.smallSendBuf
+			o.mu.Unlock()
+			if tc, ok := c.(*net.TCPConn); ok && small {
+				tc.SetWriteBuffer(64 << 10)
+			}
 		}
 	}
 	o.srv.Start()
@@ -116,7 +127,8 @@ func (o *fakeOrigin) set(f func(o *fakeOrigin)) {
 func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	data, etag, mod := o.data, o.etag, o.mod
-	rec := originReq{Range: r.Header.Get("Range"), IfRange: r.Header.Get("If-Range"), Auth: r.Header.Get("Authorization")}
+	rec := originReq{Range: r.Header.Get("Range"), IfRange: r.Header.Get("If-Range"), Auth: r.Header.Get("Authorization"),
+		URI: r.RequestURI, AcceptEncoding: r.Header.Get("Accept-Encoding")}
 	status := 0
 	if len(o.status) > 0 {
 		status, o.status = o.status[0], o.status[1:]
@@ -132,7 +144,7 @@ func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ignoreRange, ignoreIfRange, noLength, override := o.ignoreRange, o.ignoreIfRange, o.noLength, o.override
 	retryAfter, delay := o.retryAfter, o.writeDelay
-	hub, linkedEtag := o.hub, o.linkedEtag
+	hub, linkedEtag, redirectTo := o.hub, o.linkedEtag, o.redirectTo
 	idx := len(o.reqs)
 	o.reqs = append(o.reqs, rec)
 	o.mu.Unlock()
@@ -166,7 +178,7 @@ func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Linked-Etag", `"`+linkedEtag+`"`)
 		}
 		setStatus(http.StatusFound)
-		http.Redirect(w, r, "/cdn/model.gguf", http.StatusFound)
+		http.Redirect(w, r, redirectTo+"/cdn/model.gguf", http.StatusFound)
 		return
 	}
 	if r.URL.Path != "/model.gguf" && r.URL.Path != "/cdn/model.gguf" {
@@ -335,5 +347,29 @@ func assertAbsent(t *testing.T, path string) {
 	t.Helper()
 	if _, err := os.Stat(path); err == nil {
 		t.Fatalf("%s exists; a failed fetch must leave nothing under the real name", path)
+	}
+}
+
+// heldOrigin serves the whole file (200, with its length and ETag), holding
+// it after the first at bytes until release is closed or the client goes
+// away: a fetch that is under way for exactly as long as the test needs.
+func heldOrigin(o *fakeOrigin, at int, release <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		data := o.data
+		o.mu.Unlock()
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(200)
+		m, _ := w.Write(data[:at])
+		o.served.Add(int64(m))
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		m, _ = w.Write(data[at:])
+		o.served.Add(int64(m))
 	}
 }

@@ -226,21 +226,19 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 		return "", &Error{Source: d.rem.source, Op: op, Err: err}
 	}
 	fresh := len(st.Done) == 0
+	fh := d.fh
 	if fresh {
-		if err := os.Remove(d.part); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := fh.Truncate(0); err != nil {
 			return fail("write", err)
 		}
 	}
-	if err := checkSpace(dir, st.Size-allocated(d.part)); err != nil {
+	release, err := d.claimSpace(ctx, st.Size-allocated(fh), st.Size)
+	if err != nil {
 		return fail("get", err)
 	}
-	fh, err := os.OpenFile(d.part, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fail("write", err)
-	}
-	defer fh.Close()
+	defer release()
 	if err := preallocate(fh, st.Size); err != nil {
-		return fail("write", noSpace(err, dir, st.Size))
+		return fail("write", d.giveBack(noSpace(err, dir, st.Size)))
 	}
 	st.Parallel = true
 	if err := st.save(d.statePath); err != nil {
@@ -258,18 +256,17 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	if len(chunks) == 0 || chunks[0].start != from {
 		return fail("get", fmt.Errorf("internal: first chunk does not start at %d", from))
 	}
-	work := make(chan span, len(chunks))
-	for _, c := range chunks[1:] {
-		work <- c
-	}
-	close(work)
+	q := &workQueue{items: chunks[1:], slow: map[int64]int{}}
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	poke := make(chan struct{}, 1) // a chunk finished: the hash frontier may move
+	poke := make(chan struct{}, 1)    // bytes landed: the hash frontier may move
+	saveNow := make(chan struct{}, 1) // enough unsaved progress to record
+	saveEvery := saveStep(st.Size)
 	var (
 		mu       sync.Mutex
 		dirty    bool
+		unsaved  int64
 		firstErr error
 		wg       sync.WaitGroup
 	)
@@ -287,10 +284,10 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 			mu.Unlock()
 			return nil
 		}
-		dirty = false
-		// The record is taken before the sync, so it claims only ranges
-		// whose bytes the sync below makes durable: a chunk finishing
-		// between the two must wait for the next save.
+		dirty, unsaved = false, 0
+		// The record is taken before the sync, so it claims only bytes
+		// whose writes the sync below makes durable: bytes written between
+		// the two wait for the next save.
 		snap := *st
 		snap.Done = slices.Clone(st.Done)
 		mu.Unlock()
@@ -300,30 +297,52 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 		}
 		return snap.save(d.statePath)
 	}
-	worker := func(b *body, c span, more bool) {
+	// record notes bytes [from, end) as written: progress within a chunk,
+	// not only whole chunks, so a kill loses at most the bytes since the
+	// last save (saveStep) instead of every connection's chunk.
+	record := func(from, end int64) {
+		mu.Lock()
+		st.add(span{from, end})
+		dirty = true
+		unsaved += end - from
+		full := unsaved >= saveEvery
+		mu.Unlock()
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
+		if full {
+			select {
+			case saveNow <- struct{}{}:
+			default:
+			}
+		}
+	}
+	worker := func(b *body, c span) {
 		defer wg.Done()
 		for {
-			if err := d.fetchChunk(wctx, fh, st, c, b); err != nil {
+			off, err := d.fetchChunk(wctx, fh, st, c, b, record)
+			b = nil
+			var slow errSlow
+			switch {
+			case errors.As(err, &slow):
+				// A trickle is not a connection: its range goes back to the
+				// queue, for whichever connection is free next, on a new
+				// TCP connection. A range no connection can fetch faster
+				// than the minimum fails the fetch, as aria2's
+				// --lowest-speed-limit does.
+				if q.dropped(c.end) > d.f.retries() {
+					setErr(fmt.Errorf("bytes %d-%d: every connection for them fell below the minimum speed: %w", off, c.end-1, err))
+					return
+				}
+				d.log.WithError(err).WithField("range", fmt.Sprintf("%d-%d", off, c.end-1)).Warn("dropping a slow connection; its range goes to another")
+				q.push(span{off, c.end})
+			case err != nil:
 				setErr(err)
 				return
 			}
-			b = nil
-			mu.Lock()
-			st.add(c)
-			dirty = true
-			mu.Unlock()
-			select {
-			case poke <- struct{}{}:
-			default:
-			}
-			if !more {
-				return
-			}
 			var ok bool
-			if c, ok = <-work; !ok {
-				return
-			}
-			if wctx.Err() != nil {
+			if c, ok = q.pop(); !ok || wctx.Err() != nil {
 				return
 			}
 		}
@@ -351,14 +370,14 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 
 	n := min(d.f.connections(), len(chunks))
 	wg.Add(n)
-	go worker(first, chunks[0], true)
+	go worker(first, chunks[0])
 	for range n - 1 {
-		c, ok := <-work
+		c, ok := q.pop()
 		if !ok {
 			wg.Done()
 			continue
 		}
-		go worker(nil, c, true)
+		go worker(nil, c)
 	}
 
 	saverDone := make(chan struct{})
@@ -371,6 +390,10 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 			select {
 			case <-stopSaver:
 				return
+			case <-saveNow:
+				if err := save(); err != nil {
+					setErr(&writeError{err})
+				}
 			case <-t.C:
 				if err := save(); err != nil {
 					setErr(&writeError{err})
@@ -392,54 +415,105 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 	if firstErr != nil {
 		var we *writeError
 		if errors.As(firstErr, &we) {
-			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, dir, st.Size-st.doneBytes())}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: d.giveBack(noSpace(we.err, dir, st.Size-st.doneBytes()))}
 		}
 		return "", firstErr
 	}
 	if gaps := st.missing(); len(gaps) > 0 {
 		return "", fmt.Errorf("internal: %d ranges still missing", len(gaps))
 	}
-	return d.seal(ctx, fh, hashed, st.Size)
+	return d.seal(ctx, hashed, st.Size)
 }
 
 // fetchChunk fetches the bytes of c into fh at their offsets, resuming within
-// the chunk after a network error. b, if not nil, is an open response
-// positioned at c.start (it may run past c.end; the rest is not read).
-func (d *download) fetchChunk(ctx context.Context, fh *os.File, st *rangeState, c span, b *body) error {
+// the chunk after a network error, calling record for every write. b, if
+// not nil, is an open response positioned at c.start (it may run past
+// c.end; the rest is not read). It returns how far it got; a connection
+// dropped for being slow is errSlow, not retried here: its range is the
+// caller's to hand to another.
+func (d *download) fetchChunk(ctx context.Context, fh *os.File, st *rangeState, c span, b *body, record func(from, end int64)) (int64, error) {
 	off := c.start
+	wrote := func(end int64) error {
+		record(off, end)
+		off = end
+		return nil
+	}
 	for retry := 0; ; {
 		if b == nil {
 			var err error
 			if b, err = d.open(ctx, off, c.end-1, st.validator()); err != nil {
-				return err
+				return off, err
 			}
 			if err := d.checkRange(b.resp, st, off, c.end-1); err != nil {
 				b.Close()
-				return err
+				return off, err
 			}
 		}
-		n, err := d.copyAt(fh, b, off, c.end-off, nil)
+		from := off
+		_, err := d.copyAt(fh, b, off, c.end-off, wrote)
 		b.Close()
 		b = nil
-		off += n
 		if err == nil {
-			return nil
+			return off, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return off, ctx.Err()
 		}
 		var we *writeError
-		if errors.As(err, &we) {
-			return err
+		var slow errSlow
+		if errors.As(err, &we) || errors.As(err, &slow) {
+			return off, err
 		}
-		if n > 0 {
+		if off > from {
 			retry = 0
 		}
 		if retry++; retry > d.f.retries() {
-			return err
+			return off, err
 		}
 		if err := d.sleep(ctx, retry, 0, err); err != nil {
-			return err
+			return off, err
 		}
 	}
+}
+
+// saveStep is how many bytes a parallel fetch writes before it records its
+// progress (or a second passes): 0.5% of the file, between 1 MiB and
+// 64 MiB. Each save is an fsync, so not every write; but often enough that
+// a killed fetch asks again for at most a few MiB (issue: resumes kept only
+// whole chunks and served 1.3-1.6× the file after one kill).
+func saveStep(size int64) int64 {
+	return min(max(size/200, 1<<20), 64<<20)
+}
+
+// workQueue is the ranges not yet handed to a connection. A range whose
+// connection was dropped as slow comes back to it.
+type workQueue struct {
+	mu    sync.Mutex
+	items []span
+	slow  map[int64]int // drops per range, by the range's end
+}
+
+func (q *workQueue) pop() (span, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return span{}, false
+	}
+	c := q.items[0]
+	q.items = q.items[1:]
+	return c, true
+}
+
+func (q *workQueue) push(c span) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.items = append(q.items, c)
+}
+
+// dropped counts one more slow connection for the range ending at end.
+func (q *workQueue) dropped(end int64) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.slow[end]++
+	return q.slow[end]
 }

@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +55,7 @@ func TestEnsureParallelResume(t *testing.T) {
 	o.stallAt, o.stalls = 5<<20+100, -1 // inside the chunk at 5 MiB
 	f := testFetcher(t)
 	f.Connections, f.ParallelMin, f.ChunkSize = 4, 1<<20, 1<<20
-	f.IdleTimeout, f.Retries = 300*time.Millisecond, -1
+	f.IdleTimeout, f.Retries, f.MinSpeed = 300*time.Millisecond, -1, -1
 	failedFetch(t, f, o.url(), Want{}, "no data received")
 
 	target := catalog.CachePathFor(f.CacheDir, o.url())
@@ -68,9 +70,10 @@ func TestEnsureParallelResume(t *testing.T) {
 	if st.Size != 8<<20 || st.ETag != `"v1"` || !st.Parallel || st.doneBytes() == 0 {
 		t.Fatalf("state %+v; want size, ETag and some finished chunks", st)
 	}
+	// Progress within the chunk is kept up to the stall, never past it.
 	for _, d := range st.Done {
-		if d[0] < 5<<20+100 && d[1] > 5<<20 {
-			t.Fatalf("state claims %v, which covers the stalled bytes", d)
+		if d[0] < 6<<20 && d[1] > 5<<20+100 {
+			t.Fatalf("state claims %v, which covers the bytes after the stall", d)
 		}
 	}
 	before := len(o.requests())
@@ -261,4 +264,75 @@ func TestDefaultClientIsHTTP1(t *testing.T) {
 	if resp.ProtoMajor != 1 {
 		t.Errorf("default client spoke %s, want HTTP/1.1", resp.Proto)
 	}
+}
+
+// TestEnsureParallelDropsTrickle: one connection of a parallel fetch sends a
+// byte every 100 ms — never idle, never useful. It must be dropped for
+// falling below MinSpeed and its range fetched by another connection,
+// instead of holding the fetch for as long as it trickles.
+func TestEnsureParallelDropsTrickle(t *testing.T) {
+	o := newFakeOrigin(t, 4<<20)
+	var trickled atomic.Bool
+	o.set(func(o *fakeOrigin) {
+		o.override = func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("ETag", `"v1"`)
+			if r.Header.Get("Range") == fmt.Sprintf("bytes=%d-%d", 1<<20, 2<<20-1) && trickled.CompareAndSwap(false, true) {
+				w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", 1<<20, 2<<20-1, len(o.data)))
+				w.Header().Set("Content-Length", fmt.Sprint(1<<20))
+				w.WriteHeader(http.StatusPartialContent)
+				for i := 0; ; i++ {
+					if _, err := w.Write(o.data[1<<20+i : 1<<20+i+1]); err != nil {
+						return
+					}
+					http.NewResponseController(w).Flush()
+					select {
+					case <-r.Context().Done():
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}
+			http.ServeContent(w, r, "model.gguf", o.mod, bytes.NewReader(o.data))
+		}
+	})
+	f := testFetcher(t)
+	f.Connections, f.ParallelMin, f.ChunkSize = 4, 1<<20, 1<<20
+	f.IdleTimeout, f.MinSpeed = time.Second, 64<<10
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p, err := f.Ensure(ctx, o.url(), Want{SHA256: sha256Hex(o.data)})
+	if err != nil {
+		t.Fatalf("Ensure with a trickling connection = %v; it must be dropped and its range fetched by another", err)
+	}
+	assertFile(t, p, o.data)
+	if !trickled.Load() {
+		t.Fatal("the trickle never ran; the test tested nothing")
+	}
+}
+
+// TestEnsureParallelStateWithoutItsPart: the record of finished chunks is
+// about the bytes of one .part. When that .part is gone (an operator removed
+// it to force a fresh fetch, or a kill fell between the two removals of
+// giveBack or dropEmptyPart), a new empty .part holds none of them, and a
+// fetch that trusted the record would fill only the other ranges and rename
+// a file whose "finished" ranges are zeros: with no digest to check, that
+// corrupt file would be served as the model.
+func TestEnsureParallelStateWithoutItsPart(t *testing.T) {
+	o := newFakeOrigin(t, 8<<20)
+	o.stallAt, o.stalls = 5<<20+100, -1
+	f := testFetcher(t)
+	f.Connections, f.ParallelMin, f.ChunkSize = 4, 1<<20, 1<<20
+	f.IdleTimeout, f.Retries, f.MinSpeed = 300*time.Millisecond, -1, -1
+	failedFetch(t, f, o.url(), Want{}, "no data received")
+
+	target := catalog.CachePathFor(f.CacheDir, o.url())
+	if _, err := os.Stat(target + catalog.RangesSuffix); err != nil {
+		t.Fatalf("no range state after a failed parallel fetch: %v", err)
+	}
+	if err := os.Remove(target + catalog.PartSuffix); err != nil {
+		t.Fatal(err)
+	}
+
+	o.set(func(o *fakeOrigin) { o.stalls = 0 })
+	assertFile(t, mustEnsure(t, f, o.url(), Want{}), o.data)
 }

@@ -29,6 +29,18 @@ func (e errIdle) Error() string {
 	return fmt.Sprintf("no data received for %s", time.Duration(e))
 }
 
+// errSlow is a connection that delivered less than MinSpeed over a window
+// of IdleTimeout: not idle, but not worth keeping either.
+type errSlow struct {
+	got    int64
+	window time.Duration
+	min    int64
+}
+
+func (e errSlow) Error() string {
+	return fmt.Sprintf("the connection delivered %d bytes in %s, below the minimum of %d bytes/s (fetch_min_speed)", e.got, e.window, e.min)
+}
+
 // statusError is an HTTP answer that is not the file.
 type statusError struct {
 	url        string
@@ -54,21 +66,64 @@ type body struct {
 	idle   time.Duration
 	idled  atomic.Bool
 	once   sync.Once
+
+	// The speed check: every idle window, a body that received fewer than
+	// minSpeed bytes a second over it is canceled and reads as errSlow.
+	minSpeed  int64
+	got       atomic.Int64
+	speedMu   sync.Mutex
+	speed     *time.Timer
+	slow      atomic.Pointer[errSlow]
+	lastCheck int64 // got at the last check; touched only by the timer
 }
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.resp.Body.Read(p)
 	if n > 0 {
 		b.timer.Reset(b.idle)
+		b.got.Add(int64(n))
 	}
-	if err != nil && err != io.EOF && b.idled.Load() {
-		err = errIdle(b.idle)
+	if err != nil && err != io.EOF {
+		if s := b.slow.Load(); s != nil {
+			err = *s
+		} else if b.idled.Load() {
+			err = errIdle(b.idle)
+		}
 	}
 	return n, err
 }
 
+// watchSpeed starts the speed check, when there is a minimum.
+func (b *body) watchSpeed() {
+	if b.minSpeed <= 0 {
+		return
+	}
+	b.speedMu.Lock()
+	defer b.speedMu.Unlock()
+	b.speed = time.AfterFunc(b.idle, b.checkSpeed)
+}
+
+func (b *body) checkSpeed() {
+	got := b.got.Load()
+	// Nothing at all is the idle timer's to report, as such.
+	if d := got - b.lastCheck; d > 0 && d < int64(float64(b.minSpeed)*b.idle.Seconds()) {
+		b.slow.Store(&errSlow{got: d, window: b.idle, min: b.minSpeed})
+		b.cancel()
+		return
+	}
+	b.lastCheck = got
+	b.speedMu.Lock()
+	defer b.speedMu.Unlock()
+	b.speed.Reset(b.idle)
+}
+
 func (b *body) Close() {
 	b.once.Do(func() {
+		b.speedMu.Lock()
+		if b.speed != nil {
+			b.speed.Stop()
+		}
+		b.speedMu.Unlock()
 		b.timer.Stop()
 		b.resp.Body.Close()
 		b.cancel()
@@ -128,7 +183,7 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 	// The timer covers the wait for headers too, so a custom Client without
 	// ResponseHeaderTimeout still cannot hang on a silent server.
 	b.timer = time.AfterFunc(b.idle, func() { b.idled.Store(true); cancel() })
-	resp, err := d.f.client().Do(req)
+	resp, err := d.client().Do(req)
 	if err != nil {
 		b.timer.Stop()
 		cancel()
@@ -138,6 +193,15 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 		return nil, err
 	}
 	b.resp = resp
+	b.minSpeed = d.f.minSpeed()
+	b.watchSpeed()
+	// Accept-Encoding: identity asked for the stored bytes; an encoded body
+	// is not them, and its length and ranges are of something else.
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		b.Close()
+		return nil, fmt.Errorf("the origin answered with Content-Encoding: %s although asked for identity; "+
+			"its bytes are not the file's. Serve the file without encoding (e.g. exclude it from the server's gzip)", ce)
+	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
 		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode)}
 		if d.rem.url != d.rem.source {
@@ -155,6 +219,28 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 	return b, nil
 }
 
+// client is the Fetcher's client with one redirect rule added: the token
+// does not follow a redirect to another scheme, host or port
+// (stripCredentials). A shallow copy, so the configured client is not
+// changed and its transport and its own redirect policy still apply.
+func (d *download) client() *http.Client {
+	c := *d.f.client()
+	policy := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if stripCredentials(via[0].URL, req.URL) {
+			req.Header.Del("Authorization")
+		}
+		if policy != nil {
+			return policy(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
+}
+
 // retryable reports whether asking again might work: the network, a server
 // error, a rate limit, a stalled connection. A 404, a redirect loop or a bad
 // certificate will answer the same way every time.
@@ -164,7 +250,8 @@ func retryable(err error) bool {
 		return se.code >= 500 || se.code == http.StatusTooManyRequests || se.code == http.StatusRequestTimeout
 	}
 	var idle errIdle
-	if errors.As(err, &idle) {
+	var slow errSlow
+	if errors.As(err, &idle) || errors.As(err, &slow) {
 		return true
 	}
 	// *url.Error is itself a net.Error, whatever it wraps (a redirect loop

@@ -25,18 +25,23 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}
 	}()
 	d.total.Store(st.Size)
-	if err := checkSpace(filepath.Dir(d.part), st.Size-off); err != nil {
+	release, err := d.claimSpace(ctx, st.Size-off, st.Size)
+	if err != nil {
 		return "", &Error{Source: d.rem.source, Op: "get", Err: err}
 	}
-	flags := os.O_RDWR | os.O_CREATE
+	defer release()
+	// Without a length nothing could be claimed up front: the stream
+	// watches the free space instead, and stops at the reserve.
+	reserve, nextCheck := int64(-1), int64(0)
+	if st.Size < 0 {
+		reserve = d.f.reserve(filepath.Dir(d.part))
+	}
+	fh := d.fh
 	if off == 0 {
-		flags |= os.O_TRUNC
+		if err := fh.Truncate(0); err != nil {
+			return "", &Error{Source: d.rem.source, Op: "write", Err: err}
+		}
 	}
-	fh, err := os.OpenFile(d.part, flags, 0o644)
-	if err != nil {
-		return "", &Error{Source: d.rem.source, Op: "write", Err: err}
-	}
-	defer fh.Close()
 	// The state is written before any byte, so bytes on disk always have a
 	// recorded provenance. Without a validator there is nothing to record.
 	if st.validator() != "" {
@@ -58,13 +63,21 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	)
 	frontier.Store(off)
 	wb := &writeBehind{fd: int(fh.Fd()), from: off}
-	wrote := func(end int64) {
+	wrote := func(end int64) error {
 		wb.wrote(end)
 		frontier.Store(end)
 		select {
 		case poke <- struct{}{}:
 		default:
 		}
+		if reserve >= 0 && end >= nextCheck {
+			margin, err := d.checkReserve(reserve)
+			// Far from the reserve, look again only when half the margin
+			// is used; close to it, at every write.
+			nextCheck = end + margin/2
+			return err
+		}
+		return nil
 	}
 	if d.expectedSum() != "" {
 		hctx, hcancel := context.WithCancel(ctx)
@@ -78,7 +91,14 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}()
 	}
 	for retry := 0; ; {
-		n, err := d.copyAt(fh, b, off, -1, wrote)
+		// With a known size, a body that ends short of it is cut, whether
+		// the client noticed (Content-Length) or not (chunked): one rule
+		// with the parallel path, retried from where it stopped.
+		limit := int64(-1)
+		if st.Size >= 0 {
+			limit = st.Size - off
+		}
+		n, err := d.copyAt(fh, b, off, limit, wrote)
 		off += n
 		if err == nil {
 			break
@@ -88,10 +108,11 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}
 		var we *writeError
 		if errors.As(err, &we) {
-			return "", &Error{Source: d.rem.source, Op: "write", Err: noSpace(we.err, filepath.Dir(d.part), st.Size-off)}
+			return "", &Error{Source: d.rem.source, Op: "write", Err: d.giveBack(noSpace(we.err, filepath.Dir(d.part), st.Size-off))}
 		}
-		if n > 0 {
-			retry = 0 // progress: the budget is for a connection that gets nowhere
+		var slow errSlow
+		if n > 0 && !errors.As(err, &slow) {
+			retry = 0 // progress: the budget is for a connection that gets nowhere, or a trickle
 		}
 		if retry++; retry > d.f.retries() {
 			return "", err
@@ -122,7 +143,7 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		default:
 		}
 	}
-	return d.seal(ctx, fh, hashed, off)
+	return d.seal(ctx, hashed, off)
 }
 
 type hashResult struct {

@@ -20,9 +20,14 @@ func (e *writeError) Unwrap() error { return e.err }
 // large writes (a pwrite per network read would be tens of
 // thousands of syscalls a second). It returns the bytes written; a body that
 // ends before limit is io.ErrUnexpectedEOF.
-func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end int64)) (int64, error) {
-	buf := make([]byte, 1<<20)
+//
+// An error from wrote stops the copy as a failed write.
+func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end int64) error) (int64, error) {
+	buf := make([]byte, copyBuf)
 	var written int64
+	// Progress counts bytes as they arrive, not as they are written out a
+	// buffer at a time: a slow connection still shows that it moves.
+	rd := readCounter{b, &d.done}
 	for {
 		want := int64(len(buf))
 		if limit >= 0 {
@@ -31,15 +36,16 @@ func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end
 				return written, nil
 			}
 		}
-		n, rerr := fill(b, buf[:want])
+		n, rerr := fill(rd, buf[:want])
 		if n > 0 {
 			if _, err := fh.WriteAt(buf[:n], off+written); err != nil {
 				return written, &writeError{err}
 			}
 			written += int64(n)
-			d.done.Add(int64(n))
 			if wrote != nil {
-				wrote(off + written)
+				if err := wrote(off + written); err != nil {
+					return written, &writeError{err}
+				}
 			}
 		}
 		if rerr == io.EOF {
@@ -52,6 +58,23 @@ func (d *download) copyAt(fh *os.File, b *body, off, limit int64, wrote func(end
 			return written, rerr
 		}
 	}
+}
+
+// copyBuf is the size of one write: large enough that a pwrite per network
+// read (tens of thousands of syscalls a second) is avoided, small enough
+// that the bytes a killed fetch had received but not yet written are few.
+const copyBuf = 256 << 10
+
+// readCounter adds what it reads to n.
+type readCounter struct {
+	r io.Reader
+	n interface{ Add(int64) int64 }
+}
+
+func (c readCounter) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 // writeBehindStep is how many bytes a stream writes before asking the kernel

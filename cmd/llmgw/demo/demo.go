@@ -1,7 +1,8 @@
-// Package demo holds the pure parts of `llmgw demo`: the weight files it
-// generates, the local origin that serves them, and the sentences that say
-// what each step's output shows. Running the processes (coordinator, agents,
-// the commands shown) is cmd/llmgw's: only it may start subprocesses.
+// Package demo is `llmgw demo`: the run (run.go: the coordinator and agents
+// started from llmgw's own binary, the commands shown, the cleanup), the
+// weight files it generates, the local origin that serves them, and the
+// sentences that say what each step's output shows. cmd/llmgw only parses
+// the command's flags.
 package demo
 
 import (

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,6 +46,18 @@ func (p *pacer) wait(n int) {
 	if d := time.Until(p.next); d > 0 {
 		time.Sleep(d)
 	}
+}
+
+// countingWriter adds the body bytes it writes to served.
+type countingWriter struct {
+	http.ResponseWriter
+	served *atomic.Int64
+}
+
+func (w countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.served.Add(int64(n))
+	return n, err
 }
 
 type pacedWriter struct {
@@ -87,6 +100,9 @@ func main() {
 	}
 	fh.Close()
 	name := "/" + filepath.Base(*file)
+	// Body bytes written, for the resume benchmark: GET /_served answers
+	// the total, so a script can see how much a kill cost.
+	var served atomic.Int64
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)
@@ -102,10 +118,15 @@ func main() {
 			if *logReqs {
 				log.Printf("%s %s range=%q", r.Method, r.URL.Path, r.Header.Get("Range"))
 			}
+			if r.URL.Path == "/_served" {
+				fmt.Fprintln(w, served.Load())
+				return
+			}
 			if r.URL.Path != name {
 				http.NotFound(w, r)
 				return
 			}
+			w = countingWriter{w, &served}
 			if p, ok := r.Context().Value(connKey{}).(*pacer); ok {
 				w = pacedWriter{w, p}
 			}

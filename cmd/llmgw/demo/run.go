@@ -1,0 +1,1254 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/placement"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// About is what `llmgw demo --help` says.
+const About = `Runs the whole of llmgw on this machine, with nothing to configure, and says
+what each step shows: a coordinator on a temporary database; agents for four
+simulated nodes in two fabrics, one fabric seeing a shared filer (a real FUSE
+mount with bindfs when run as root where /dev/fuse exists, else a plain
+directory, labelled as simulated); a local origin serving generated weights;
+three models registered; one fetched with its progress; llmgw status (and
+llmgw place) with what each line means; and, when the dev cluster is up
+(scripts/dev-cluster), a real job submitted with llmgw sbatch.
+
+Every process, mount and file it makes is under one temporary directory and is
+removed at the end, also on Ctrl-C and on failure. Traffic goes only to
+127.0.0.1. Takes well under a minute.`
+
+// Pacing of the demo. The intervals are the agents' and coordinator's
+// shortest sensible ones, so that what a step changes shows within seconds;
+// a node is stale after three report intervals.
+const (
+	demoInterval = 2 * time.Second
+	// demoRate paces the origin for the fetch watched in step 5: 128 MiB in
+	// about four seconds, slow enough to see, quick enough to wait for.
+	demoRate = 32 << 20
+	// demoSlowRate is the origin's pace after step 5, so that the fetch
+	// started then on the other fabric is still running when status and
+	// place are shown.
+	demoSlowRate = 2 << 20
+	// demoWait bounds every wait for the coordinator to see a change.
+	demoWait = 20 * time.Second
+)
+
+// devClusterConf is where scripts/dev-cluster keeps its slurm.conf; only a
+// cluster whose slurm.conf says ClusterName=llmgw-dev is ever used, so the
+// demo never writes features or submits jobs on a real cluster.
+const devClusterConf = "/var/tmp/llmgw-dev-cluster/slurm.conf"
+
+// Options are what `llmgw demo` was given.
+type Options struct {
+	Stdout   io.Writer
+	Terminal bool                // Stdout is a terminal: progress bars
+	Getenv   func(string) string // the environment (SLURM_CONF)
+	Bin      string              // this llmgw binary, run as coordinator and agents
+	Parent   string              // where the demo's temporary directory goes
+	Version  string              // llmgw's version, in the client's User-Agent
+
+	NoFUSE, NoCluster bool
+}
+
+// Run runs the demo: every step, then the cleanup, also after a failure or
+// when ctx is cancelled (Ctrl-C).
+func Run(ctx context.Context, o Options) error {
+	d := &demoRun{getenv: o.Getenv, version: o.Version, out: o.Stdout, bin: o.Bin, noFUSE: o.NoFUSE, noCluster: o.NoCluster,
+		t0: time.Now(), tty: o.Terminal, sums: map[string]string{}}
+	var err error
+	if d.dir, err = os.MkdirTemp(o.Parent, "llmgw-demo-"); err != nil {
+		return fmt.Errorf("temporary directory: %w", err)
+	}
+	if d.dir, err = filepath.Abs(d.dir); err != nil {
+		os.RemoveAll(d.dir)
+		return err
+	}
+	err = d.run(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = errors.New("interrupted")
+		} else {
+			d.showLogs()
+		}
+	}
+	cerr := d.cleanup()
+	if err == nil && cerr != nil {
+		err = cerr
+	}
+	if err == nil {
+		d.say("\nThe demo took %.1fs.", time.Since(d.t0).Seconds())
+	}
+	return err
+}
+
+// demoRun is one run of the demo: what it started, and where.
+type demoRun struct {
+	getenv  func(string) string
+	version string
+	out     io.Writer
+	tty     bool
+	bin     string
+	dir     string // the temporary directory; everything lives under it
+	t0      time.Time
+
+	noFUSE, noCluster bool
+
+	coordURL   string
+	adminToken string
+	agentToken string
+	client     *api.Client
+
+	procs  []*demoProc
+	agents map[string]*demoProc
+
+	fuse    *demoProc // bindfs, when the filer is a FUSE mount
+	filer   string    // where the nodes of ib-a see the filer
+	origin  *Origin
+	sums    map[string]string // model → sha256
+	sources map[string]string // model → catalog source
+
+	bgCancel context.CancelFunc // the fetch left running on n3
+	bgDone   chan struct{}
+
+	cluster *demoCluster // the dev cluster, when step 8 can use it
+	skipWhy string       // why step 8 is skipped
+}
+
+// demoProc is one process the demo started.
+type demoProc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+	// stopping is set when the demo stops the process on purpose; any
+	// other exit is a failure the demo reports at once.
+	stopping bool
+}
+
+// say prints a line with the temporary directory written as $DEMO, so that
+// commands and paths stay readable.
+func (d *demoRun) say(format string, args ...any) {
+	fmt.Fprintln(d.out, d.short(fmt.Sprintf(format, args...)))
+}
+
+func (d *demoRun) short(s string) string {
+	if d.dir == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, d.dir, "$DEMO")
+}
+
+// step starts step n with its title and the one line that says what it
+// shows.
+func (d *demoRun) step(n int, title, shows string) {
+	d.say("\n[%d/8] %s", n, title)
+	d.say("      what this shows: %s", shows)
+}
+
+// explain prints sentences as a list under a command's output.
+func (d *demoRun) explain(lines []string) {
+	for _, l := range lines {
+		d.say("   - %s", l)
+	}
+}
+
+func (d *demoRun) run(ctx context.Context) error {
+	fmt.Fprintf(d.out, "llmgw demo: the whole flow on this machine. Paths below are under $DEMO=%s,\n", d.dir)
+	d.say("which is removed at the end with every process and mount the demo starts.")
+	d.findCluster(ctx)
+	for _, s := range []func(context.Context) error{
+		d.stepCoordinator, d.stepAgents, d.stepOrigin, d.stepModels,
+		d.stepFetch, d.stepStatus, d.stepPlace, d.stepSbatch,
+	} {
+		if err := s(ctx); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// --- step 1 -----------------------------------------------------------------
+
+func (d *demoRun) stepCoordinator(ctx context.Context) error {
+	d.step(1, "The coordinator",
+		"the service that keeps the catalog and every node's report, on a sqlite file, with tokens for agents and admins.")
+	dir := filepath.Join(d.dir, "coordinator")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	d.adminToken = filepath.Join(dir, "admin.token")
+	d.agentToken = filepath.Join(dir, "agent.token")
+	for _, f := range []string{d.adminToken, d.agentToken} {
+		if err := writeToken(f); err != nil {
+			return err
+		}
+	}
+	conf := filepath.Join(dir, "coordinator.toml")
+	text := fmt.Sprintf(`# llmgw demo: the coordinator
+listen = "127.0.0.1:0"
+db = %q
+agent_token_file = %q
+admin_token_file = %q
+report_interval = %q
+`, filepath.Join(dir, "coordinator.db"), d.agentToken, d.adminToken, demoInterval)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		return err
+	}
+	args := []string{"coordinator", "--config", conf}
+	if d.cluster != nil {
+		// Keep the dev cluster's node features in step with presence, so
+		// that llmgw sbatch has a preference to add in step 8.
+		args = append(args, "--features", "--feature-file", filepath.Join(dir, "features"), "--slurm-conf", d.cluster.conf)
+	}
+	d.say("$ cat %s", conf)
+	d.indent(text)
+	d.say("$ llmgw %s &", strings.Join(args, " "))
+	p, err := d.start(ctx, "coordinator", filepath.Join(dir, "coordinator.log"), args...)
+	if err != nil {
+		return err
+	}
+	addr, err := d.waitLog(ctx, p, "coordinator serving", "listen")
+	if err != nil {
+		return err
+	}
+	d.coordURL = "http://" + addr
+	tok, err := api.ReadToken(d.adminToken)
+	if err != nil {
+		return err
+	}
+	d.client = &api.Client{BaseURL: d.coordURL, Token: tok, UserAgent: "llmgw-demo/" + d.version}
+	if err := d.waitFor(ctx, "the coordinator to answer", func() (bool, error) {
+		return d.client.Do(ctx, http.MethodGet, "/readyz", nil, nil) == nil, nil
+	}); err != nil {
+		return err
+	}
+	d.say("   serving on %s (pid %d); the commands below find it through:", d.coordURL, p.cmd.Process.Pid)
+	d.say("$ export LLMGW_COORDINATOR=%s LLMGW_TOKEN_FILE=%s", d.coordURL, d.adminToken)
+	return nil
+}
+
+func writeToken(path string) error {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
+}
+
+// --- step 2 -----------------------------------------------------------------
+
+func (d *demoRun) stepAgents(ctx context.Context) error {
+	d.step(2, "A shared filer and four nodes' agents",
+		"each node's agent scans its weight directories, tells a shared filesystem from a local disk by statfs, and reports to the coordinator.")
+	disk := filepath.Join(d.dir, "filer-disk")
+	d.filer = filepath.Join(d.dir, "filer")
+	for _, p := range []string{disk, d.filer} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := d.mountFiler(ctx, disk); err != nil {
+		return err
+	}
+	// Written to the filer's disk, read by the nodes through the mount.
+	if d.fuse == nil {
+		disk = d.filer
+	}
+	shared := filepath.Join(d.filer, Shared.File)
+	sum, err := Generate(filepath.Join(disk, Shared.File), Shared)
+	if err != nil {
+		return err
+	}
+	d.sums[Shared.Model] = sum
+	d.sources = map[string]string{Shared.Model: shared}
+
+	var ib, other []string
+	d.agents = map[string]*demoProc{}
+	for _, n := range Nodes {
+		nd := filepath.Join(d.dir, n.Name)
+		models := filepath.Join(nd, "models")
+		for _, sub := range []string{models, filepath.Join(nd, "cache")} {
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				return err
+			}
+		}
+		if n.Name == LocalHolder {
+			local := filepath.Join(models, Local.File)
+			sum, err := Generate(local, Local)
+			if err != nil {
+				return err
+			}
+			d.sums[Local.Model] = sum
+			d.sources[Local.Model] = local
+		}
+		dirs := []string{models}
+		if n.Filer {
+			dirs = []string{d.filer, models}
+			ib = append(ib, n.Name)
+		} else {
+			other = append(other, n.Name)
+		}
+		quoted := make([]string, len(dirs))
+		for i, dd := range dirs {
+			quoted[i] = strconv.Quote(dd)
+		}
+		conf := filepath.Join(nd, "agent.toml")
+		text := fmt.Sprintf(`# llmgw demo: node %s
+coordinator = %q
+token_file = %q
+node = %q
+fabric = %q
+weight_dirs = [%s]
+cache_dir = %q
+state_dir = %q
+run_dir = %q
+socket = %q
+scan_interval = %q
+report_interval = %q
+`, n.Name, d.coordURL, d.agentToken, n.Name, n.Fabric, strings.Join(quoted, ", "),
+			filepath.Join(nd, "cache"), filepath.Join(nd, "state"), filepath.Join(nd, "run"),
+			filepath.Join(nd, "agent.sock"), demoInterval, demoInterval)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return err
+		}
+		if n.Name == Nodes[0].Name {
+			d.say("$ cat %s        # the others differ in names and paths", conf)
+			d.indent(text)
+		}
+		d.say("$ llmgw agent --config %s &", conf)
+		p, err := d.start(ctx, "agent "+n.Name, filepath.Join(nd, "agent.log"), "agent", "--config", conf)
+		if err != nil {
+			return err
+		}
+		d.agents[n.Name] = p
+	}
+	if err := d.waitFor(ctx, "all four agents to report", func() (bool, error) {
+		st, err := d.client.Status(ctx)
+		return err == nil && st.Nodes.OK == len(Nodes), nil
+	}); err != nil {
+		return err
+	}
+	d.say("   all %d agents have reported: %s in fabric ib-a, %s in ib-b.", len(Nodes), strings.Join(ib, ","), strings.Join(other, ","))
+
+	// What the scanner makes of the filer and of a node's own disk, as
+	// each agent sees it.
+	scanArgs := []string{"scan", d.filer, filepath.Join(d.dir, LocalHolder, "models")}
+	out, err := d.show(ctx, nil, scanArgs...)
+	if err != nil {
+		return err
+	}
+	filerShared := strings.Contains(out, Shared.File) && lineHas(out, Shared.File, "shared")
+	switch {
+	case d.fuse != nil && filerShared:
+		d.explain([]string{
+			"The filer is a real FUSE mount (bindfs over $DEMO/filer-disk), so statfs says FUSE and the scanner calls it shared, as it would NFS or Lustre.",
+			LocalHolder + "'s models directory is on this machine's own disk: local.",
+		})
+	case d.fuse != nil:
+		d.explain([]string{"The filer is a FUSE mount, yet the scanner did not call it shared: see the scan's notes above."})
+	default:
+		d.explain([]string{
+			"Simulated shared (no FUSE here): the filer is a plain directory, so statfs reports this machine's disk and the scanner honestly calls it local. " +
+				"On a real cluster, or here as root with /dev/fuse and bindfs, it shows as shared.",
+			LocalHolder + "'s models directory is on this machine's own disk: local.",
+		})
+	}
+	return nil
+}
+
+// lineHas reports whether a line of out contains both a and b.
+func lineHas(out, a, b string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, a) && strings.Contains(l, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// fuseMagic is FUSE_SUPER_MAGIC, what statfs reports for a FUSE mount.
+const fuseMagic = 0x65735546
+
+// mountFiler mounts disk on d.filer with bindfs, where the machine allows
+// it; otherwise the filer stays a plain directory, and is said to be one.
+func (d *demoRun) mountFiler(ctx context.Context, disk string) error {
+	why := ""
+	bindfs, lerr := exec.LookPath("bindfs")
+	switch {
+	case d.noFUSE:
+		why = "--no-fuse was given"
+	case os.Geteuid() != 0:
+		why = "not root"
+	case lerr != nil:
+		why = "bindfs is not installed (apt-get install bindfs)"
+	default:
+		if _, err := os.Stat("/dev/fuse"); err != nil {
+			why = "/dev/fuse is missing"
+		}
+	}
+	if why == "" {
+		// In the foreground (-f), so the mount is a child of the demo,
+		// stopped with it, never a daemon left behind.
+		if bindfs, lerr = filepath.Abs(bindfs); lerr == nil {
+			d.say("$ bindfs -f %s %s &", disk, d.filer)
+			p, err := d.start(ctx, "bindfs", filepath.Join(d.dir, "bindfs.log"), append([]string{bindfs}, "-f", disk, d.filer)...)
+			if err != nil {
+				return err
+			}
+			d.fuse = p
+			err = d.waitFor(ctx, "the FUSE mount", func() (bool, error) {
+				var st syscall.Statfs_t
+				return syscall.Statfs(d.filer, &st) == nil && st.Type == fuseMagic, nil
+			})
+			if err == nil {
+				d.say("   $DEMO/filer is a FUSE mount of $DEMO/filer-disk: fabric ib-a's shared filer.")
+				return nil
+			}
+			if ctx.Err() != nil {
+				return err
+			}
+			why = "the bindfs mount did not appear"
+			d.stopFUSE()
+		}
+	}
+	d.say("   Simulated shared (no FUSE here: %s): $DEMO/filer is a plain directory standing in for fabric ib-a's filer.", why)
+	return nil
+}
+
+// --- step 3 -----------------------------------------------------------------
+
+func (d *demoRun) stepOrigin(ctx context.Context) error {
+	d.step(3, "A local origin",
+		"a remote source (an http URL, as hf: would be) that no node holds yet; nodes fetch it into their cache on demand.")
+	dir := filepath.Join(d.dir, "origin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	sum, err := Generate(filepath.Join(dir, Remote.File), Remote)
+	if err != nil {
+		return err
+	}
+	d.sums[Remote.Model] = sum
+	if d.origin, err = NewOrigin(dir, demoRate); err != nil {
+		return fmt.Errorf("origin: %w", err)
+	}
+	d.sources[Remote.Model] = d.origin.URL(Remote.File)
+	d.say("   %s: %s generated from a seeded PRNG, sha256 %s…", d.sources[Remote.Model], catalog.FormatBytes(Remote.Size), sum[:16])
+	d.say("   served on 127.0.0.1 with ranges, paced to %s/s over all connections so a fetch can be watched.", catalog.FormatBytes(demoRate))
+	return ctx.Err()
+}
+
+// --- step 4 -----------------------------------------------------------------
+
+func (d *demoRun) stepModels(ctx context.Context) error {
+	d.step(4, "The catalog",
+		"models are registered by name with a source, size and sha256; the coordinator matches every node's report against them.")
+	for _, w := range []Weight{Shared, Local, Remote} {
+		if _, err := d.show(ctx, d.clientEnv(), "models", "add", w.Model, d.sources[w.Model],
+			"--size", strconv.FormatInt(w.Size, 10), "--sha256", d.sums[w.Model]); err != nil {
+			return err
+		}
+	}
+	if _, err := d.show(ctx, d.clientEnv(), "models", "list"); err != nil {
+		return err
+	}
+	d.explain([]string{
+		Shared.Model + " is a path on the filer, " + Local.Model + " a path on " + LocalHolder + "'s own disk: paths are checked, never fetched.",
+		Remote.Model + " is a URL: a node that needs it fetches it into its cache.",
+	})
+	// The agents' reports already list the files; the catalog change
+	// rematches them at once, and the next report confirms it.
+	return d.waitFor(ctx, "the coordinator to match the reports to the catalog", func() (bool, error) {
+		st, err := d.client.Status(ctx)
+		if err != nil {
+			return false, nil
+		}
+		return serveOf(st, Shared.Model, "ib-a") != "" && serveOf(st, Shared.Model, "ib-a") != api.HoldNone &&
+			serveOf(st, Local.Model, "ib-b") == api.HoldLocal, nil
+	})
+}
+
+// serveOf is how fabric serves model in st, "" when st does not say.
+func serveOf(st *api.Status, model, fabric string) string {
+	for _, m := range st.Models {
+		if m.Model.Name != model {
+			continue
+		}
+		for _, p := range m.Fabrics {
+			if p.Fabric == fabric {
+				return p.Serve
+			}
+		}
+	}
+	return ""
+}
+
+// --- step 5 -----------------------------------------------------------------
+
+func (d *demoRun) stepFetch(ctx context.Context) error {
+	d.step(5, "A fetch through a node's agent",
+		"what a job's Prolog does on a node without the weights: ask the local agent to ensure the source; the agent fetches it once for the node, checks the sha256, and reports it.")
+	n1 := Nodes[0].Name
+	sock := filepath.Join(d.dir, n1, "agent.sock")
+	src := d.sources[Remote.Model]
+	d.say("$ curl --unix-socket %s -d '{\"source\":\"%s\",\"sha256\":\"%s…\"}' http://agent/v1/ensure", sock, src, d.sums[Remote.Model][:8])
+	lc := &api.LocalClient{Socket: sock}
+	var last time.Time
+	start := time.Now()
+	drawn := false
+	path, err := lc.Ensure(ctx, api.EnsureRequest{Source: src, SHA256: d.sums[Remote.Model], Size: Remote.Size}, func(f api.Fetch) {
+		if time.Since(last) < 500*time.Millisecond && f.Done != f.Total {
+			return
+		}
+		last = time.Now()
+		line := progressLine(n1, f)
+		if d.tty {
+			fmt.Fprintf(d.out, "\r%s\033[K", line)
+			drawn = true
+			return
+		}
+		d.say("%s", line)
+	})
+	if drawn {
+		fmt.Fprintln(d.out)
+	}
+	if err != nil {
+		return fmt.Errorf("ensure %s on %s: %w", src, n1, err)
+	}
+	d.say("   done in %.1fs: %s", time.Since(start).Seconds(), path)
+	d.explain([]string{
+		"The file is in " + n1 + "'s cache under a name derived from the source; the sha256 was checked before it got that name.",
+		"Every job on " + n1 + " asking for it meanwhile would have shared this one fetch.",
+	})
+	if err := d.waitFor(ctx, "the coordinator to hear that "+n1+" holds "+Remote.Model, func() (bool, error) {
+		st, err := d.client.Status(ctx)
+		return err == nil && serveOf(st, Remote.Model, Nodes[0].Fabric) == api.HoldLocal, nil
+	}); err != nil {
+		return err
+	}
+
+	// Two things for status to show in step 6: a fetch under way on the
+	// other fabric, and a node that stopped reporting.
+	n3, n4 := Nodes[2].Name, Nodes[3].Name
+	d.origin.SetRate(demoSlowRate)
+	d.say("   Meanwhile a job lands on %s (fabric %s) and its Prolog asks for %s too; the origin is slowed to %s/s so this fetch is still running in the next steps.",
+		n3, Nodes[2].Fabric, Remote.Model, catalog.FormatBytes(demoSlowRate))
+	bg, cancel := context.WithCancel(ctx)
+	d.bgCancel, d.bgDone = cancel, make(chan struct{})
+	go func() {
+		defer close(d.bgDone)
+		lc := &api.LocalClient{Socket: filepath.Join(d.dir, n3, "agent.sock")}
+		lc.Ensure(bg, api.EnsureRequest{Source: src, SHA256: d.sums[Remote.Model], Size: Remote.Size}, nil)
+	}()
+	d.say("   And %s's agent is stopped (SIGTERM), as if the node had gone down.", n4)
+	d.stop(d.agents[n4])
+	return d.waitFor(ctx, n3+"'s fetch to show and "+n4+" to go stale", func() (bool, error) {
+		st, err := d.client.Status(ctx)
+		if err != nil {
+			return false, nil
+		}
+		fetching := false
+		for _, m := range st.Models {
+			for _, p := range m.Fabrics {
+				for _, f := range p.Fetching {
+					fetching = fetching || (f.Node == n3 && f.Done > 0)
+				}
+			}
+		}
+		return fetching && st.Nodes.Stale == 1, nil
+	})
+}
+
+func progressLine(node string, f api.Fetch) string {
+	const width = 30
+	pct := -1
+	if f.Total > 0 {
+		pct = int(f.Done * 100 / f.Total)
+	}
+	bar := strings.Repeat("?", width)
+	if pct >= 0 {
+		n := min(width*pct/100, width)
+		bar = strings.Repeat("=", n) + strings.Repeat(" ", width-n)
+	}
+	amount := catalog.FormatBytes(f.Done)
+	if f.Total >= 0 {
+		amount += " of " + catalog.FormatBytes(f.Total)
+	}
+	line := fmt.Sprintf("   %s [%s] %3d%%  %s", node, bar, max(pct, 0), amount)
+	if f.Rate > 0 {
+		line += "  " + catalog.FormatBytes(int64(f.Rate)) + "/s"
+	}
+	return line
+}
+
+// --- step 6 -----------------------------------------------------------------
+
+func (d *demoRun) stepStatus(ctx context.Context) error {
+	d.step(6, "llmgw status",
+		"per fabric, whether each model can be served without a fetch, and how: shared filer, local copies, or nowhere; fetches under way; stale nodes.")
+	env := d.clientEnv()
+	if _, err := d.show(ctx, env, "status"); err != nil {
+		return err
+	}
+	var st api.Status
+	if err := d.jsonOf(ctx, env, &st, "status", "--json"); err != nil {
+		return err
+	}
+	d.say("   Line by line:")
+	d.explain(ExplainStatus(&st))
+	if d.fuse == nil {
+		d.say("   (Simulated shared, no FUSE here: the filer is a plain directory, so %s shows as local copies on the nodes that see it; on a real filer the line reads \"filer (2 nodes)\".)", Shared.Model)
+	}
+	d.say("")
+	if _, err := d.show(ctx, env, "status", Remote.Model); err != nil {
+		return err
+	}
+	var mn api.ModelNodes
+	if err := d.jsonOf(ctx, env, &mn, "status", Remote.Model, "--json"); err != nil {
+		return err
+	}
+	d.say("   Node by node:")
+	d.explain(ExplainModelNodes(&mn))
+	return nil
+}
+
+// --- step 7 -----------------------------------------------------------------
+
+func (d *demoRun) stepPlace(ctx context.Context) error {
+	d.step(7, "llmgw place",
+		"how a job wanting a model would be placed: every node ranked, with the reason for its rank.")
+	env := d.clientEnv()
+	for _, q := range [][]string{
+		{"place", "--model", Remote.Model},
+		{"place", "--model", Shared.Model, "-N", "2"},
+	} {
+		if _, err := d.show(ctx, env, q...); err != nil {
+			return err
+		}
+		var p api.Placement
+		if err := d.jsonOf(ctx, env, &p, append(q, "--json")...); err != nil {
+			return err
+		}
+		d.explain(ExplainPlacement(&p))
+		d.say("")
+	}
+	return nil
+}
+
+// --- step 8 -----------------------------------------------------------------
+
+// demoCluster is the dev cluster step 8 submits to.
+type demoCluster struct {
+	conf   string
+	runner *slurm.Runner
+	// before is every node's features before the demo's coordinator
+	// touched them, to put back at the end.
+	before []slurm.Node
+	jobID  string
+	// hookConfs are the per-node configurations the demo wrote for the dev
+	// cluster's hooks (llmgw/NODE.toml beside its slurm.conf), removed at
+	// the end with the resolved copies the hooks leave beside them.
+	hookConfs []string
+}
+
+// pointHooks makes the dev cluster's hooks on each demo node read that
+// node's demo configuration: scripts/slurm/hook passes --config
+// llmgw/NODE.toml from beside slurm.conf when the file exists, so the job's
+// Prolog finds the demo's catalog copy, cache and agent socket, and the job
+// gets LLMGW_MODEL_PATH. A file someone else put there is left alone.
+func (d *demoRun) pointHooks() {
+	c := d.cluster
+	dir := filepath.Join(filepath.Dir(c.conf), "llmgw")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		d.say("   (the dev cluster's hooks keep their own settings: %v)", err)
+		return
+	}
+	for _, n := range Nodes {
+		dst := filepath.Join(dir, n.Name+".toml")
+		if _, err := os.Lstat(dst); err == nil {
+			d.say("   (%s exists and is not the demo's: the hooks on %s use it)", dst, n.Name)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d.dir, n.Name, "agent.toml"))
+		if err == nil {
+			err = os.WriteFile(dst, b, 0o644)
+		}
+		if err != nil {
+			d.say("   (the hooks on %s keep their own settings: %v)", n.Name, err)
+			continue
+		}
+		c.hookConfs = append(c.hookConfs, dst)
+	}
+	if len(c.hookConfs) > 0 {
+		d.say("   The dev cluster's hooks read llmgw/NODE.toml beside its slurm.conf: the demo points them at its own nodes' settings.")
+	}
+}
+
+// unpointHooks removes what pointHooks wrote, and the resolved copies the
+// hooks left beside it.
+func (c *demoCluster) unpointHooks() error {
+	var errs []error
+	for _, f := range c.hookConfs {
+		for _, p := range []string{f, nodeconf.ResolvedPath(f)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(c.hookConfs) > 0 {
+		os.Remove(filepath.Dir(c.hookConfs[0])) // only when empty
+	}
+	c.hookConfs = nil
+	return errors.Join(errs...)
+}
+
+// findCluster decides, before anything starts, whether step 8 can run: the
+// coordinator must be started with features on for it.
+func (d *demoRun) findCluster(ctx context.Context) {
+	switch {
+	case d.noCluster:
+		d.skipWhy = "--no-cluster was given"
+		return
+	}
+	conf := d.getenv("SLURM_CONF")
+	if conf == "" {
+		conf = devClusterConf
+	}
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		d.skipWhy = "the dev cluster is not up (no " + conf + "); bring it up with `sudo scripts/dev-cluster up`, then run `llmgw demo` again"
+		return
+	}
+	if !regexp.MustCompile(`(?m)^\s*ClusterName=llmgw-dev\s*$`).Match(b) {
+		d.skipWhy = conf + " is not the dev cluster's (ClusterName=llmgw-dev); the demo never writes features or submits jobs on another cluster"
+		return
+	}
+	// sinfo against a slurmctld that is not running waits out its timeout;
+	// the dev cluster's pid file says so at once (scripts/dev-cluster down
+	// keeps slurm.conf, so its presence proves nothing).
+	if why := slurmctldDown(conf); why != "" {
+		d.skipWhy = "the dev cluster is not up (" + why + "); bring it up with `sudo scripts/dev-cluster up`, then run `llmgw demo` again"
+		return
+	}
+	r := &slurm.Runner{Env: []string{"SLURM_CONF=" + conf}, Timeout: 5 * time.Second}
+	nodes, err := r.Nodes(ctx)
+	if err != nil {
+		d.skipWhy = fmt.Sprintf("the dev cluster is not answering (%v); bring it up with `sudo scripts/dev-cluster up`, then run `llmgw demo` again", err)
+		return
+	}
+	for _, n := range Nodes {
+		if !slices.ContainsFunc(nodes, func(s slurm.Node) bool { return s.Name == n.Name }) {
+			d.skipWhy = "the dev cluster has no node " + n.Name
+			return
+		}
+	}
+	d.cluster = &demoCluster{conf: conf, runner: r, before: nodes}
+}
+
+// slurmctldDown says why the slurmctld of the slurm.conf at conf is not
+// running on this host, from its SlurmctldPidFile, or "" when it may be.
+// Only a pid file that names no live slurmctld counts as down: a conf
+// without one, or one that cannot be read for another reason, is left to
+// sinfo.
+func slurmctldDown(conf string) string {
+	c, err := slurm.ReadConf(conf)
+	if err != nil {
+		return ""
+	}
+	pidFile, ok := c.Get("SlurmctldPidFile")
+	if !ok || pidFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "no " + pidFile
+	}
+	if err != nil {
+		return ""
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return ""
+	}
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && strings.TrimSpace(string(comm)) != "slurmctld") {
+		return fmt.Sprintf("slurmctld, pid %d in %s, is not running", pid, pidFile)
+	}
+	return ""
+}
+
+func (d *demoRun) stepSbatch(ctx context.Context) error {
+	d.step(8, "A real job with llmgw sbatch",
+		"on the dev cluster, a job wanting a model is steered to the node that holds it, by a preference Slurm can satisfy, never a filter.")
+	c := d.cluster
+	if c == nil {
+		d.say("   (skipped: %s)", d.skipWhy)
+		return nil
+	}
+	// The model held on n3 alone: on an idle cluster Slurm takes the first
+	// idle node, n1, so a job that runs on n3 went there because of the
+	// preference, not by chance.
+	model, holder := Local.Model, LocalHolder
+	feature := placement.FeaturePrefix + model
+	if err := d.waitFor(ctx, "Slurm to show feature "+feature+" on "+holder, func() (bool, error) {
+		nodes, err := c.runner.Nodes(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, n := range nodes {
+			if n.Name == holder && slices.Contains(n.Active, feature) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	d.say("   The coordinator has put feature %s on %s in Slurm (sinfo -N -o '%%N %%f' shows it).", feature, holder)
+	d.pointHooks()
+	script := filepath.Join(d.dir, "job.sh")
+	text := fmt.Sprintf(`#!/bin/sh
+#SBATCH --job-name=llmgw-demo
+#SBATCH --output=%s/job-%%j.out
+echo "ran on $SLURMD_NODENAME; LLMGW_MODEL=$LLMGW_MODEL LLMGW_MODEL_PATH=$LLMGW_MODEL_PATH"
+`, d.dir)
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		return err
+	}
+	env := append(d.clientEnv(), "SLURM_CONF="+c.conf)
+	out, notes, err := d.showBoth(ctx, env, "sbatch", "--model", model, script)
+	if err != nil {
+		return err
+	}
+	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("llmgw sbatch printed no job id: %q", out)
+	}
+	c.jobID = m[1]
+	var state, where string
+	if err := d.waitFor(ctx, "job "+c.jobID+" to run", func() (bool, error) {
+		b, err := c.runner.Run(ctx, "scontrol", "show", "job", "-o", c.jobID)
+		if err != nil {
+			return false, nil
+		}
+		state, where = field(string(b), "JobState"), field(string(b), "NodeList")
+		return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED", nil
+	}); err != nil {
+		return err
+	}
+	d.say("   job %s: %s on %s", c.jobID, state, where)
+	if b, err := os.ReadFile(filepath.Join(d.dir, "job-"+c.jobID+".out")); err == nil {
+		d.indent(string(b))
+	}
+	preferred := strings.Contains(notes, "--prefer") && strings.Contains(notes, feature)
+	switch {
+	case where == holder && preferred:
+		d.explain([]string{fmt.Sprintf("It ran on %s, the node that holds %s: llmgw sbatch added --prefer %s because Slurm's features showed a node that can meet it, "+
+			"and Slurm, which would otherwise have taken the first idle node, honoured it.", holder, model, feature)})
+	case where == holder:
+		d.explain([]string{fmt.Sprintf("It ran on %s, the node that holds %s, but llmgw sbatch added no preference (its notes above say why): Slurm put it there on its own.", holder, model)})
+	case preferred:
+		d.explain([]string{fmt.Sprintf("It ran on %s, not on %s which holds %s: a preference is not a filter, and Slurm placed it elsewhere (was %s busy?).", where, holder, model, holder)})
+	default:
+		d.explain([]string{fmt.Sprintf("It ran on %s, not on %s which holds %s: llmgw sbatch added no preference (its notes above say why).", where, holder, model)})
+	}
+	return nil
+}
+
+// field is NAME's value in `scontrol show job -o` output.
+func field(out, name string) string {
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// restoreFeatures puts back every node's features as they were before the
+// demo: the demo's coordinator added llmgw.* ones, and a feature left behind
+// would steer real jobs to weights that are gone.
+func (c *demoCluster) restoreFeatures(ctx context.Context) error {
+	now, err := c.runner.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, was := range c.before {
+		i := slices.IndexFunc(now, func(n slurm.Node) bool { return n.Name == was.Name })
+		if i < 0 || (slices.Equal(now[i].Active, was.Active) && slices.Equal(now[i].Available, was.Available)) {
+			continue
+		}
+		put := slurm.FeatureUpdate{Nodes: []string{was.Name}, Available: was.Available, Active: was.Active}
+		if _, err := c.runner.Run(ctx, "scontrol", put.Args()...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// --- processes ---------------------------------------------------------------
+
+// childEnv is this process's environment without LLMGW_* variables, so that
+// nothing exported in the user's shell reaches into the demo's processes
+// (the environment would win over their configuration files), plus extra.
+func childEnv(extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LLMGW_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}
+
+// clientEnv is the environment the commands shown run with: they find the
+// coordinator and the admin token as a user's shell would.
+func (d *demoRun) clientEnv() []string {
+	return []string{"LLMGW_COORDINATOR=" + d.coordURL, "LLMGW_TOKEN_FILE=" + d.adminToken}
+}
+
+// start runs a long-lived process (an llmgw command, or another program
+// when args[0] is an absolute path) with its output in logPath. It gets its
+// own process group, so that Ctrl-C reaches the demo alone and the demo
+// stops everything in order, and it is sent SIGTERM if the demo dies.
+func (d *demoRun) start(_ context.Context, name, logPath string, args ...string) (*demoProc, error) {
+	bin := d.bin
+	if filepath.IsAbs(args[0]) {
+		bin, args = args[0], args[1:]
+	}
+	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = childEnv()
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &demoProc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	d.procs = append(d.procs, p)
+	return p, nil
+}
+
+// stop sends p SIGTERM and waits for it to exit; one that has not after
+// five seconds is killed.
+func (d *demoRun) stop(p *demoProc) {
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.stopping = true
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		d.say("   %s (pid %d) ignored SIGTERM for 5s; killing it", p.name, p.cmd.Process.Pid)
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// waitLog waits for a JSON log line of p with message msg and returns its
+// field key: how the coordinator says which port it took.
+func (d *demoRun) waitLog(ctx context.Context, p *demoProc, msg, key string) (string, error) {
+	var val string
+	err := d.waitFor(ctx, p.name+" to start", func() (bool, error) {
+		f, err := os.Open(p.log)
+		if err != nil {
+			return false, nil
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == msg {
+				if v, ok := line[key].(string); ok {
+					val = v
+					return true, nil
+				}
+			}
+		}
+		select {
+		case <-p.done:
+			return false, fmt.Errorf("%s exited: %v", p.name, p.err)
+		default:
+		}
+		return false, nil
+	})
+	return val, err
+}
+
+// waitFor polls cond until it holds, fails, demoWait passes or ctx ends.
+func (d *demoRun) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(demoWait)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		for _, p := range d.procs {
+			select {
+			case <-p.done:
+				if !p.stopping {
+					return fmt.Errorf("waiting for %s: %s exited (%v); its log is below", what, p.name, p.err)
+				}
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not within %s", what, demoWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// output runs `llmgw args...` and returns its stdout; a failure carries its
+// stderr.
+func (d *demoRun) output(ctx context.Context, env []string, args ...string) (string, error) {
+	stdout, stderr, err := d.exec(ctx, env, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("llmgw %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr))
+	}
+	return stdout, nil
+}
+
+func (d *demoRun) exec(ctx context.Context, env []string, args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bin, args...)
+	cmd.Env = childEnv(env...)
+	cmd.WaitDelay = time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// show runs `llmgw args...` as the user would, printing the command line and
+// what it printed, and returns its stdout.
+func (d *demoRun) show(ctx context.Context, env []string, args ...string) (string, error) {
+	stdout, _, err := d.showBoth(ctx, env, args...)
+	return stdout, err
+}
+
+// showBoth is show that returns stderr too.
+func (d *demoRun) showBoth(ctx context.Context, env []string, args ...string) (string, string, error) {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = a
+		if strings.ContainsAny(a, " '\"$") {
+			quoted[i] = strconv.Quote(a)
+		}
+	}
+	d.say("$ llmgw %s", strings.Join(quoted, " "))
+	stdout, stderr, err := d.exec(ctx, env, args...)
+	d.indent(stdout)
+	d.indent(stderr)
+	if err != nil {
+		return stdout, stderr, fmt.Errorf("llmgw %s: %w", strings.Join(args, " "), err)
+	}
+	return stdout, stderr, nil
+}
+
+// jsonOf runs `llmgw args...` (with --json among them) and decodes its
+// answer into v.
+func (d *demoRun) jsonOf(ctx context.Context, env []string, v any, args ...string) error {
+	out, err := d.output(ctx, env, args...)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return fmt.Errorf("llmgw %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// indent prints a command's output under it, its tables realigned for
+// the paths written as $DEMO.
+func (d *demoRun) indent(text string) {
+	text = strings.TrimRight(d.short(text), "\n")
+	if text == "" {
+		return
+	}
+	for _, l := range strings.Split(Realign(text), "\n") {
+		fmt.Fprintf(d.out, "    %s\n", l)
+	}
+}
+
+// showLogs prints the end of every process's log, for a demo that failed.
+func (d *demoRun) showLogs() {
+	for _, p := range d.procs {
+		b, err := os.ReadFile(p.log)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		// The coordinator logs every request; what went wrong is in the rest.
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			if !strings.Contains(l, `"msg":"request"`) {
+				lines = append(lines, l)
+			}
+		}
+		d.say("--- the end of %s's log (%s)", p.name, p.log)
+		for _, l := range lines[max(0, len(lines)-5):] {
+			d.say("    %s", l)
+		}
+	}
+}
+
+// --- cleanup -----------------------------------------------------------------
+
+// stopFUSE unmounts the filer and waits for bindfs to exit.
+func (d *demoRun) stopFUSE() error {
+	if d.fuse == nil {
+		return nil
+	}
+	p := d.fuse
+	d.fuse = nil
+	var errs []error
+	var st syscall.Statfs_t
+	if syscall.Statfs(d.filer, &st) == nil && st.Type == fuseMagic {
+		if err := syscall.Unmount(d.filer, 0); err != nil {
+			// Something still has a file open there; detach it now, the
+			// kernel finishes when it lets go.
+			if err := syscall.Unmount(d.filer, syscall.MNT_DETACH); err != nil {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", d.filer, err))
+			}
+		}
+	}
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		d.stop(p)
+	}
+	return errors.Join(errs...)
+}
+
+// cleanup stops everything the demo started, in order (the fetch left
+// running, the agents, the job, the coordinator, then the mount and the
+// origin), puts back the dev cluster's features, removes the temporary
+// directory, and says so. It runs on success, failure and Ctrl-C alike.
+func (d *demoRun) cleanup() error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	if d.bgCancel != nil {
+		d.bgCancel()
+		<-d.bgDone
+	}
+	var wg sync.WaitGroup
+	stopped := len(d.procs)
+	for _, p := range d.procs {
+		if strings.HasPrefix(p.name, "agent ") {
+			wg.Add(1)
+			go func() { defer wg.Done(); d.stop(p) }()
+		}
+	}
+	wg.Wait()
+	if c := d.cluster; c != nil {
+		if c.jobID != "" {
+			if _, err := c.runner.Run(ctx, "scancel", c.jobID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, p := range d.procs {
+		if p.name == "coordinator" {
+			d.stop(p)
+		}
+	}
+	if c := d.cluster; c != nil {
+		if err := c.restoreFeatures(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("putting back the dev cluster's node features: %w", err))
+		}
+		if err := c.unpointHooks(); err != nil {
+			errs = append(errs, fmt.Errorf("removing the demo's hook settings from the dev cluster: %w", err))
+		}
+	}
+	mounted := d.fuse != nil
+	if err := d.stopFUSE(); err != nil {
+		errs = append(errs, err)
+	}
+	if d.origin != nil {
+		d.origin.Close()
+	}
+	for _, p := range d.procs {
+		d.stop(p)
+	}
+	var st syscall.Statfs_t
+	if d.filer != "" && syscall.Statfs(d.filer, &st) == nil && st.Type == fuseMagic {
+		// Never remove through a live mount.
+		errs = append(errs, fmt.Errorf("%s is still mounted; left %s in place: unmount it (umount %s), then remove it", d.filer, d.dir, d.filer))
+	} else if err := os.RemoveAll(d.dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing %s: %w", d.dir, err))
+	}
+	what := fmt.Sprintf("%d processes stopped", stopped)
+	if mounted {
+		what += ", the FUSE mount unmounted"
+	}
+	if d.cluster != nil {
+		what += ", the dev cluster's features put back"
+	}
+	dir := d.dir
+	d.dir = "" // say it in full: it is gone
+	if len(errs) == 0 {
+		d.say("\nCleaned up in %.1fs: %s, %s removed.", time.Since(start).Seconds(), what, dir)
+		return nil
+	}
+	d.say("\nCleanup: %s; but:", what)
+	for _, err := range errs {
+		d.say("   %v", err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,59 @@
+package coordinator
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/slurm"
+)
+
+// keepView keeps the nodes a sync published as the view llmgw sbatch asks
+// for instead of running sinfo as the submitting user: slurmctld's rate
+// limit throttles a burst of submissions from one user, and the
+// coordinator reads Slurm anyway, as SlurmUser, whom the limit exempts.
+func (f *features) keepView(nodes []slurm.Node, synced time.Time, defaultPartition string) {
+	v := &api.FeatureView{Synced: synced.UTC(), Default: defaultPartition, Nodes: make([]api.FeatureViewNode, len(nodes))}
+	for i, n := range nodes {
+		v.Nodes[i] = api.FeatureViewNode{Name: n.Name, Partitions: slices.Clone(n.Partitions), Features: slices.Clone(n.Active)}
+	}
+	f.mu.Lock()
+	f.seen = v
+	f.mu.Unlock()
+}
+
+// view is the last published view, or nil when the reconciler is off or has
+// not read Slurm yet (llmgw sbatch then reads sinfo itself). The view is
+// never changed after keepView, so it is shared, not copied.
+func (f *features) view() *api.FeatureView {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen
+}
+
+// defaultPartition asks Slurm for the default partition (sinfo marks it
+// with '*'), which the node list does not carry: a job that names no
+// partition runs there. "" when there is none or sinfo fails; the view then
+// says nothing of it, and llmgw sbatch counts every node.
+func (f *features) defaultPartition(ctx context.Context) string {
+	out, err := f.run.Run(ctx, "sinfo", "-h", "-o", "%P")
+	if err != nil {
+		return ""
+	}
+	return parseDefaultPartition(out)
+}
+
+// parseDefaultPartition finds the partition `sinfo -h -o %P` marks with '*'.
+func parseDefaultPartition(out []byte) string {
+	for _, line := range strings.Split(string(out), "\n") {
+		if p, ok := strings.CutSuffix(strings.TrimSpace(line), "*"); ok && p != "" {
+			return p
+		}
+	}
+	return ""
+}

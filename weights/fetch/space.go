@@ -1,0 +1,213 @@
+package fetch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// Space is claimed, not hoped for. Each fetch checked the free space alone,
+// so two that each fit but together did not both started, both died at
+// ENOSPC, and left the disk full. Now a fetch claims the bytes it will
+// still write in a per-filesystem record in the lock directory, and a new
+// fetch must fit in what is free minus what the fetches in flight will
+// still write.
+
+// DefaultReserveShare and DefaultReserveMax make the default cache_reserve:
+// 5% of the cache's filesystem, but no more than 10 GB. A stream without a
+// Content-Length stops when the filesystem is down to the reserve. 5% keeps
+// a small disk from being filled to its last block; the cap keeps a
+// multi-terabyte cache disk, which exists to hold models, from holding back
+// hundreds of gigabytes for a rare kind of origin. The blocks ext4 reserves
+// for root are not counted in either: the free space is f_bavail.
+const (
+	DefaultReserveShare = 0.05
+	DefaultReserveMax   = 10_000_000_000
+)
+
+// claim is one fetch in flight: the .part it writes and the size it will
+// have when complete (-1 when the origin gave none).
+type claim struct {
+	PID  int    `json:"pid"`
+	Part string `json:"part"`
+	Size int64  `json:"size"`
+}
+
+// remaining is what the claim's fetch will still write: its size less what
+// its .part already occupies, which statfs already counts as used.
+func (c claim) remaining() int64 {
+	if c.Size <= 0 {
+		return 0
+	}
+	var st unix.Stat_t
+	if unix.Stat(c.Part, &st) != nil {
+		return c.Size
+	}
+	return max(0, c.Size-st.Blocks*512)
+}
+
+// alive reports whether the process that made the claim still runs. A
+// killed fetch leaves its claim behind; it is dropped at the next look.
+func (c claim) alive() bool {
+	return c.PID == os.Getpid() || unix.Kill(c.PID, 0) != unix.ESRCH
+}
+
+// spaceBook is the record of claims on one filesystem, open and flocked.
+type spaceBook struct {
+	fh     *os.File
+	claims []claim
+}
+
+// openBook locks and reads the claims on the filesystem holding dir. The
+// record lives in the lock directory (node-local, like the locks), one file
+// per filesystem, named by its device number.
+func (f *Fetcher) openBook(ctx context.Context, dir string) (*spaceBook, error) {
+	ldir, err := f.lockDir()
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	fh, err := os.OpenFile(filepath.Join(ldir, fmt.Sprintf("space-%d.json", st.Dev)), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("space record: %w", err)
+	}
+	if err := f.flockWait(ctx, fh, "waiting for the node's record of disk space claimed by fetches"); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	b := &spaceBook{fh: fh}
+	if data, err := io.ReadAll(fh); err == nil && len(data) > 0 {
+		// An unreadable record is rebuilt from nothing: the claims it held
+		// belong to fetches that will re-claim at their next start.
+		json.Unmarshal(data, &b.claims)
+	}
+	b.claims = slices.DeleteFunc(b.claims, func(c claim) bool { return !c.alive() })
+	return b, nil
+}
+
+// others is what the claims other than part's will still write.
+func (b *spaceBook) others(part string) (bytes int64, n int) {
+	for _, c := range b.claims {
+		if c.Part == part && c.PID == os.Getpid() {
+			continue
+		}
+		if r := c.remaining(); r > 0 {
+			bytes += r
+			n++
+		}
+	}
+	return bytes, n
+}
+
+// close writes the claims back and releases the record.
+func (b *spaceBook) close() error {
+	data, _ := json.Marshal(b.claims)
+	_, err := b.fh.WriteAt(data, 0)
+	if err == nil {
+		err = b.fh.Truncate(int64(len(data)))
+	}
+	if cerr := b.fh.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (b *spaceBook) set(c claim) {
+	b.drop(c.Part)
+	b.claims = append(b.claims, c)
+}
+
+func (b *spaceBook) drop(part string) {
+	b.claims = slices.DeleteFunc(b.claims, func(c claim) bool { return c.Part == part && c.PID == os.Getpid() })
+}
+
+// claimSpace refuses a fetch that cannot fit beside the fetches in flight on
+// the same filesystem, and otherwise records its claim: need more bytes to
+// write to reach size (size < 0: unknown, nothing claimed). The claim is
+// dropped by the returned release, or by the next look after the process
+// dies.
+func (d *download) claimSpace(ctx context.Context, need, size int64) (release func(), err error) {
+	dir := filepath.Dir(d.part)
+	b, err := d.f.openBook(ctx, dir)
+	if err != nil {
+		// No record: the fetch still has the plain check and ENOSPC.
+		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
+		return func() {}, checkSpace(dir, need)
+	}
+	if need > 0 {
+		free, mount, serr := statfsFree(dir)
+		others, n := b.others(d.part)
+		if serr == nil && need > free-others {
+			b.close()
+			if n == 0 {
+				return nil, fmt.Errorf("%w: needs %s, %s free on %s", ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
+			}
+			return nil, fmt.Errorf("%w: needs %s, %s free on %s of which %s is claimed by fetches in flight (%d)",
+				ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount, catalog.FormatBytes(others), n)
+		}
+	}
+	b.set(claim{PID: os.Getpid(), Part: d.part, Size: size})
+	if err := b.close(); err != nil {
+		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
+	}
+	return func() {
+		b, err := d.f.openBook(context.WithoutCancel(ctx), dir)
+		if err != nil {
+			return
+		}
+		b.drop(d.part)
+		b.close()
+	}, nil
+}
+
+// reserve is the free space a stream without a length leaves on the
+// filesystem: CacheReserve, or by default 5% of it up to 10 GB; -1 for
+// none.
+func (f *Fetcher) reserve(dir string) int64 {
+	if f.CacheReserve != 0 {
+		return max(f.CacheReserve, -1)
+	}
+	r, err := statRoom(dir)
+	if err != nil {
+		return 0
+	}
+	return min(int64(float64(r.Total)*DefaultReserveShare), DefaultReserveMax)
+}
+
+// checkReserve stops a stream without a length that has reached the
+// reserve; otherwise it returns how far off the reserve is.
+func (d *download) checkReserve(reserve int64) (margin int64, err error) {
+	dir := filepath.Dir(d.part)
+	free, mount, err := statfsFree(dir)
+	if err != nil {
+		return 0, nil
+	}
+	others := int64(0)
+	if b, err := d.f.openBook(context.Background(), dir); err == nil {
+		others, _ = b.others(d.part)
+		b.close()
+	}
+	if margin = free - others - reserve; margin <= 0 {
+		return 0, fmt.Errorf("%w: the origin gave no length and %s is down to its cache_reserve of %s (%s free, %s claimed by other fetches)",
+			ErrNoSpace, mount, catalog.FormatBytes(reserve), catalog.FormatBytes(free), catalog.FormatBytes(others))
+	}
+	return margin, nil
+}
+
+// isNoSpace reports whether err is the disk running out: ENOSPC, or a
+// stream stopped at the reserve.
+func isNoSpace(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || errors.Is(err, ErrNoSpace)
+}
