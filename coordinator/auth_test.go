@@ -385,3 +385,46 @@ func TestNodeTokens(t *testing.T) {
 		t.Errorf("a node's token made a token for n2")
 	}
 }
+
+// TestMungeSignedSourceOnlyToFetchers: with munge, a node's root (its agent,
+// its Prolog) is sent a signed source whole, since it must fetch it; any
+// other cluster user reads it redacted. Before munge callers were known
+// here, the agent got the redacted URL and no node could fetch the model.
+func TestMungeSignedSourceOnlyToFetchers(t *testing.T) {
+	m := newMungeEnv(t)
+	const src = "https://origin.example/w.gguf?sig=s3cret"
+	if _, err := m.as(m.coord).PutModel(context.Background(), api.Model{Name: "m", Source: src}); err != nil {
+		t.Fatal(err)
+	}
+	models, err := m.as(m.n1).Models(context.Background())
+	if err != nil || len(models) != 1 || models[0].Source != src {
+		t.Errorf("a node's root read %+v, %v; want the source whole", models, err)
+	}
+	code, text := m.raw(t, http.MethodGet, "/v1/models", nil, credFor(t, m.n2, nonAdminUID, http.MethodGet, "/v1/models", nil))
+	if code != 200 || strings.Contains(text, "s3cret") {
+		t.Errorf("a cluster user read %d %s; want 200 without the signature", code, text)
+	}
+}
+
+// TestMungePinOnlyFromItsNode: the first pin decides the bytes every node
+// loads, so with munge a node pins in its own name only, and a user who is
+// not root on a node pins nothing.
+func TestMungePinOnlyFromItsNode(t *testing.T) {
+	m := newMungeEnv(t)
+	const src = "https://origin.example/w.gguf"
+	ctx := context.Background()
+	if _, err := m.as(m.coord).PutModel(ctx, api.Model{Name: "m", Source: src}); err != nil {
+		t.Fatal(err)
+	}
+	pin := api.PinRequest{Source: src, SHA256: strings.Repeat("a", 64), Node: "n2"}
+	_, err := m.as(m.n1).Pin(ctx, pin)
+	wantDenied(t, "n1's root pinning in n2's name", err)
+	body, _ := json.Marshal(pin)
+	if code, text := m.raw(t, http.MethodPost, "/v1/pins", body, credFor(t, m.n2, nonAdminUID, http.MethodPost, "/v1/pins", body)); code != 401 {
+		t.Errorf("a user on n2 pinning: %d %s, want 401", code, text)
+	}
+	pin.Node = "n1"
+	if got, err := m.as(m.n1).Pin(ctx, pin); err != nil || got.Pinned != pin.SHA256 {
+		t.Errorf("n1 pinning in its own name: %+v, %v", got, err)
+	}
+}

@@ -33,8 +33,18 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 // catalog's sources (an agent, or an admin who set them): only such a caller
 // is sent a source's query string, where signed URLs keep their signature.
 // Reads are open by default (or need only the read token), so everyone
-// else sees the source through api.RedactSource.
+// else sees the source through api.RedactSource. With munge, a node's
+// agent and the hooks speak as root (or agent_user) and admins by their uid;
+// a node's own token is a node's. Any other cluster user reads redacted.
 func (s *Server) mayFetch(r *http.Request) bool {
+	if c := callerOf(r); c != nil {
+		switch {
+		case c.node != "":
+			return true
+		case c.munge && s.trust != nil:
+			return s.trust.agents[c.uid] || s.trust.admin(c.uid, c.gid)
+		}
+	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && s.tokens.roleOf(strings.TrimSpace(tok)) >= roleAgent
 }

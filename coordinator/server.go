@@ -159,6 +159,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
 	s.route(mux, "POST /v1/nodes/{node}/token", roleAdmin, s.postNodeToken)
+	s.routePins(mux)
 	s.route(mux, "GET /healthz", roleNone, func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

@@ -120,6 +120,14 @@ func Present(cacheDir string, m catalog.Model) (string, error) {
 		case m.Size > 0 && st.Size() != m.Size:
 			return "", fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), m.Size, ErrNotPresent)
 		}
+		// A digest recorded on the file that is not the one the catalog
+		// wants (an admin repinned, or declared another), or a file
+		// written since it was hashed: the slow path fetches and verifies.
+		if want := m.WantSHA256(); want != "" {
+			if sum, tagged := catalog.RecordedSHA256(p); tagged && sum != want {
+				return "", fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+			}
+		}
 		return p, nil
 	}
 	return "", fmt.Errorf("source %q: not a path, an hf:/http(s) source or a model id", m.Source)

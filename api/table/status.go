@@ -197,11 +197,11 @@ func WriteModelNodes(w io.Writer, st *api.ModelNodes) error {
 func WriteModels(w io.Writer, models []api.Model) error {
 	models = escaped(models)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tGPU MEMORY\tSHA256\tUPDATED")
+	fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tGPU MEMORY\tSHA256\tDIGEST\tUPDATED")
 	for _, m := range models {
-		sum := "-"
-		if m.SHA256 != "" {
-			sum = m.SHA256[:min(12, len(m.SHA256))] + "…"
+		sum, from := "-", digestFrom(m)
+		if want := m.WantSHA256(); want != "" {
+			sum = want[:min(12, len(want))] + "…"
 		}
 		size, gpu := "-", "-"
 		if m.Size > 0 {
@@ -214,9 +214,25 @@ func WriteModels(w io.Writer, models []api.Model) error {
 		if !m.Updated.IsZero() {
 			updated = m.Updated.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Source, size, gpu, sum, updated)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Source, size, gpu, sum, from, updated)
 	}
 	return tw.Flush()
+}
+
+// digestFrom says where the digest fetches verify against comes from:
+// declared by an admin, pinned at the first verified fetch, or not yet
+// known (a fetched source before its first fetch). A path or a model id
+// is never fetched, so has none.
+func digestFrom(m api.Model) string {
+	switch {
+	case m.SHA256 != "":
+		return "declared"
+	case m.Pinned != "":
+		return "pinned"
+	case catalog.KindOf(m.Source) == catalog.KindRemote:
+		return "unpinned"
+	}
+	return "-"
 }
 
 func seconds(s float64) string {

@@ -139,7 +139,7 @@ func TestClientUsage(t *testing.T) {
 	}{
 		{"no coordinator", []string{"status"}, "LLMGW_COORDINATOR"},
 		{"status two models", []string{"status", "a", "b", "--coordinator", "http://127.0.0.1:1"}, "at most one MODEL"},
-		{"models no subcommand", []string{"models"}, "add, rm or list"},
+		{"models no subcommand", []string{"models"}, "add, rm, repin or list"},
 		{"models unknown subcommand", []string{"models", "del", "x"}, "unknown models subcommand"},
 		{"models add one arg", []string{"models", "add", "x"}, "NAME SOURCE"},
 		{"models rm --size", []string{"models", "rm", "x", "--size", "5"}, "only to add"},

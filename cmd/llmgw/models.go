@@ -17,6 +17,7 @@ const modelsAbout = `Shows and changes the coordinator's model catalog.
 
   llmgw models add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES]
   llmgw models rm NAME
+  llmgw models repin NAME
   llmgw models list [--json]
 
 NAME may hold only letters, digits, '.', '_' and '-', at most 64 characters:
@@ -25,6 +26,11 @@ SOURCE is an absolute path (checked on each node, never fetched),
 hf:org/repo[@rev]/file or an http(s) URL (fetched into each node's cache),
 or a bare model id such as Qwen/Qwen2.5-7B-Instruct (left to the engine).
 add replaces an entry of the same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
+A fetched source added without --sha256 is pinned to the bytes of its first
+verified fetch: every later fetch on every node verifies against that digest,
+and when the origin serves other bytes, fetches fail until an admin runs
+repin, which forgets the pin so that the next verified fetch pins again.
+list shows in DIGEST whether a model's sha256 is declared or pinned.
 Changes need an admin: with munge, root, SlurmUser or a user the coordinator
 names in admin_users/admin_groups; else the admin token (--token-file or
 LLMGW_TOKEN_FILE).`
@@ -80,7 +86,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return usagef("Try 'llmgw models list'", "models needs a subcommand: add, rm or list")
+		return usagef("Try 'llmgw models list'", "models needs a subcommand: add, rm, repin or list")
 	}
 	sub, rest := rest[0], rest[1:]
 	if sub != "add" && (fs.Changed("size") || fs.Changed("sha256") || fs.Changed("gpu-memory")) {
@@ -106,16 +112,16 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 		if err := catalog.ValidModelName(m.Name); err != nil {
 			return usagef("", "%v", err)
 		}
-	case "rm":
+	case "rm", "repin":
 		if len(rest) != 1 {
-			return usagef("Try 'llmgw models rm llama'", "models rm takes one NAME, got %d arguments", len(rest))
+			return usagef("Try 'llmgw models "+sub+" llama'", "models %s takes one NAME, got %d arguments", sub, len(rest))
 		}
 	case "list":
 		if len(rest) != 0 {
 			return usagef("Try 'llmgw models list'", "models list takes no arguments, got %q", rest)
 		}
 	default:
-		return usagef("Use add, rm or list", "unknown models subcommand %q", sub)
+		return usagef("Use add, rm, repin or list", "unknown models subcommand %q", sub)
 	}
 	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
@@ -133,6 +139,11 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "removed %s\n", rest[0])
+	case "repin":
+		if err := c.Repin(ctx, rest[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s: pin forgotten; the next verified fetch pins the bytes the origin serves then\n", rest[0])
 	case "list":
 		models, err := c.Models(ctx)
 		if err != nil {

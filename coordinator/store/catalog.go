@@ -138,6 +138,9 @@ func listModels(ctx context.Context, q querier) ([]api.Model, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
+	if err := addPins(ctx, q, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -165,6 +168,11 @@ func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
 	}
 	if err != nil {
 		return api.Model{}, fmt.Errorf("model %s: %w", name, err)
+	}
+	if m.SHA256 == "" {
+		if err := readPin(ctx, db.r, &m); err != nil {
+			return api.Model{}, err
+		}
 	}
 	return m, nil
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -209,15 +210,68 @@ func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (s
 			p.logf(job.ID, "fetching %s: %s of %s", f.Source, catalog.FormatBytes(f.Done), total(f.Total))
 		}
 	}
-	path, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, SHA256: m.SHA256, Size: m.Size}, progress)
-	if err == nil || !agentAbsent(err) {
-		return path, err
+	// The declared digest, else the cluster's pin: every node of a job
+	// verifies against the same one.
+	want := m.WantSHA256()
+	path, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, SHA256: want, Size: m.Size}, progress)
+	if err != nil && agentAbsent(err) {
+		p.logf(job.ID, "no agent: %v; fetching %s in this process", err, m.Source)
+		p.Fetcher.OnProgress = func(pr fetch.Progress) {
+			progress(api.Fetch{Source: pr.Source, Done: pr.Done, Total: pr.Total})
+		}
+		path, err = p.Fetcher.Ensure(ctx, m.Source, fetch.Want{SHA256: want, Size: m.Size})
 	}
-	p.logf(job.ID, "no agent: %v; fetching %s in this process", err, m.Source)
-	p.Fetcher.OnProgress = func(pr fetch.Progress) {
-		progress(api.Fetch{Source: pr.Source, Done: pr.Done, Total: pr.Total})
+	if err != nil {
+		// A verification failure names the pinned digest and the one
+		// it got; nothing else that can fail does both.
+		if msg := err.Error(); m.SHA256 == "" && m.Pinned != "" && strings.Contains(msg, m.Pinned) {
+			if got := catalog.OtherSHA256(msg, m.Pinned); got != "" {
+				return "", errors.New(catalog.PinMismatch(m.Name, api.RedactSource(m.Source), m.Pinned, got))
+			}
+		}
+		return "", err
 	}
-	return p.Fetcher.Ensure(ctx, m.Source, fetch.Want{SHA256: m.SHA256, Size: m.Size})
+	if m.NeedsPin() {
+		if err := p.pin(ctx, job, m, path); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}
+
+// pin tells the coordinator what the first verified fetch of m got, so
+// that every later fetch on every node verifies against it. A coordinator
+// that holds another pin (another node pinned first, and the origin
+// changed in between) fails the job: its nodes would otherwise load
+// different bytes. A coordinator that does not answer fails nothing (the
+// bytes are what the origin served, as without pinning) and the next
+// fetch on any node pins.
+func (p *Prolog) pin(ctx context.Context, job prolog.Job, m catalog.Model, path string) error {
+	if p.Coordinator == nil {
+		return nil
+	}
+	sum, err := fetch.Digest(ctx, path)
+	if err != nil {
+		return fmt.Errorf("hashing %s to pin it: %w", path, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
+	defer cancel()
+	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: m.Source, SHA256: sum, Node: job.Node})
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == api.CodeConflict:
+		// Not the cluster's bytes: left in the cache, the next job's
+		// fast path (which checks no digest) would take them.
+		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			p.logf(job.ID, "cannot remove %s, which holds other bytes than %s is pinned to: %v", path, m.Name, rerr)
+		}
+		return ae
+	case err != nil:
+		p.logf(job.ID, "could not pin %s to sha256 %s at %s: %v; the next fetch pins", m.Name, sum, p.Coordinator.BaseURL, err)
+	default:
+		p.logf(job.ID, "pinned %s to sha256 %s", m.Name, sum)
+	}
+	return nil
 }
 
 // agentAbsent reports whether err means the agent is not there to ask

@@ -37,6 +37,13 @@ type Model struct {
 	GPUMemory int64     `json:"gpu_memory_bytes,omitempty"`
 	Created   time.Time `json:"created,omitzero"`
 	Updated   time.Time `json:"updated,omitzero"`
+
+	// Pinned is the sha256 the coordinator recorded from the first
+	// verified fetch of a remote source declared without SHA256, and
+	// PinnedETag the origin's validator for those bytes when the fetch
+	// reported one. Every later fetch verifies against it; see WantSHA256.
+	Pinned     string `json:"pinned_sha256,omitempty"`
+	PinnedETag string `json:"pinned_etag,omitempty"`
 }
 
 // DefaultFabric is the fabric of a node that names none: a cluster with one

@@ -271,12 +271,16 @@ func decodeModel(s *jsonlite.Scanner) (Model, bool) {
 			m.SHA256, ok = s.String()
 		case "gpu_memory_bytes":
 			m.GPUMemory, ok = s.Int(64)
+		case "pinned_sha256":
+			m.Pinned, ok = s.String()
+		case "pinned_etag":
+			m.PinnedETag, ok = s.String()
 		case "created":
 			ok = decodeTime(s, &m.Created)
 		case "updated":
 			ok = decodeTime(s, &m.Updated)
 		default:
-			ok = jsonlite.Unknown(name, "name", "source", "size_bytes", "sha256", "gpu_memory_bytes", "created", "updated") && s.Skip()
+			ok = jsonlite.Unknown(name, "name", "source", "size_bytes", "sha256", "gpu_memory_bytes", "pinned_sha256", "pinned_etag", "created", "updated") && s.Skip()
 		}
 		return ok
 	})

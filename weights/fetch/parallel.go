@@ -347,26 +347,24 @@ func (d *download) parallelFetch(ctx context.Context, st *rangeState, first *bod
 			}
 		}
 	}
-	// With a digest to check, hash behind the download: the bytes from 0 up
-	// to the first unfinished chunk are final, so they can be read back from
-	// the page cache while later chunks still arrive, instead of in a second
-	// pass over the whole file after the last byte.
-	var hashed chan hashResult
-	if d.expectedSum() != "" {
-		hashed = make(chan hashResult, 1)
-		frontier := func() (int64, bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			if len(st.Done) > 0 && st.Done[0][0] == 0 {
-				return st.Done[0][1], st.Done[0][1] == st.Size
-			}
-			return 0, st.Size == 0
+	// Hash behind the download: the bytes from 0 up to the first unfinished
+	// chunk are final, so they can be read back from the page cache while
+	// later chunks still arrive, instead of in a second pass over the whole
+	// file after the last byte. Even with no digest to check: the caller
+	// then reports the digest for the cluster to pin (see Digest).
+	hashed := make(chan hashResult, 1)
+	frontier := func() (int64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(st.Done) > 0 && st.Done[0][0] == 0 {
+			return st.Done[0][1], st.Done[0][1] == st.Size
 		}
-		go func() {
-			sum, err := hashBehind(wctx, fh, frontier, poke)
-			hashed <- hashResult{sum, err}
-		}()
+		return 0, st.Size == 0
 	}
+	go func() {
+		sum, err := hashBehind(wctx, fh, frontier, poke)
+		hashed <- hashResult{sum, err}
+	}()
 
 	n := min(d.f.connections(), len(chunks))
 	wg.Add(n)

@@ -51,10 +51,10 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 	}
 	d.done.Store(off)
 
-	// Everything before the write position is final: with a digest to
-	// check, a second goroutine hashes it from the page cache as it grows,
-	// so verifying costs no second pass after the last byte (and a resumed
-	// stream's earlier bytes are hashed too).
+	// Everything before the write position is final: a second goroutine
+	// hashes it from the page cache as it grows, so verifying costs no
+	// second pass after the last byte (and a resumed stream's earlier bytes
+	// are hashed too).
 	var (
 		frontier atomic.Int64
 		complete atomic.Bool
@@ -79,17 +79,18 @@ func (d *download) stream(ctx context.Context, st *rangeState, b *body, off int6
 		}
 		return nil
 	}
-	if d.expectedSum() != "" {
-		hctx, hcancel := context.WithCancel(ctx)
-		defer hcancel()
-		hashed = make(chan hashResult, 1)
-		go func() {
-			// complete is read first: it is set after the last frontier.
-			limit := func() (int64, bool) { c := complete.Load(); return frontier.Load(), c }
-			sum, err := hashBehind(hctx, fh, limit, poke)
-			hashed <- hashResult{sum, err}
-		}()
-	}
+	// Even with no digest to check: the caller then reports the digest for
+	// the cluster to pin (see Digest), and a second pass after the last
+	// byte would cost it minutes of its deadline.
+	hctx, hcancel := context.WithCancel(ctx)
+	defer hcancel()
+	hashed = make(chan hashResult, 1)
+	go func() {
+		// complete is read first: it is set after the last frontier.
+		limit := func() (int64, bool) { c := complete.Load(); return frontier.Load(), c }
+		sum, err := hashBehind(hctx, fh, limit, poke)
+		hashed <- hashResult{sum, err}
+	}()
 	for retry := 0; ; {
 		// With a known size, a body that ends short of it is cut, whether
 		// the client noticed (Content-Length) or not (chunked): one rule

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package catalog
+
+// RecordedSHA256 finds nothing: no user xattrs here, so no recorded digest.
+func RecordedSHA256(path string) (sum string, tagged bool) { return "", false }

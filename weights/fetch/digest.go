@@ -1,0 +1,14 @@
+package fetch
+
+import "context"
+
+// Digest is the sha256 of a file Ensure returned: the one recorded on it
+// when it was verified (and it has not changed since), else computed now,
+// which records it. A fetch without an expected digest uses it to report
+// what it got, for the coordinator to pin.
+func Digest(ctx context.Context, path string) (string, error) {
+	if sum := recordedSum(path); sum != "" {
+		return sum, nil
+	}
+	return fileSHA256(ctx, path)
+}
