@@ -990,7 +990,7 @@ func TestScanHeaders(t *testing.T) {
 }
 
 // TestScanSymlinksStayInside: a symlink is followed only to somewhere a
-// configured directory covers. `ln -s / weights/rootfs` must not walk the
+// configured directory covers. `ln -s / rootfs` in a weights directory must not walk the
 // whole machine and report it as a model.
 func TestScanSymlinksStayInside(t *testing.T) {
 	base := t.TempDir()

@@ -126,9 +126,9 @@ func (h *skipHeap) Pop() any {
 }
 
 // within resolves the symlink at abs and reports whether its target lies
-// in one of s.inside. A link out of them is not followed: `ln -s /
-// weights/rootfs` would otherwise walk the machine (and /proc) as one
-// model. A link that cannot be resolved (dangling, a loop) is left to the
+// in one of s.inside. A link out of them is not followed: `ln -s / rootfs`
+// in a weights directory would otherwise walk the machine (and /proc) as
+// one model. A link that cannot be resolved (dangling, a loop) is left to the
 // stat that follows it, which says what is wrong.
 func (s *walker) within(abs string) (target string, ok bool) {
 	t, err := filepath.EvalSymlinks(abs)
