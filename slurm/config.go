@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,99 @@ type Config map[string]string
 func (c Config) Get(key string) (string, bool) {
 	v, ok := c[strings.ToLower(key)]
 	return v, ok && v != ""
+}
+
+// All returns every value of a key that Slurm takes more than once (see
+// listKeys), in Slurm's order, and nil when it is not set. From 24.05
+// slurm.conf may hold several Prolog= (and Epilog=) lines, each run in
+// turn, and `scontrol show config` prints them as Prolog[0], Prolog[1]...;
+// 22.05 prints one "Prolog". ParseShowConfig keeps them as it finds them;
+// ParseConf keeps the first line's under "key" (so Get sees it, as on
+// 22.05) and the next ones' under "key[1]", "key[2]"...
+func (c Config) All(key string) []string {
+	k := strings.ToLower(key)
+	var out []string
+	if v, ok := c.Get(k); ok {
+		out = append(out, v)
+	}
+	for i := 0; ; i++ {
+		v, ok := c[k+"["+strconv.Itoa(i)+"]"]
+		if !ok && i > 0 {
+			return out
+		}
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+}
+
+// add appends a value to a key Slurm takes more than once.
+func (c Config) add(key, v string) {
+	if n := len(c.All(key)); n > 0 {
+		key += "[" + strconv.Itoa(n) + "]"
+	}
+	c[key] = v
+}
+
+// listed reports whether k is a value of a listKeys key: "prolog",
+// "prolog[1]".
+func listed(k string) (base string, ok bool) {
+	base, _, _ = strings.Cut(k, "[")
+	return base, listKeys[base]
+}
+
+// A Version is a Slurm release, as `scontrol --version` prints it.
+type Version struct{ Major, Minor, Micro int }
+
+func (v Version) String() string { return fmt.Sprintf("%d.%02d.%d", v.Major, v.Minor, v.Micro) }
+
+// Release is the major.minor a plugin must be built for: Slurm loads a
+// plugin only when its plugin_version has the same major and minor.
+func (v Version) Release() string { return fmt.Sprintf("%d.%02d", v.Major, v.Minor) }
+
+// AtLeast reports whether v is release major.minor or later.
+func (v Version) AtLeast(major, minor int) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+// ParseVersion reads `scontrol --version` (or sinfo's): "slurm 22.05.8",
+// Debian's "slurm-wlm 24.11.5", a pre-release's "slurm 25.05.0-0rc1".
+func ParseVersion(out []byte) (Version, error) {
+	f := strings.Fields(string(out))
+	if len(f) == 2 && strings.HasPrefix(f[0], "slurm") {
+		var v Version
+		num, _, _ := strings.Cut(f[1], "-")
+		if _, err := fmt.Sscanf(num, "%d.%d.%d", &v.Major, &v.Minor, &v.Micro); err == nil {
+			return v, nil
+		}
+	}
+	return Version{}, fmt.Errorf("scontrol --version printed %q, not \"slurm X.Y.Z\"", strings.TrimSpace(string(out)))
+}
+
+// Version asks scontrol which Slurm this host runs (no controller needed).
+func (r *Runner) Version(ctx context.Context) (Version, error) {
+	out, err := r.Run(ctx, "scontrol", "--version")
+	if err != nil {
+		return Version{}, err
+	}
+	return ParseVersion(out)
+}
+
+// listKeys are the slurm.conf keys that may be given more than once, each
+// line adding a value (slurm.conf(5) of 24.05 and later) rather than
+// replacing the last.
+var listKeys = map[string]bool{"prolog": true, "epilog": true, "prologslurmctld": true, "epilogslurmctld": true}
+
+// PrologTimeout returns how long slurmd lets the Prolog run, in the words
+// of the setting that decides it: PrologTimeout (25.05 and later) when set,
+// which then overrides PrologEpilogTimeout; else PrologEpilogTimeout; ""
+// when neither is set (no limit).
+func (c Config) PrologTimeout() (value, key string) {
+	if v, ok := c.Get("PrologTimeout"); ok {
+		return v, "PrologTimeout"
+	}
+	v, _ := c.Get("PrologEpilogTimeout")
+	return v, "PrologEpilogTimeout"
 }
 
 // ShowConfig asks the running slurmctld for its configuration
@@ -241,7 +335,12 @@ func ParseConf(b []byte) (c Config, includes []string) {
 		if len(pairs) == 0 || tableKeys[strings.ToLower(pairs[0].key)] {
 			continue
 		}
-		c[strings.ToLower(pairs[0].key)] = pairs[0].value
+		k := strings.ToLower(pairs[0].key)
+		if listKeys[k] {
+			c.add(k, pairs[0].value)
+			continue
+		}
+		c[k] = pairs[0].value
 	}
 	return c, includes
 }
@@ -253,7 +352,15 @@ func ReadConf(path string) (Config, error) {
 	err := readIncluding(path, 0, func(file string, b []byte) []string {
 		part, incs := ParseConf(b)
 		for k, v := range part {
-			c[k] = v
+			if _, ok := listed(k); !ok {
+				c[k] = v
+			}
+		}
+		// Each file's lines add to those of the files before it.
+		for base := range listKeys {
+			for _, v := range part.All(base) {
+				c.add(base, v)
+			}
 		}
 		return incs
 	})

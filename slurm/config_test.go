@@ -160,3 +160,45 @@ func TestReadPlugstack(t *testing.T) {
 		t.Error("a misspelt plugstack line was accepted")
 	}
 }
+
+// TestReadConfSeveralPrologs: from 24.05 every Prolog= line of slurm.conf
+// and its includes is run, in order; none replaces another.
+func TestReadConfSeveralPrologs(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "slurm.conf"), []byte("Prolog=/site/prolog\nInclude llmgw.conf\nEpilog=/site/epilog\nPrologTimeout=60\nPrologEpilogTimeout=600\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "llmgw.conf"), []byte("Prolog=/usr/libexec/llmgw/prolog\nProlog=/etc/slurm/prolog.d/*\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadConf(filepath.Join(dir, "slurm.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.All("Prolog"), []string{"/site/prolog", "/usr/libexec/llmgw/prolog", "/etc/slurm/prolog.d/*"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("All(Prolog) = %q, want %q", got, want)
+	}
+	if got, want := c.All("epilog"), []string{"/site/epilog"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("All(Epilog) = %q, want %q", got, want)
+	}
+	if v, k := c.PrologTimeout(); v != "60" || k != "PrologTimeout" {
+		t.Errorf("PrologTimeout() = %q from %s, want 60 from PrologTimeout", v, k)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for _, dir := range releaseDirs(t) {
+		v, err := ParseVersion(readFixture(t, dir, "version.txt"))
+		if err != nil || v.Release() != filepath.Base(dir) {
+			t.Errorf("%s/version.txt: %v, %v; want release %s", dir, v, err, filepath.Base(dir))
+		}
+	}
+	if v, err := ParseVersion([]byte("slurm 25.05.0-0rc1\n")); err != nil || v != (Version{25, 5, 0}) {
+		t.Errorf("a pre-release: %v, %v", v, err)
+	}
+	for _, bad := range []string{"", "scontrol: fatal: Could not establish a configuration source", "slurm 24"} {
+		if _, err := ParseVersion([]byte(bad)); err == nil {
+			t.Errorf("ParseVersion(%q) took it for a version", bad)
+		}
+	}
+}

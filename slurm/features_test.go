@@ -214,7 +214,7 @@ func TestParseNodesJSONStates(t *testing.T) {
 func TestParseNodesJSONErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, errPart string }{
 		{"not JSON", "slurm_load_node: Unable to contact slurm controller", "parse sinfo --json"},
-		{"no nodes list", `{"meta":{}}`, `no "nodes" list`},
+		{"no nodes list", `{"meta":{"slurm":{"release":"24.11.5"}}}`, `(Slurm 24.11.5): neither a "nodes" nor a "sinfo" list`},
 		{"errors from Slurm", `{"errors":[{"error":"boom"}],"nodes":[]}`, "boom"},
 		{"node without a name", `{"nodes":[{"state":"idle"}]}`, "no name"},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -25,51 +26,201 @@ type Node struct {
 }
 
 // Nodes lists the cluster's nodes, each once, in sinfo's order, from
-// `sinfo --json`. JSON rather than the text form because scontrol update
-// accepts any feature name, '|' included, and the text form splits on '|': a site's odd
-// feature must not stop llmgw from reading every other node. FUTURE nodes
-// are not listed (sinfo never shows them).
+// `sinfo -N --json`. JSON rather than the text form because scontrol update
+// accepts any feature name, '|' included, and the text form splits on '|': a
+// site's odd feature must not stop llmgw from reading every other node.
+// FUTURE nodes are not listed (sinfo never shows them).
+//
+// -N because from 23.02 plain `sinfo --json` prints sinfo's grouped records,
+// one per state and partition, whose features are one member's: four idle
+// nodes came back as one record carrying ib-a, two of them being ib-b
+// (slurm/testdata/24.11/fresh/sinfo-json.json). No --json=v0.0.xx: each data
+// parser is dropped about three releases after it came, so the shape is read
+// as it comes (ParseNodesJSON). When sinfo cannot print JSON at all (a
+// Slurm built without its JSON serializer), or prints a shape not known
+// here, the text form is read instead, so the reconciler keeps working.
 func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
-	out, err := r.Run(ctx, "sinfo", "--json")
-	if err != nil {
+	out, err := r.Run(ctx, "sinfo", "-N", "--json")
+	if err == nil {
+		nodes, perr := ParseNodesJSON(out)
+		if perr == nil {
+			return nodes, nil
+		}
+		err = perr
+	}
+	if ctx.Err() != nil {
 		return nil, err
 	}
-	return ParseNodesJSON(out)
+	text, terr := r.Run(ctx, "sinfo", "-N", "-h", "-o", nodeFormat)
+	if terr != nil {
+		return nil, fmt.Errorf("%w; the text form failed too: %v", err, terr)
+	}
+	nodes, terr := ParseNodes(text)
+	if terr != nil {
+		return nil, fmt.Errorf("%w; the text form too: %v (Slurm %s)", err, terr, r.release(ctx))
+	}
+	return nodes, nil
 }
 
-// sinfoJSON is the part of `sinfo --json` (openapi/v0.0.38 in Slurm 22.05)
-// that llmgw reads.
-type sinfoJSON struct {
+// nodeFormat is the text form ParseNodes reads.
+const nodeFormat = "%N|%f|%b|%T"
+
+// release names the running Slurm for an error message, from `sinfo
+// --version` ("slurm 22.05.8", Debian's "slurm-wlm 24.11.5").
+func (r *Runner) release(ctx context.Context) string {
+	out, err := r.Run(ctx, "sinfo", "--version")
+	if err != nil {
+		return "release unknown: sinfo --version failed"
+	}
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		return "release unknown"
+	}
+	return f[len(f)-1]
+}
+
+// nodesJSON is the part of Slurm's node listings that llmgw reads, in every
+// shape they come in:
+//   - 22.05's `sinfo --json` and `scontrol show nodes --json` (openapi
+//     v0.0.38): .nodes[], features as a comma-separated string, state a
+//     string and state_flags a list;
+//   - 23.02 and later `scontrol show nodes --json`: .nodes[], features as
+//     lists, state a list such as ["IDLE","DRAIN"];
+//   - 23.02 and later `sinfo --json`: .sinfo[] records, each a group of
+//     nodes under .nodes.nodes with one .features and one .node.state and
+//     one .partition; trustworthy per node only with -N, one node a record.
+//
+// encoding/json matches keys without regard to case, so .meta.Slurm (22.05)
+// and .meta.slurm (later) both fill Meta.Slurm.
+type nodesJSON struct {
+	Meta struct {
+		Slurm struct {
+			Release string `json:"release"`
+		} `json:"slurm"`
+	} `json:"meta"`
 	Errors []json.RawMessage `json:"errors"`
 	Nodes  *[]struct {
-		Name           string   `json:"name"`
-		Features       string   `json:"features"`
-		ActiveFeatures string   `json:"active_features"`
-		State          string   `json:"state"`
-		StateFlags     []string `json:"state_flags"`
-		Partitions     []string `json:"partitions"`
+		Name           string       `json:"name"`
+		Features       jsonFeatures `json:"features"`
+		ActiveFeatures jsonFeatures `json:"active_features"`
+		State          jsonList     `json:"state"`
+		StateFlags     []string     `json:"state_flags"`
+		Partitions     []string     `json:"partitions"`
 	} `json:"nodes"`
+	Sinfo *[]struct {
+		Nodes struct {
+			Nodes []string `json:"nodes"`
+		} `json:"nodes"`
+		Features struct {
+			Total  string `json:"total"`
+			Active string `json:"active"`
+		} `json:"features"`
+		Node struct {
+			State jsonList `json:"state"`
+		} `json:"node"`
+		Partition struct {
+			Name string `json:"name"`
+		} `json:"partition"`
+	} `json:"sinfo"`
 }
 
-// ParseNodesJSON parses the output of `sinfo --json`. It does no I/O, so it
-// is tested on output captured from real Slurm. State is given the form
-// sinfo's %T prints (see stateLong), so both readers agree.
+// jsonFeatures is a feature list written either way Slurm has: "a,b" (22.05)
+// or ["a","b"] (23.02 and later).
+type jsonFeatures []string
+
+func (f *jsonFeatures) UnmarshalJSON(b []byte) error {
+	var l jsonList
+	if err := l.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	var out []string
+	for _, s := range l {
+		out = append(out, splitFeatures(s)...)
+	}
+	*f = out
+	return nil
+}
+
+// jsonList is a list of strings, or one string (22.05's state), or null.
+type jsonList []string
+
+func (l *jsonList) UnmarshalJSON(b []byte) error {
+	var one *string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = nil
+		if one != nil && *one != "" {
+			*l = jsonList{*one}
+		}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("want a string or a list of strings, got %.40s", b)
+	}
+	*l = many
+	return nil
+}
+
+// baseStates are the node states Slurm's state lists start with; the rest
+// of a list are flags (src/common/slurm_protocol_defs.c, node_state_string).
+var baseStates = map[string]bool{
+	"UNKNOWN": true, "DOWN": true, "IDLE": true, "ALLOCATED": true, "ERROR": true,
+	"MIXED": true, "FUTURE": true, "END": true,
+}
+
+// stateOf splits a state given as a list (["IDLE","DRAIN"]) into its base
+// state and flags, adding 22.05's separate flags, and names it as sinfo's
+// %T does.
+func stateOf(l []string, flags []string) string {
+	base := ""
+	var rest []string
+	for _, s := range l {
+		if base == "" && baseStates[strings.ToUpper(s)] {
+			base = s
+			continue
+		}
+		rest = append(rest, s)
+	}
+	if base == "" {
+		return ""
+	}
+	return stateLong(base, append(rest, flags...))
+}
+
+// ParseNodesJSON parses a node listing of any Slurm from 22.05 on: `sinfo
+// -N --json` or `scontrol show nodes --json` (see nodesJSON for the shapes).
+// It does no I/O, so it is tested on output captured from real Slurm
+// (slurm/testdata/*/). State is given the form sinfo's %T prints (see
+// stateLong), so both readers agree. Each error names the Slurm release
+// the output says it came from.
 func ParseNodesJSON(out []byte) ([]Node, error) {
-	var doc sinfoJSON
+	var doc nodesJSON
 	if err := json.Unmarshal(out, &doc); err != nil {
-		return nil, fmt.Errorf("parse sinfo --json: %w", err)
+		return nil, fmt.Errorf("parse sinfo --json (Slurm release unknown: the output is not Slurm's JSON): %w", err)
+	}
+	rel := doc.Meta.Slurm.Release
+	if rel == "" {
+		rel = "release unknown"
 	}
 	if len(doc.Errors) > 0 {
-		return nil, fmt.Errorf("sinfo --json reports errors: %s", joinRaw(doc.Errors))
+		return nil, fmt.Errorf("sinfo --json reports errors (Slurm %s): %s", rel, joinRaw(doc.Errors))
 	}
-	if doc.Nodes == nil {
-		return nil, fmt.Errorf("parse sinfo --json: no \"nodes\" list; is this Slurm's sinfo (22.05 or later)?")
+	switch {
+	case doc.Nodes != nil:
+		return nodesFromList(doc, rel)
+	case doc.Sinfo != nil:
+		return nodesFromSinfo(doc, rel)
 	}
+	return nil, fmt.Errorf("parse sinfo --json (Slurm %s): neither a \"nodes\" nor a \"sinfo\" list; is this the JSON of sinfo -N or scontrol show nodes?", rel)
+}
+
+func nodesFromList(doc nodesJSON, rel string) ([]Node, error) {
 	nodes := make([]Node, 0, len(*doc.Nodes))
 	seen := make(map[string]bool, len(*doc.Nodes))
 	for i, n := range *doc.Nodes {
-		if n.Name == "" || n.State == "" {
-			return nil, fmt.Errorf("parse sinfo --json: node %d has no name or no state", i)
+		state := stateOf(n.State, n.StateFlags)
+		if n.Name == "" || state == "" {
+			return nil, fmt.Errorf("parse sinfo --json (Slurm %s): node %d has no name or no state (%q)", rel, i, []string(n.State))
 		}
 		if seen[n.Name] {
 			continue
@@ -81,9 +232,47 @@ func ParseNodesJSON(out []byte) ([]Node, error) {
 		}
 		nodes = append(nodes, Node{
 			Name:       n.Name,
-			Available:  splitFeatures(n.Features),
-			Active:     splitFeatures(n.ActiveFeatures),
-			State:      stateLong(n.State, n.StateFlags),
+			Available:  n.Features,
+			Active:     n.ActiveFeatures,
+			State:      state,
+			Partitions: parts,
+		})
+	}
+	return nodes, nil
+}
+
+// nodesFromSinfo reads sinfo's records, which must be one node each (-N):
+// a record for several nodes carries one member's features, so it is
+// refused rather than spread over the others. A node in several
+// partitions comes once per partition; its partitions are gathered.
+func nodesFromSinfo(doc nodesJSON, rel string) ([]Node, error) {
+	var nodes []Node
+	at := map[string]int{}
+	for i, r := range *doc.Sinfo {
+		names := r.Nodes.Nodes
+		if len(names) != 1 {
+			return nil, fmt.Errorf("parse sinfo --json (Slurm %s): record %d is for %d nodes (%s), whose features sinfo does not list one by one; run sinfo -N --json", rel, i, len(names), strings.Join(names, ","))
+		}
+		state := stateOf(r.Node.State, nil)
+		if names[0] == "" || state == "" {
+			return nil, fmt.Errorf("parse sinfo --json (Slurm %s): record %d has no node name or no state (%q)", rel, i, []string(r.Node.State))
+		}
+		if j, ok := at[names[0]]; ok {
+			if p := r.Partition.Name; p != "" && !slices.Contains(nodes[j].Partitions, p) {
+				nodes[j].Partitions = append(nodes[j].Partitions, p)
+			}
+			continue
+		}
+		at[names[0]] = len(nodes)
+		var parts []string
+		if r.Partition.Name != "" {
+			parts = []string{r.Partition.Name}
+		}
+		nodes = append(nodes, Node{
+			Name:       names[0],
+			Available:  splitFeatures(r.Features.Total),
+			Active:     splitFeatures(r.Features.Active),
+			State:      state,
 			Partitions: parts,
 		})
 	}

@@ -115,7 +115,7 @@ func TestRunnerNodes(t *testing.T) {
 	// The fake sinfo checks it got exactly the arguments Nodes relies on:
 	// a changed format string must not pass against a fixture of the old one.
 	dir := fakeSlurm(t, map[string]string{
-		"sinfo": `[ "$*" = "--json" ] || { echo "sinfo: unexpected arguments: $*" >&2; exit 1; }
+		"sinfo": `[ "$*" = "-N --json" ] || { echo "sinfo: unexpected arguments: $*" >&2; exit 1; }
 exec cat '` + fixture + `'`,
 	})
 	r := &Runner{Dir: dir}

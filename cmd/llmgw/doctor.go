@@ -21,7 +21,9 @@ fetch cache (writable, node-local).
 
 Slurm's settings are read from the running slurmctld (scontrol show config) and
 from the slurm.conf this host's slurmd reads (SLURM_CONF, else
-/etc/slurm/slurm.conf). The rest comes from the agent's configuration (--config,
+/etc/slurm/slurm.conf, else on a configless node slurmd's cached copy in
+/run/slurm/conf or /var/spool/slurmd/conf-cache). The SPANK plugin must be
+built for the Slurm release scontrol --version names. The rest comes from the agent's configuration (--config,
 default /etc/llmgw/agent.toml, and the agent's flags). Run it as root, like the
 agent and the hooks.
 
@@ -62,6 +64,7 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	conf := e.getenv("SLURM_CONF")
+	fromEnv := conf != ""
 	runner := &slurm.Runner{}
 	if conf != "" {
 		runner.Env = []string{"SLURM_CONF=" + conf}
@@ -69,14 +72,16 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 		conf = slurm.DefaultConf
 	}
 	findings := doctor.Run(ctx, doctor.Options{
-		Runner:         runner,
-		SlurmConf:      conf,
-		AgentConfigErr: cfgErr,
-		Socket:         cfg.Socket,
-		CacheDir:       cfg.CacheDir,
-		Coordinator:    cfg.Coordinator,
-		TokenFile:      cfg.TokenFile,
-		FetchDeadline:  fetchDeadline(cfg),
+		Runner:    runner,
+		SlurmConf: conf,
+		// Without SLURM_CONF a missing slurm.conf may be a configless node.
+		SlurmConfFromEnv: fromEnv,
+		AgentConfigErr:   cfgErr,
+		Socket:           cfg.Socket,
+		CacheDir:         cfg.CacheDir,
+		Coordinator:      cfg.Coordinator,
+		TokenFile:        cfg.TokenFile,
+		FetchDeadline:    fetchDeadline(cfg),
 	})
 	if *jsonOut {
 		enc := json.NewEncoder(e.stdout)

@@ -68,6 +68,11 @@ const (
 	DefaultPluginDir = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
 )
 
+// DefaultConfCache are the copies of slurm.conf a configless slurmd keeps:
+// /run/slurm/conf from 23.02 (slurmd's conf cache under RunDir), and
+// SlurmdSpoolDir/conf-cache before it (22.05 on Debian's default spool).
+var DefaultConfCache = []string{"/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf"}
+
 // PrologMargin is how much longer than the fetch deadline the Prolog may be
 // given: after the deadline the hook still records the failure and answers,
 // and slurmd polls the Prolog's exit on its own clock. Less, and a fetch
@@ -86,6 +91,13 @@ type Options struct {
 	// SlurmConf is the slurm.conf this host's slurmd reads (SLURM_CONF, else
 	// slurm.DefaultConf).
 	SlurmConf string
+	// SlurmConfFromEnv: SLURM_CONF named SlurmConf, so a missing file is an
+	// error and not a configless node.
+	SlurmConfFromEnv bool
+	// ConfCache are where a configless slurmd keeps the slurm.conf it
+	// fetched from slurmctld, looked at when SlurmConf is the default and
+	// missing (default DefaultConfCache).
+	ConfCache []string
 
 	// HookDir holds llmgw's Prolog, Epilog and TaskProlog (default
 	// DefaultHookDir); SpankPlugin is the plugin's installed path (default
@@ -137,6 +149,9 @@ func (o Options) withDefaults() Options {
 	if o.Runner == nil {
 		o.Runner = &slurm.Runner{}
 	}
+	if o.ConfCache == nil {
+		o.ConfCache = DefaultConfCache
+	}
 	return o
 }
 
@@ -146,6 +161,12 @@ func (o Options) withDefaults() Options {
 // settings llmgw documents can be checked by the same rules.
 func CheckSettings(file slurm.Config, confPath string, live slurm.Config, o Options) []Finding {
 	return checkSlurm(slurmView{confPath: confPath, file: file, live: live}, o.withDefaults())
+}
+
+// CheckSettingsOf is CheckSettings for a known Slurm release (what
+// `scontrol --version` says), whose rules some settings depend on.
+func CheckSettingsOf(version slurm.Version, file slurm.Config, confPath string, live slurm.Config, o Options) []Finding {
+	return checkSlurm(slurmView{confPath: confPath, file: file, live: live, version: version}, o.withDefaults())
 }
 
 // Broken reports whether any finding would break jobs.
@@ -159,8 +180,9 @@ func Broken(fs []Finding) bool {
 // slurmd reads and the running controller's, either of which may be missing.
 type slurmView struct {
 	confPath string
-	file     slurm.Config // nil when unreadable
-	live     slurm.Config // nil when scontrol failed
+	file     slurm.Config  // nil when unreadable
+	live     slurm.Config  // nil when scontrol failed
+	version  slurm.Version // zero when scontrol --version failed
 	findings []Finding
 }
 
@@ -170,16 +192,37 @@ func gatherSlurm(ctx context.Context, o Options) slurmView {
 		v.confPath = slurm.DefaultConf
 	}
 	var err error
-	if v.file, err = slurm.ReadConf(v.confPath); err != nil {
+	cached := false
+	v.file, err = slurm.ReadConf(v.confPath)
+	if errors.Is(err, os.ErrNotExist) && !o.SlurmConfFromEnv {
+		// A configless node has no slurm.conf of its own: slurmd runs
+		// the copy it fetched from slurmctld, and so do the hooks.
+		for _, c := range o.ConfCache {
+			if f, cerr := slurm.ReadConf(c); cerr == nil {
+				v.file, v.confPath, err, cached = f, c, nil, true
+				v.findings = append(v.findings, Finding{Check: "slurm.conf",
+					Message: fmt.Sprintf("%s is missing; configless node: read slurmd's cached copy %s", slurm.DefaultConf, c)})
+				break
+			}
+		}
+	}
+	if err != nil {
 		v.file = nil
 		v.findings = append(v.findings, Finding{Check: "slurm.conf", Severity: Error,
 			Message: fmt.Sprintf("cannot read %s: %v", v.confPath, err),
 			Fix:     "run llmgw doctor on a Slurm node, or point SLURM_CONF at the cluster's slurm.conf"})
-	} else {
+	} else if !cached {
 		v.findings = append(v.findings, Finding{Check: "slurm.conf", Message: "read " + v.confPath})
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	if v.version, err = o.Runner.Version(ctx); err != nil {
+		v.findings = append(v.findings, Finding{Check: "Slurm release", Severity: Warn,
+			Message: fmt.Sprintf("cannot tell which Slurm runs here: %v; the SPANK plugin's release is not checked", err),
+			Fix:     "install Slurm's client commands (scontrol) on this host, or put them on PATH"})
+	} else {
+		v.findings = append(v.findings, Finding{Check: "Slurm release", Message: "Slurm " + v.version.String()})
+	}
 	if v.live, err = o.Runner.ShowConfig(ctx); err != nil {
 		v.live = nil
 		v.findings = append(v.findings, Finding{Check: "slurmctld", Severity: Warn,
@@ -201,16 +244,19 @@ type sourced struct {
 // The file is what this host's slurmd runs and the next controller restart
 // will run; the live value is what the controller runs now. Both matter.
 func (v slurmView) values(key string, norm func(string) string) []sourced {
+	return v.valuesBy(func(c slurm.Config) string { s, _ := c.Get(key); return s }, norm)
+}
+
+// valuesBy is values for a setting that get reads from a configuration.
+func (v slurmView) valuesBy(get func(slurm.Config) string, norm func(string) string) []sourced {
 	var out []sourced
 	var fv, lv string
 	if v.file != nil {
-		fv, _ = v.file.Get(key)
-		fv = norm(fv)
+		fv = norm(get(v.file))
 		out = append(out, sourced{fv, v.confPath})
 	}
 	if v.live != nil {
-		lv, _ = v.live.Get(key)
-		lv = norm(lv)
+		lv = norm(get(v.live))
 		if v.file != nil && lv == fv {
 			out[0].from = v.confPath + " and the running slurmctld"
 		} else {
@@ -257,14 +303,37 @@ func lowerList(s string) string {
 	return strings.Trim(strings.Join(parts, ","), ",")
 }
 
+// allocFlags are the PrologFlags that set Alloc too, as slurmctld shows
+// them (`scontrol show config` for PrologFlags=FLAG alone, captured on each
+// release: slurm/testdata/*/prologflags.txt): Contain, X11 and NoHold from
+// 22.05, RunInJob and ForceRequeueOnFail where they exist (not 22.05);
+// DeferBatch only from 26.05 (24.11 shows DeferBatch alone; releases
+// between are not known here, and an Alloc written out does no harm).
+func allocFlags(v slurm.Version) []string {
+	fs := []string{"alloc", "contain", "x11", "nohold", "runinjob", "forcerequeueonfail"}
+	if v.AtLeast(26, 5) {
+		fs = append(fs, "deferbatch")
+	}
+	return fs
+}
+
 func checkPrologFlags(v slurmView) []Finding {
 	vs := v.values("PrologFlags", lowerList)
 	fs := differs("PrologFlags", vs)
+	implying := allocFlags(v.version)
 	for _, s := range vs {
 		flags := strings.Split(s.val, ",")
-		// Contain implies Alloc (slurm.conf(5)).
-		if slices.Contains(flags, "alloc") || slices.Contains(flags, "contain") {
-			fs = append(fs, Finding{Check: "PrologFlags", Message: fmt.Sprintf("PrologFlags=%s in %s", s.val, s.from)})
+		if slices.Contains(flags, "serial") {
+			fs = append(fs, Finding{Check: "PrologFlags", Severity: Warn,
+				Message: fmt.Sprintf("PrologFlags=%s in %s has Serial: one job's Prolog waiting minutes for its weights holds every other job's Prolog and Epilog on the node", s.val, s.from),
+				Fix:     "drop Serial from PrologFlags in slurm.conf unless a site prolog needs it, then restart slurmctld and slurmd"})
+		}
+		if i := slices.IndexFunc(flags, func(f string) bool { return slices.Contains(implying, f) }); i >= 0 {
+			how := ""
+			if flags[i] != "alloc" {
+				how = fmt.Sprintf(" (%s implies Alloc)", flags[i])
+			}
+			fs = append(fs, Finding{Check: "PrologFlags", Message: fmt.Sprintf("PrologFlags=%s in %s%s", s.val, s.from, how)})
 			continue
 		}
 		fs = append(fs, Finding{Check: "PrologFlags", Severity: Error,
@@ -279,7 +348,11 @@ func checkPrologFlags(v slurmView) []Finding {
 // when a Prolog or Epilog it cannot run fails.
 func checkHook(v slurmView, o Options, key, name string) []Finding {
 	ours := filepath.Join(o.HookDir, name)
-	vs := v.values(key, same)
+	// From 24.05 Prolog and Epilog may be given several times, each run in
+	// turn (Prolog[0], Prolog[1]... in scontrol show config): llmgw's may be
+	// any of them, and each must be runnable. The list is held joined by
+	// newlines, which no path Slurm splits on holds.
+	vs := v.valuesBy(func(c slurm.Config) string { return strings.Join(c.All(key), "\n") }, same)
 	fs := differs(key, vs)
 	fix := fmt.Sprintf("set %s=%s in slurm.conf, then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)", key, ours)
 	for _, s := range vs {
@@ -288,12 +361,17 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 				Message: fmt.Sprintf("%s is not set in %s: llmgw's %s never runs, so jobs get no weights", key, s.from, name), Fix: fix})
 			continue
 		}
-		paths := []string{s.val}
-		if key != "TaskProlog" { // Prolog and Epilog may be globs (slurm.conf(5))
-			if m, err := filepath.Glob(s.val); err == nil && len(m) > 0 {
-				paths = m
+		var paths []string
+		for _, p := range strings.Split(s.val, "\n") {
+			if key != "TaskProlog" { // Prolog and Epilog may be globs (slurm.conf(5))
+				if m, err := filepath.Glob(p); err == nil && len(m) > 0 {
+					paths = append(paths, m...)
+					continue
+				}
 			}
+			paths = append(paths, p)
 		}
+		shown := strings.ReplaceAll(s.val, "\n", " "+key+"=")
 		var bad []string
 		found := false
 		for _, p := range paths {
@@ -311,17 +389,17 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 				what = "every job on this node fails"
 			}
 			fs = append(fs, Finding{Check: key, Severity: sev,
-				Message: fmt.Sprintf("%s=%s (%s) cannot run on this host: %s; %s", key, s.val, s.from, strings.Join(bad, "; "), what),
+				Message: fmt.Sprintf("%s=%s (%s) cannot run on this host: %s; %s", key, shown, s.from, strings.Join(bad, "; "), what),
 				Fix:     "install the llmgw package on this host, or " + fix})
 			continue
 		}
 		if !found {
 			fs = append(fs, Finding{Check: key, Severity: Error,
-				Message: fmt.Sprintf("%s=%s (%s) does not run llmgw's %s, so jobs get no weights", key, s.val, s.from, name),
+				Message: fmt.Sprintf("%s=%s (%s) does not run llmgw's %s, so jobs get no weights", key, shown, s.from, name),
 				Fix:     fix + "; or call " + ours + " from your own " + key})
 			continue
 		}
-		fs = append(fs, Finding{Check: key, Message: fmt.Sprintf("%s=%s runs llmgw's %s (%s)", key, s.val, name, s.from)})
+		fs = append(fs, Finding{Check: key, Message: fmt.Sprintf("%s=%s runs llmgw's %s (%s)", key, shown, name, s.from)})
 	}
 	return fs
 }
@@ -377,30 +455,53 @@ func timeoutNorm(s string) string {
 	return s
 }
 
+// checkTimeout compares how long slurmd lets the Prolog run with the fetch
+// deadline. From 25.05 PrologTimeout, when set, decides instead of
+// PrologEpilogTimeout (slurm.conf(5)); 24.11 and older refuse the key.
 func checkTimeout(v slurmView, o Options) []Finding {
-	vs := v.values("PrologEpilogTimeout", timeoutNorm)
-	fs := differs("PrologEpilogTimeout", vs)
+	const check = "PrologEpilogTimeout"
+	vs := v.valuesBy(func(c slurm.Config) string {
+		val, key := c.PrologTimeout()
+		return key + "=" + timeoutNorm(val)
+	}, same)
+	fs := timeoutDiffers(vs)
 	need := o.FetchDeadline + PrologMargin
 	for _, s := range vs {
-		secs, err := strconv.Atoi(s.val)
+		key, val, _ := strings.Cut(s.val, "=")
+		secs, err := strconv.Atoi(val)
 		switch {
 		case err != nil:
-			fs = append(fs, Finding{Check: "PrologEpilogTimeout", Severity: Error,
-				Message: fmt.Sprintf("PrologEpilogTimeout=%q in %s is not a number of seconds", s.val, s.from),
-				Fix:     fmt.Sprintf("set PrologEpilogTimeout=%d in slurm.conf", int(need.Seconds()))})
+			fs = append(fs, Finding{Check: check, Severity: Error,
+				Message: fmt.Sprintf("%s=%q in %s is not a number of seconds", key, val, s.from),
+				Fix:     fmt.Sprintf("set %s=%d in slurm.conf", key, int(need.Seconds()))})
 		case secs == 0 || secs >= unlimitedTimeout:
-			fs = append(fs, Finding{Check: "PrologEpilogTimeout", Message: fmt.Sprintf("PrologEpilogTimeout unlimited (%s)", s.from)})
+			fs = append(fs, Finding{Check: check, Message: fmt.Sprintf("%s unlimited (%s)", key, s.from)})
 		case time.Duration(secs)*time.Second < need:
-			fs = append(fs, Finding{Check: "PrologEpilogTimeout", Severity: Error,
-				Message: fmt.Sprintf("PrologEpilogTimeout=%d in %s is below the fetch deadline (%s) plus %s: a Prolog waiting for weights is killed, and the node drained",
-					secs, s.from, o.FetchDeadline, PrologMargin),
-				Fix: fmt.Sprintf("set PrologEpilogTimeout=%d or more in slurm.conf, or lower fetch_deadline in agent.toml", int((need + time.Second - 1).Seconds()))})
+			fs = append(fs, Finding{Check: check, Severity: Error,
+				Message: fmt.Sprintf("%s=%d in %s is below the fetch deadline (%s) plus %s: a Prolog waiting for weights is killed, and the node drained",
+					key, secs, s.from, o.FetchDeadline, PrologMargin),
+				Fix: fmt.Sprintf("set %s=%d or more in slurm.conf, or lower fetch_deadline in agent.toml", key, int((need + time.Second - 1).Seconds()))})
 		default:
-			fs = append(fs, Finding{Check: "PrologEpilogTimeout",
-				Message: fmt.Sprintf("PrologEpilogTimeout=%d in %s covers the fetch deadline (%s)", secs, s.from, o.FetchDeadline)})
+			fs = append(fs, Finding{Check: check,
+				Message: fmt.Sprintf("%s=%d in %s covers the fetch deadline (%s)", key, secs, s.from, o.FetchDeadline)})
 		}
 	}
 	return fs
+}
+
+// timeoutDiffers is differs for the Prolog timeout, whose values carry the
+// key that set them ("PrologTimeout=60"): the key is named once when both
+// sides have it.
+func timeoutDiffers(vs []sourced) []Finding {
+	if len(vs) < 2 {
+		return nil
+	}
+	fk, fv, _ := strings.Cut(vs[0].val, "=")
+	lk, lv, _ := strings.Cut(vs[1].val, "=")
+	if fk != lk {
+		return differs("the Prolog timeout", vs)
+	}
+	return differs(fk, []sourced{{fv, vs[0].from}, {lv, vs[1].from}})
 }
 
 // checkSpank checks that this host's plugstack loads llmgw's SPANK plugin:
@@ -457,7 +558,15 @@ func checkSpank(v slurmView, o Options) []Finding {
 				Fix:     "install the llmgw package on this host, or correct the path in " + p.File})
 			continue
 		}
-		fs = append(fs, Finding{Check: "SPANK plugin", Message: fmt.Sprintf("%s loads %s", p.File, path)})
+		if f := spankRelease(path, p.File, p.Required, v.version); f != nil {
+			fs = append(fs, *f)
+			continue
+		}
+		built := ""
+		if v.version != (slurm.Version{}) {
+			built = ", built for Slurm " + v.version.Release()
+		}
+		fs = append(fs, Finding{Check: "SPANK plugin", Message: fmt.Sprintf("%s loads %s%s", p.File, path, built)})
 	}
 	return fs
 }

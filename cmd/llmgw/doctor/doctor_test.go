@@ -115,7 +115,7 @@ func TestCheckSettings(t *testing.T) {
 	}{
 		{"all right", h.good(), nil, "", OK, ""},
 		{"no Alloc", with(h.good(), "prologflags", "<unset>"), nil, "PrologFlags", Error, "no Alloc"},
-		{"other flags only", with(h.good(), "prologflags", "X11,NoHold"), nil, "PrologFlags", Error, "no Alloc"},
+		{"other flags only", with(h.good(), "prologflags", "DeferBatch,Serial"), nil, "PrologFlags", Error, "no Alloc"},
 		{"Contain implies Alloc", with(h.good(), "prologflags", "Contain"), nil, "PrologFlags", OK, ""},
 		{"Prolog unset", with(h.good(), "prolog", "<unset>"), nil, "Prolog", Error, "not set"},
 		{"Prolog of the site", with(h.good(), "prolog", h.dir+"/site-prolog"), nil, "Prolog", Error, "does not run llmgw's prolog"},
