@@ -167,7 +167,20 @@ func TestParkedJobIsFreed(t *testing.T) {
 				if did != want {
 					t.Fatalf("Unpark did %q, want %q", did, want)
 				}
-				s := jobLine(t, r, job)
+				// Freed means schedulable now: a priority again, and no
+				// longer BadConstraints.
+				var s string
+				start := time.Now()
+				for {
+					s = jobLine(t, r, job)
+					if field(rePriority, s) != "0" && field(reReason, s) != ReasonBadConstraints {
+						break
+					}
+					if time.Since(start) > 3*time.Second {
+						t.Fatalf("job %s is still parked 3 s after Unpark (%s): %s", job, did, s)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 				t.Logf("job %s after Unpark (%s): Reason=%s Priority=%s Prefer=%s", job, did, field(reReason, s), field(rePriority, s), field(rePrefer, s))
 				if !back && strings.Contains(field(rePrefer, s), feature) {
 					t.Errorf("job %s still prefers %s after Unpark dropped it: %s", job, feature, s)
@@ -183,7 +196,7 @@ func TestParkedJobIsFreed(t *testing.T) {
 				return !strings.Contains(s, "JobState=PENDING")
 			})
 			s = jobLine(t, r, job)
-			t.Logf("job %s started %.1f s after the blocker was cancelled (%s)", job, took.Seconds(), regexp.MustCompile(`JobState=\S+|NodeList=\S+`).FindAllString(s, -1))
+			t.Logf("job %s started %.1f s after the blocker was cancelled (%s)", job, took.Seconds(), regexp.MustCompile(`JobState=\S+| NodeList=\S+`).FindAllString(s, -1))
 			waitFor(t, 30*time.Second, "job "+job+" ending", func() bool {
 				s := jobLine(t, r, job)
 				return !strings.Contains(s, "JobState=PENDING") && !strings.Contains(s, "JobState=RUNNING") && !strings.Contains(s, "JobState=CONFIGURING") && !strings.Contains(s, "JobState=COMPLETING")
