@@ -137,8 +137,11 @@ func TestParkedJobIsFreed(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			s := jobLine(t, r, job)
-			t.Logf("job %s after its feature vanished: Reason=%s Priority=%s (parked after %v; -1: not within 5 s)",
-				job, field(reReason, s), field(rePriority, s), parkedIn.Round(100*time.Millisecond))
+			when := "not parked within 5 s"
+			if parkedIn >= 0 {
+				when = "parked after " + parkedIn.Round(100*time.Millisecond).String()
+			}
+			t.Logf("job %s after its feature vanished: Reason=%s Priority=%s (%s)", job, field(reReason, s), field(rePriority, s), when)
 			parked, err := r.ParkedJobs(context.Background(), "llmgw.")
 			if err != nil {
 				t.Fatal(err)
