@@ -36,6 +36,7 @@ type ParkedJob struct {
 type PreferTerm struct {
 	Feature string
 	Count   int
+	counted bool // Count came from "*k"
 }
 
 // ParkedJobs lists the pending jobs with reason BadConstraints whose
@@ -66,6 +67,18 @@ func (r *Runner) ParkedJobs(ctx context.Context, prefix string) ([]ParkedJob, er
 		terms := PreferTerms(prefer, prefix)
 		if len(terms) == 0 {
 			continue
+		}
+		// A term without "*k" asks every node of the job for the feature:
+		// a -N2 job preferring a feature one node has is parked as well
+		// (24.11 with ignore_prefer_validation), and releasing it would
+		// only park it again.
+		nodes, _ := jobField(string(show), "NumNodes")
+		if n, err := strconv.Atoi(strings.SplitN(nodes, "-", 2)[0]); err == nil && n > 1 {
+			for i := range terms {
+				if !terms[i].counted {
+					terms[i].Count = n
+				}
+			}
 		}
 		jobs = append(jobs, ParkedJob{ID: id, Prefer: prefer, Prefix: prefix, Terms: terms})
 	}
@@ -102,7 +115,7 @@ func PreferTerms(prefer, prefix string) []PreferTerm {
 		if m[2] != "" {
 			k, _ = strconv.Atoi(m[2])
 		}
-		terms = append(terms, PreferTerm{Feature: m[1], Count: max(k, 1)})
+		terms = append(terms, PreferTerm{Feature: m[1], Count: max(k, 1), counted: m[2] != ""})
 	}
 	return terms
 }
