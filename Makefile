@@ -15,10 +15,18 @@ HOOK    := bin/llmgw-hook
 # The SPANK plugin (--llmgw-model), built against libslurm-dev's headers.
 # `make build` builds it too when the headers are there, so a machine
 # without Slurm's development package still builds llmgw.
+# Slurm loads a plugin only if it was built for its own major.minor, so a
+# site that builds its own Slurm builds the plugin against that:
+# `make spank SLURM=PREFIX` takes PREFIX/include; without SLURM, the
+# includedir of pkg-config's slurm (slurm-devel RPMs ship slurm.pc), else
+# /usr/include (Debian's libslurm-dev). SLURM_INC names the directory outright.
 SPANK       := bin/llmgw_spank.so
 SPANK_SRC   := slurm/spank/llmgw_spank.c
 SPANK_LDS   := slurm/spank/llmgw_spank.lds
-SLURM_INC   ?= /usr/include
+ifneq ($(SLURM),)
+SLURM_INC   := $(SLURM)/include
+endif
+SLURM_INC   ?= $(or $(shell pkg-config --variable=includedir slurm 2>/dev/null),/usr/include)
 SPANK_CPPFLAGS := -D_GNU_SOURCE -D_FORTIFY_SOURCE=2 -I$(SLURM_INC)
 SPANK_CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fstack-protector-strong -fstack-clash-protection -fPIC
 SPANK_LDFLAGS  := -shared -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--version-script=$(SPANK_LDS)
@@ -37,14 +45,21 @@ build: $(if $(HAVE_SPANK_H),spank)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(HOOK) ./cmd/llmgw-hook
 
-## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev)
+## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev; SLURM=PREFIX for a Slurm built elsewhere)
+# .FORCE: a plugin built for another Slurm's headers (another SLURM=) is
+# never taken as up to date.
 spank: $(SPANK)
 
-$(SPANK): $(SPANK_SRC) $(SPANK_LDS)
-	@test -e $(SLURM_INC)/slurm/spank.h || { echo "$(SLURM_INC)/slurm/spank.h is missing: install libslurm-dev (apt-get install libslurm-dev), or set SLURM_INC"; exit 1; }
+$(SPANK): $(SPANK_SRC) $(SPANK_LDS) .FORCE
+	@test -e $(SLURM_INC)/slurm/spank.h || { echo "$(SLURM_INC)/slurm/spank.h is missing: install libslurm-dev (apt-get install libslurm-dev), or give your Slurm's install prefix: make spank SLURM=PREFIX"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(CC) $(SPANK_CPPFLAGS) $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o $@.tmp $(SPANK_SRC)
 	mv $@.tmp $@
+	@v=$$(sed -n 's/^#define SLURM_VERSION_NUMBER //p' $(SLURM_INC)/slurm/slurm_version.h); \
+	echo "$@: built for Slurm $$(($$v >> 16 & 255)).$$(printf %02d $$(($$v >> 8 & 255))) ($(SLURM_INC)); Slurm loads it only on that major.minor"
+
+.PHONY: .FORCE
+.FORCE:
 
 ## demo: the whole flow on this machine (coordinator, agents, a fetch, status); cleans up after itself
 demo: build

@@ -102,7 +102,7 @@ func TestFeaturesOnCluster(t *testing.T) {
 }
 
 // TestNodesJSONAgreesWithText checks that the state Nodes derives from
-// sinfo --json is the one sinfo's %T prints, on idle, drained and down
+// sinfo -N --json is the one sinfo's %T prints, on idle, drained and down
 // nodes of the live cluster.
 func TestNodesJSONAgreesWithText(t *testing.T) {
 	r := clusterRunner(t)

@@ -249,6 +249,20 @@ func TestStateLong(t *testing.T) {
 		{"allocated", []string{"FAIL"}, "failing"},
 		{"idle", []string{"COMPLETING"}, "completing"},
 		{"mixed", nil, "mixed"},
+		// Slurm's node_state_string, which %T prints, for the flags that
+		// decide placement.Schedulable:
+		{"idle", []string{"INVALID_REG"}, "inval"},
+		{"idle", []string{"REBOOT_REQUESTED"}, "reboot"},
+		{"down", []string{"REBOOT_ISSUED"}, "reboot^"},
+		{"mixed", []string{"REBOOT_REQUESTED"}, "mixed@"},
+		{"idle", []string{"MAINTENANCE"}, "maint"},
+		{"allocated", []string{"MAINTENANCE"}, "allocated$"},
+		{"idle", []string{"POWERED_DOWN"}, "idle~"},
+		{"idle", []string{"POWERING_UP"}, "idle#"},
+		{"idle", []string{"DRAIN", "POWERED_DOWN"}, "drained~"},
+		{"allocated", []string{"COMPLETING"}, "allocated+"},
+		{"down", []string{"COMPLETING"}, "down"},
+		{"idle", []string{"POWERED_DOWN", "NOT_RESPONDING"}, "idle~"},
 	} {
 		if got := stateLong(tc.base, tc.flags); got != tc.want {
 			t.Errorf("stateLong(%q, %q) = %q, want %q", tc.base, tc.flags, got, tc.want)

@@ -3,7 +3,9 @@ package slurm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 )
@@ -47,8 +49,9 @@ func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
 			return nodes, nil
 		}
 		err = perr
-	}
-	if ctx.Err() != nil {
+	} else if !noJSON(err) {
+		// A controller that does not answer would not answer the text
+		// form either: asking again would only double the wait.
 		return nil, err
 	}
 	text, terr := r.Run(ctx, "sinfo", "-N", "-h", "-o", nodeFormat)
@@ -62,21 +65,37 @@ func (r *Runner) Nodes(ctx context.Context) ([]Node, error) {
 	return nodes, nil
 }
 
+// noJSON reports whether sinfo failed for want of its JSON output (a Slurm
+// built without the serializer or data_parser plugins), not for want of a
+// controller.
+func noJSON(err error) bool {
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	var exit *exec.ExitError
+	if !errors.As(ce.Err, &exit) {
+		return false // not started, or out of time
+	}
+	msg := strings.ToLower(ce.Stderr)
+	return strings.Contains(msg, "json") || strings.Contains(msg, "serializer") || strings.Contains(msg, "data_parser")
+}
+
 // nodeFormat is the text form ParseNodes reads.
 const nodeFormat = "%N|%f|%b|%T"
 
 // release names the running Slurm for an error message, from `sinfo
-// --version` ("slurm 22.05.8", Debian's "slurm-wlm 24.11.5").
+// --version`.
 func (r *Runner) release(ctx context.Context) string {
 	out, err := r.Run(ctx, "sinfo", "--version")
 	if err != nil {
 		return "release unknown: sinfo --version failed"
 	}
-	f := strings.Fields(string(out))
-	if len(f) == 0 {
+	v, err := ParseVersion(out)
+	if err != nil {
 		return "release unknown"
 	}
-	return f[len(f)-1]
+	return v.String()
 }
 
 // nodesJSON is the part of Slurm's node listings that llmgw reads, in every
@@ -288,9 +307,15 @@ func joinRaw(msgs []json.RawMessage) string {
 }
 
 // stateLong turns the JSON's base state and flags into the name sinfo's %T
-// prints for them (Slurm's node_state_string): a drained flag makes an idle
-// or down node "drained" and a busy one "draining", a failing one likewise
-// "fail"/"failing"; a node that does not answer gets '*'.
+// prints for them, in the order Slurm's node_state_string decides
+// (src/common/slurm_protocol_defs.c): an invalid registration is "inval";
+// maintenance or a reboot on a node without jobs names the state ("maint",
+// "reboot", "reboot^" once issued); a drained flag makes an idle or down
+// node "drained" and a busy one "draining", a failing one likewise
+// "fail"/"failing"; otherwise the base state, with the one mark sinfo adds
+// for the first flag that has one ($ maintenance, ^ reboot issued, @ reboot
+// requested, # powering up, % powering down, ~ powered down, ! power down
+// pending, * not responding). placement.Schedulable reads these names.
 func stateLong(base string, flags []string) string {
 	s := strings.ToLower(base)
 	has := func(f string) bool {
@@ -301,25 +326,48 @@ func stateLong(base string, flags []string) string {
 		}
 		return false
 	}
-	busy := s == "allocated" || s == "mixed" || has("COMPLETING")
-	switch {
-	case has("DRAIN") && busy:
-		s = "draining"
-	case has("DRAIN"):
-		s = "drained"
-	case has("FAIL") && busy:
-		s = "failing"
-	case has("FAIL"):
-		s = "fail"
-	case has("MAINTENANCE"):
-		s = "maint"
-	case has("COMPLETING"):
-		s = "completing"
-	}
+	noResp := ""
 	if has("NOT_RESPONDING") {
-		s += "*"
+		noResp = "*"
 	}
-	return s
+	jobs := s == "allocated" || s == "mixed"
+	if has("INVALID_REG") {
+		return "inval"
+	}
+	if has("MAINTENANCE") && !has("DRAIN") && !jobs && s != "down" {
+		return "maint" + noResp
+	}
+	if (has("REBOOT_REQUESTED") || has("REBOOT_ISSUED")) && !jobs {
+		if has("REBOOT_ISSUED") {
+			return "reboot^"
+		}
+		return "reboot" + noResp
+	}
+	mark := ""
+	for _, m := range []struct{ flag, mark string }{
+		{"MAINTENANCE", "$"}, {"REBOOT_ISSUED", "^"}, {"REBOOT_REQUESTED", "@"}, {"POWERING_UP", "#"},
+		{"POWERING_DOWN", "%"}, {"POWERED_DOWN", "~"}, {"POWER_DOWN", "!"}, {"NOT_RESPONDING", "*"},
+	} {
+		if has(m.flag) {
+			mark = m.mark
+			break
+		}
+	}
+	switch {
+	case has("DRAIN") && (jobs || has("COMPLETING")):
+		return "draining" + mark
+	case has("DRAIN"):
+		return "drained" + mark
+	case has("FAIL") && (s == "allocated" || has("COMPLETING")):
+		return "failing" + noResp
+	case has("FAIL"):
+		return "fail" + noResp
+	case s == "allocated" && mark == "" && has("COMPLETING"):
+		return "allocated+"
+	case s != "allocated" && s != "down" && has("COMPLETING"):
+		return "completing" + mark
+	}
+	return s + mark
 }
 
 // ParseNodes parses the output of `sinfo -N -h -o '%N|%f|%b|%T'`. It does no

@@ -55,14 +55,17 @@ var (
 	}
 )
 
+// fixtureStates are the listings captured of each cluster state.
+var fixtureStates = []struct {
+	sub  string
+	want []Node
+}{{"fresh", fixtureFresh}, {"mixed", fixtureMixed}}
+
 // TestParseNodesEveryRelease: every one-entry-per-node listing of every
 // release reads as the cluster was, and the text form agrees.
 func TestParseNodesEveryRelease(t *testing.T) {
 	for _, dir := range releaseDirs(t) {
-		for _, tc := range []struct {
-			sub  string
-			want []Node
-		}{{"fresh", fixtureFresh}, {"mixed", fixtureMixed}} {
+		for _, tc := range fixtureStates {
 			for _, file := range []string{"sinfo-N-json.json", "scontrol-show-nodes-json.json"} {
 				t.Run(filepath.Base(dir)+"/"+tc.sub+"/"+file, func(t *testing.T) {
 					if _, err := os.Stat(filepath.Join(dir, tc.sub, file+".refused")); err == nil {
@@ -101,10 +104,7 @@ func TestParseNodesEveryRelease(t *testing.T) {
 // node.
 func TestParseNodesGroupedNeverWrong(t *testing.T) {
 	for _, dir := range releaseDirs(t) {
-		for _, tc := range []struct {
-			sub  string
-			want []Node
-		}{{"fresh", fixtureFresh}, {"mixed", fixtureMixed}} {
+		for _, tc := range fixtureStates {
 			t.Run(filepath.Base(dir)+"/"+tc.sub, func(t *testing.T) {
 				got, err := ParseNodesJSON(readFixture(t, dir, tc.sub, "sinfo-json.json"))
 				if err != nil {
@@ -225,5 +225,58 @@ func TestShowConfigEveryRelease(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRunnerNodesNamesRelease: when neither form can be read, the error
+// names the release sinfo --version gives.
+func TestRunnerNodesNamesRelease(t *testing.T) {
+	r := &Runner{Dir: fakeSlurm(t, map[string]string{
+		"sinfo": `case "$*" in
+"--version") echo "slurm-wlm 24.11.5" ;;
+"-N --json") echo "not json" ;;
+*) echo "n1|ib-a|idle" ;;
+esac`,
+	})}
+	_, err := r.Nodes(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "(Slurm 24.11.5)") || !strings.Contains(err.Error(), "want 4 '|'-separated fields") {
+		t.Errorf("Nodes() error = %v; want both forms' errors and the release", err)
+	}
+}
+
+// TestParseFeatureNodesEveryRelease: the partition and feature listing that
+// `llmgw sbatch` reads comes out the same on every release.
+func TestParseFeatureNodesEveryRelease(t *testing.T) {
+	for _, dir := range releaseDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			got, def, err := ParseFeatureNodes(readFixture(t, dir, "mixed", "sinfo-partitions-features.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []FeatureNode
+			for _, n := range fixtureMixed {
+				want = append(want, FeatureNode{Name: n.Name, Partitions: n.Partitions, Features: n.Active})
+			}
+			if def != "debug" || !reflect.DeepEqual(got, want) {
+				t.Errorf("ParseFeatureNodes = %q, default %q; want %q, default debug", got, def, want)
+			}
+		})
+	}
+}
+
+// TestRunnerNodesNoSecondWait: when the controller does not answer, the
+// text form is not tried (it would wait as long again); when sinfo lacks
+// its JSON plugin, it is.
+func TestRunnerNodesNoSecondWait(t *testing.T) {
+	calls := filepath.Join(t.TempDir(), "calls")
+	r := &Runner{Dir: fakeSlurm(t, map[string]string{
+		"sinfo": `echo "$*" >>'` + calls + `'
+echo "slurm_load_partitions: Unable to contact slurm controller (connect failure)" >&2; exit 1`,
+	})}
+	if _, err := r.Nodes(context.Background()); err == nil || !strings.Contains(err.Error(), "Unable to contact") {
+		t.Fatalf("Nodes() error = %v", err)
+	}
+	if b, _ := os.ReadFile(calls); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("sinfo was run %q; want once", b)
 	}
 }

@@ -69,8 +69,9 @@ const (
 )
 
 // DefaultConfCache are the copies of slurm.conf a configless slurmd keeps:
-// /run/slurm/conf from 23.02 (slurmd's conf cache under RunDir), and
-// SlurmdSpoolDir/conf-cache before it (22.05 on Debian's default spool).
+// its cache SlurmdSpoolDir/conf-cache (the default spool /var/spool/slurmd),
+// and /run/slurm/conf, the link slurmd makes to it; so in 22.05, 24.11 and
+// 26.05 alike (the paths in their slurmd binaries).
 var DefaultConfCache = []string{"/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf"}
 
 // PrologMargin is how much longer than the fetch deadline the Prolog may be
@@ -352,7 +353,13 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 	// turn (Prolog[0], Prolog[1]... in scontrol show config): llmgw's may be
 	// any of them, and each must be runnable. The list is held joined by
 	// newlines, which no path Slurm splits on holds.
-	vs := v.valuesBy(func(c slurm.Config) string { return strings.Join(c.All(key), "\n") }, same)
+	vs := v.valuesBy(func(c slurm.Config) string {
+		all := c.All(key)
+		if len(all) > 1 && v.version != (slurm.Version{}) && !v.version.AtLeast(24, 5) {
+			all = all[len(all)-1:] // before 24.05 the last line wins, as for any key
+		}
+		return strings.Join(all, "\n")
+	}, same)
 	fs := differs(key, vs)
 	fix := fmt.Sprintf("set %s=%s in slurm.conf, then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)", key, ours)
 	for _, s := range vs {

@@ -287,3 +287,29 @@ func TestTimeoutDiffers(t *testing.T) {
 		t.Errorf("PrologTimeout in the file: %s %q", sev, msg)
 	}
 }
+
+// TestSeveralPrologLines: slurm.conf with llmgw's Prolog= line before a
+// site's. From 24.05 both run; before, only the last one does, and llmgw's
+// never runs.
+func TestSeveralPrologLines(t *testing.T) {
+	h := newHost(t)
+	write(t, filepath.Join(h.dir, "site-prolog"), "#!/bin/sh\n/usr/bin/site-thing\n", 0o755)
+	write(t, h.conf, "Prolog="+h.hooks+"/prolog\nProlog="+h.dir+"/site-prolog\n", 0o644)
+	file, err := slurm.ReadConf(h.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		v    slurm.Version
+		want Severity
+		say  string
+	}{
+		{slurm.Version{Major: 24, Minor: 11, Micro: 5}, OK, "runs llmgw's prolog"},
+		{slurm.Version{Major: 22, Minor: 5, Micro: 8}, Error, "site-prolog (" + h.conf + ") does not run llmgw's prolog"},
+	} {
+		sev, msg := worst(CheckSettingsOf(tc.v, with(h.good(), "prolog", file["prolog"], "prolog[1]", file["prolog[1]"]), h.conf, nil, h.opts()), "Prolog")
+		if sev != tc.want || !strings.Contains(msg, tc.say) {
+			t.Errorf("Slurm %s: %s %q; want %s with %q", tc.v, sev, msg, tc.want, tc.say)
+		}
+	}
+}
