@@ -47,10 +47,11 @@ build: $(if $(HAVE_SPANK_H),spank) munge-h
 
 # llmgw links libmunge (internal/munge): a decode through it costs a
 # fortieth of starting unmunge. Its header comes with libmunge-dev; the
-# tests also run real munged daemons (munge).
+# tests also run real munged daemons (munge). As root, a fresh machine gets
+# them here, so that `make demo` and `make test` need no step by hand.
 .PHONY: munge-h
 munge-h:
-	@test -e /usr/include/munge.h || { echo "/usr/include/munge.h is missing: install libmunge-dev and munge (apt-get install libmunge-dev munge)"; exit 1; }
+	@test -e /usr/include/munge.h -a -x /usr/sbin/munged || LLMGW_INSTALL_WHO=make scripts/install-packages libmunge-dev munge
 
 ## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev)
 ## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev; SLURM=PREFIX for a Slurm built elsewhere)
@@ -74,7 +75,7 @@ demo: build
 	$(BIN) demo
 
 ## test: lint, unit tests with -race, then the integration tests on a real private Slurm cluster
-test: lint unit integration
+test: munge-h lint unit integration
 
 ## lint: gofmt and go vet
 lint:

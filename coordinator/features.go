@@ -175,7 +175,7 @@ var featureOps = []string{"read", "update", "readback", "file"}
 
 func newFeatures(s *Server) *features {
 	cfg := s.cfg
-	r := &slurm.Runner{Paths: map[string]string{"scontrol": cfg.Scontrol, "sinfo": cfg.Sinfo}}
+	r := &slurm.Runner{Paths: map[string]string{"scontrol": cfg.Scontrol, "sinfo": cfg.Sinfo, "squeue": squeuePath(cfg)}}
 	if cfg.SlurmConf != "" {
 		r.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
 	}
@@ -415,6 +415,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		f.m.errors.WithLabelValues("file").Inc()
 		err = errors.Join(err, ferr)
 	}
+	f.unpark(ctx, current) // coordinator/parked.go
 	return err
 }
 

@@ -346,9 +346,18 @@ func TestOriginNotFound(t *testing.T) {
 	if strings.Contains(j.output, "the job script ran") {
 		t.Errorf("job %s's script ran although its weights could not be had", j.id)
 	}
-	show, err := c.slurm.Run(context.Background(), "scontrol", "show", "job", j.id)
-	if err != nil {
-		t.Fatal(err)
+	// sbatch --wait returns when the batch script ends; the job is
+	// COMPLETING until its Epilog is done (seen on a loaded 22.05).
+	var show []byte
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var err error
+		if show, err = c.slurm.Run(context.Background(), "scontrol", "show", "job", j.id); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(show), "JobState=COMPLETING") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for _, w := range []string{"JobState=FAILED", "Reason=NonZeroExitCode", "AdminComment=" + want} {
 		if !strings.Contains(string(show), w) {
