@@ -158,3 +158,49 @@ func TestScanIntegrationHungMount(t *testing.T) {
 func TestScanIntegration100kEntries(t *testing.T) {
 	testManyEntries(t, 100_000)
 }
+
+// A filer mounted as one entry of a weights directory stops answering: the
+// models beside it are still reported, and only it is reported as not
+// answering (issue 15 item 13: a timeout loses only the entry that timed
+// out).
+func TestScanIntegrationHungEntry(t *testing.T) {
+	needBindfs(t)
+	src, w := t.TempDir(), t.TempDir()
+	testFile(t, src+"/remote.gguf", 30)
+	testFile(t, w+"/local.gguf", 40)
+	testFile(t, w+"/llama/model.safetensors", 50)
+	mnt := w + "/filer"
+	testMkdir(t, mnt)
+	proc := mountBindfs(t, src, mnt)
+	fusetest.Stop(t, proc)
+
+	// Prove the mount really hangs before testing anything against it.
+	probe := make(chan error, 1)
+	go func() { _, err := os.Stat(mnt + "/remote.gguf"); probe <- err }()
+	select {
+	case err := <-probe:
+		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	inv := Scan(context.Background(), []string{w}, Options{DirTimeout: time.Second})
+	d := inv.Dirs[0]
+	if !strings.Contains(d.Err, mnt) || !strings.Contains(d.Err, "not answering after 1s") {
+		t.Errorf("Scan(dir with a hung entry).Err = %q, want it to name %s as not answering after 1s", d.Err, mnt)
+	}
+	got := map[string]Local{}
+	for _, l := range inv.Weights {
+		got[l.Path] = l
+	}
+	for _, p := range []string{w + "/local.gguf", w + "/llama"} {
+		if l, ok := got[p]; !ok || !l.Complete {
+			t.Errorf("Scan beside a hung entry: %s = %+v (reported %v), want it complete", p, l, ok)
+		}
+	}
+	if l, ok := got[mnt]; !ok || l.Complete || !strings.Contains(l.Problem, "not answering after 1s") {
+		t.Errorf("Scan: hung entry %s = %+v (reported %v), want incomplete, not answering after 1s", mnt, l, ok)
+	}
+	if len(got) != 3 {
+		t.Errorf("Scan reported %d weights, want 3: %+v", len(got), inv.Weights)
+	}
+}
