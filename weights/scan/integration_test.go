@@ -171,6 +171,9 @@ func TestScanIntegrationHungEntry(t *testing.T) {
 	testFile(t, w+"/llama/model.safetensors", 50)
 	mnt := w + "/filer"
 	testMkdir(t, mnt)
+	// A link into the filer: resolving it hangs too, and must not hold up
+	// the entries listed after it.
+	testLink(t, mnt+"/remote.gguf", w+"/a-linked.gguf")
 	proc := mountBindfs(t, src, mnt)
 	fusetest.Stop(t, proc)
 
@@ -197,10 +200,12 @@ func TestScanIntegrationHungEntry(t *testing.T) {
 			t.Errorf("Scan beside a hung entry: %s = %+v (reported %v), want it complete", p, l, ok)
 		}
 	}
-	if l, ok := got[mnt]; !ok || l.Complete || !strings.Contains(l.Problem, "not answering after 1s") {
-		t.Errorf("Scan: hung entry %s = %+v (reported %v), want incomplete, not answering after 1s", mnt, l, ok)
+	for _, p := range []string{mnt, w + "/a-linked.gguf"} {
+		if l, ok := got[p]; !ok || l.Complete || !strings.Contains(l.Problem, "not answering after 1s") {
+			t.Errorf("Scan: hung entry %s = %+v (reported %v), want incomplete, not answering after 1s", p, l, ok)
+		}
 	}
-	if len(got) != 3 {
-		t.Errorf("Scan reported %d weights, want 3: %+v", len(got), inv.Weights)
+	if len(got) != 4 {
+		t.Errorf("Scan reported %d weights, want 4: %+v", len(got), inv.Weights)
 	}
 }

@@ -117,6 +117,8 @@ func (o Options) withDefaults() Options {
 // there until it does. Every directory is scanned on its own under
 // opt.DirTimeout, so a network mount that stops answering cannot stall the
 // node: it is reported with Dir.Err and the others are reported as usual.
+// A mount that is one entry of a directory loses only itself: it is
+// reported incomplete, as not answering, beside the models read in time.
 // The read stuck in the kernel cannot be interrupted; until it returns,
 // later scans of that directory report it still stuck at once rather than
 // block beside it.

@@ -166,6 +166,11 @@ func (s *walker) work(key string, fn func()) {
 	s.mu.Lock()
 	s.busy[key]++
 	s.mu.Unlock()
+	s.run(key, fn)
+}
+
+// run runs fn as a read of key, counted in s.busy by the caller.
+func (s *walker) run(key string, fn func()) {
 	s.spawn(func() {
 		defer func() {
 			s.mu.Lock()
@@ -251,17 +256,23 @@ func readRoot(ctx context.Context, dir string, opt Options) result {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		for i := range ents {
-			if ctx.Err() != nil {
-				break
+		i := 0
+		for ; i < len(ents) && ctx.Err() == nil; i++ {
+			e := &ents[i]
+			if e.typ&fs.ModeSymlink != 0 {
+				// Resolving a link reads where it leads, which may be
+				// the hung mount: on a worker, so the entries after it
+				// are still classified.
+				s.work(dir+"/"+e.name, func() { s.top(h, e) })
+				continue
 			}
 			s.mu.Lock()
-			s.at = dir + "/" + ents[i].name
+			s.at = dir + "/" + e.name
 			s.mu.Unlock()
-			s.top(h, &ents[i])
+			s.top(h, e)
 		}
 		s.mu.Lock()
-		s.at, s.topDone = "", ctx.Err() == nil
+		s.at, s.topDone = "", i == len(ents)
 		s.mu.Unlock()
 	}()
 	all := make(chan struct{})
@@ -320,13 +331,22 @@ func (s *walker) partial(d Dir, rest chan struct{}) result {
 		weights = append(weights, Local{Path: p, Shared: s.shared, Problem: why})
 	}
 	sort.Strings(paths)
-	if len(paths) > 0 {
-		d.Err = "partly scanned: " + quoteName(paths[0])
-		if len(paths) > 1 {
-			d.Err += fmt.Sprintf(" and %d more", len(paths)-1)
+	switch {
+	case len(paths) == 0 && topDone:
+		// Every read returned as time ran out: the result is whole.
+	case len(paths) > 0:
+		// A few named, the rest counted: each is in Weights with its own
+		// Problem, and a filer with a thousand models is one line here.
+		var names []string
+		for _, p := range paths[:min(len(paths), 3)] {
+			names = append(names, quoteName(p))
+		}
+		d.Err = "partly scanned: " + strings.Join(names, ", ")
+		if len(paths) > 3 {
+			d.Err += fmt.Sprintf(" and %d more", len(paths)-3)
 		}
 		d.Err += " " + why
-	} else {
+	default:
 		d.Err = "partly scanned: " + why
 	}
 	if !topDone {
@@ -384,8 +404,7 @@ func (s *walker) top(h *dirHandle, e *entry) {
 			return
 		}
 		c := &candidate{path: abs}
-		s.add(c)
-		s.work(c.path, func() { s.candRoot(c) })
+		s.add(c, func() { s.candRoot(c) })
 	case t.IsRegular():
 		if !catalog.IsWeightName(name) {
 			// Decided by name, before any stat: a directory of 100,000
@@ -414,15 +433,16 @@ func (s *walker) top(h *dirHandle, e *entry) {
 		} else if why := headerProblem(abs, st); why != "" {
 			c.trouble.add(why)
 		}
-		s.add(c)
+		s.add(c, nil)
 	default:
 		s.skip(abs, "not a regular file or directory")
 	}
 }
 
-// add registers c, made and filled by the caller first: once listed, a
-// candidate with no reads outstanding counts as finished.
-func (s *walker) add(c *candidate) {
+// add registers c, made and filled by the caller first, and starts read
+// (when set) as the read of it. Once listed, a candidate with no reads
+// outstanding counts as finished, so it is listed and counted busy at once.
+func (s *walker) add(c *candidate, read func()) {
 	c.weights, c.visited = map[string]int64{}, map[devIno]bool{}
 	if s.hasRoot {
 		// The configured directory itself: a link back to it is a loop.
@@ -430,7 +450,13 @@ func (s *walker) add(c *candidate) {
 	}
 	s.mu.Lock()
 	s.cands = append(s.cands, c)
+	if read != nil {
+		s.busy[c.path]++
+	}
 	s.mu.Unlock()
+	if read != nil {
+		s.run(c.path, read)
+	}
 }
 
 func (s *walker) addSplit(prefix string, part, total int, name string, st fileStat) {
@@ -546,8 +572,7 @@ func (s *walker) hfRepo(abs, modelID string) {
 		n++
 		c := &candidate{path: p, modelID: modelID, revision: e.name}
 		c.partials = append(c.partials, incomplete...)
-		s.add(c)
-		s.work(c.path, func() { s.walkDir(c, p, "", 0) })
+		s.add(c, func() { s.walkDir(c, p, "", 0) })
 	}
 	if n == 0 {
 		s.skip(abs, "Hugging Face cache entry with no snapshots (a download that never got going?)")
