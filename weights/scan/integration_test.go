@@ -79,6 +79,21 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 	}
 }
 
+// proveHung checks that a stat of p does not return: the mount really
+// hangs before anything is tested against it. The channel gets the stat's
+// error once the mount answers again.
+func proveHung(t *testing.T, p string) chan error {
+	t.Helper()
+	probe := make(chan error, 1)
+	go func() { _, err := os.Stat(p); probe <- err }()
+	select {
+	case err := <-probe:
+		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	return probe
+}
+
 func TestScanIntegrationHungMount(t *testing.T) {
 	needBindfs(t)
 	src, mnt, local := t.TempDir(), t.TempDir(), t.TempDir()
@@ -95,14 +110,7 @@ func TestScanIntegrationHungMount(t *testing.T) {
 		}
 	})
 
-	// Prove the mount really hangs before testing anything against it.
-	probe := make(chan error, 1)
-	go func() { _, err := os.Stat(mnt + "/model.gguf"); probe <- err }()
-	select {
-	case err := <-probe:
-		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
-	case <-time.After(500 * time.Millisecond):
-	}
+	probe := proveHung(t, mnt+"/model.gguf")
 
 	opt := Options{DirTimeout: time.Second}
 	start := time.Now()
@@ -177,14 +185,7 @@ func TestScanIntegrationHungEntry(t *testing.T) {
 	proc := mountBindfs(t, src, mnt)
 	fusetest.Stop(t, proc)
 
-	// Prove the mount really hangs before testing anything against it.
-	probe := make(chan error, 1)
-	go func() { _, err := os.Stat(mnt + "/remote.gguf"); probe <- err }()
-	select {
-	case err := <-probe:
-		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
-	case <-time.After(500 * time.Millisecond):
-	}
+	proveHung(t, mnt+"/remote.gguf")
 
 	inv := Scan(context.Background(), []string{w}, Options{DirTimeout: time.Second})
 	d := inv.Dirs[0]
