@@ -54,7 +54,11 @@ func (d *download) run(ctx context.Context) (string, error) {
 	d.statePath = d.target + catalog.RangesSuffix
 	d.total.Store(-1)
 	if d.rem.hf {
-		d.token = d.f.hfToken()
+		tok, err := d.f.hfToken()
+		if err != nil {
+			return "", &Error{Source: d.rem.source, Op: "token", Err: err}
+		}
+		d.token = tok
 	}
 	d.log.WithField("url", redactURL(d.rem.url)).Info("fetch started")
 	start := time.Now()

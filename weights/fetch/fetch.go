@@ -122,7 +122,8 @@ var ErrNotLocal = errors.New("the weights are not on this node and the source is
 var ErrNoSpace = errors.New("not enough disk space")
 
 // Error records a failed Ensure and the step that failed. Op is one of
-// "parse", "check", "mkdir", "lock", "get", "write", "verify" or "rename".
+// "parse", "check", "mkdir", "lock", "token", "get", "write", "verify" or
+// "rename".
 type Error struct {
 	Source string // as given to Ensure
 	Op     string

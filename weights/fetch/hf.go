@@ -160,15 +160,24 @@ func (f *Fetcher) hfEndpoint() string {
 // $HF_TOKEN_PATH names, else HFTokenFile, else the file huggingface-cli
 // login writes ($HF_HOME/token, else ~/.cache/huggingface/token). "" when
 // there is none, which is fine for public models.
-func (f *Fetcher) hfToken() string {
+//
+// HFTokenFile is a secret llmgw is configured to read, as root, in the
+// agent: it must pass catalog.CheckPrivate, or an ordinary user who owns
+// it (or anyone, when it is world-readable) has the site's hub token. The
+// error refuses the fetch rather than go on without the token, which would
+// fail later as a gated model with no word of why.
+func (f *Fetcher) hfToken() (string, error) {
 	if f.HFToken != "" {
-		return f.HFToken
+		return f.HFToken, nil
 	}
 	if t := strings.TrimSpace(os.Getenv("HF_TOKEN")); t != "" {
-		return t
+		return t, nil
 	}
 	path := os.Getenv("HF_TOKEN_PATH")
-	if path == "" {
+	if path == "" && f.HFTokenFile != "" {
+		if err := catalog.CheckPrivate("hf_token_file", f.HFTokenFile); err != nil {
+			return "", err
+		}
 		path = f.HFTokenFile
 	}
 	if path == "" {
@@ -178,7 +187,7 @@ func (f *Fetcher) hfToken() string {
 			if cache == "" {
 				h, err := os.UserHomeDir()
 				if err != nil {
-					return ""
+					return "", nil
 				}
 				cache = filepath.Join(h, ".cache")
 			}
@@ -188,9 +197,9 @@ func (f *Fetcher) hfToken() string {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return ""
+		return "", nil
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(string(b)), nil
 }
 
 // hubSHA256 is the sha256 the hub publishes for an LFS file, found in

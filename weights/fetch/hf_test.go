@@ -101,23 +101,59 @@ func TestHFToken(t *testing.T) {
 	}
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("HF_TOKEN_PATH", tokenFile)
-	if got := (&Fetcher{}).hfToken(); got != "hf_fromfile" {
+	if got, _ := (&Fetcher{}).hfToken(); got != "hf_fromfile" {
 		t.Errorf("token from HF_TOKEN_PATH = %q", got)
 	}
 	t.Setenv("HF_TOKEN_PATH", "")
 	t.Setenv("HF_HOME", dir)
-	if got := (&Fetcher{}).hfToken(); got != "hf_fromfile" {
+	if got, _ := (&Fetcher{}).hfToken(); got != "hf_fromfile" {
 		t.Errorf("token from HF_HOME/token = %q", got)
 	}
 	t.Setenv("HF_TOKEN", "hf_env")
-	if got := (&Fetcher{}).hfToken(); got != "hf_env" {
+	if got, _ := (&Fetcher{}).hfToken(); got != "hf_env" {
 		t.Errorf("HF_TOKEN should win over the file, got %q", got)
 	}
-	if got := (&Fetcher{HFToken: "hf_field"}).hfToken(); got != "hf_field" {
+	if got, _ := (&Fetcher{HFToken: "hf_field"}).hfToken(); got != "hf_field" {
 		t.Errorf("HFToken should win, got %q", got)
 	}
 	t.Setenv("HF_ENDPOINT", "https://mirror.test")
 	if got := (&Fetcher{}).hfEndpoint(); got != "https://mirror.test" {
 		t.Errorf("hfEndpoint with HF_ENDPOINT = %q", got)
+	}
+}
+
+// TestEnsureHubRefusesForeignTokenFile: hf_token_file is read by the agent
+// as root. A 0600 file owned by an ordinary user is that user's to read and
+// to replace, and a world-readable one is everyone's: both are refused,
+// naming the file and the fix, before anything is sent to the hub.
+func TestEnsureHubRefusesForeignTokenFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user needs root")
+	}
+	for k := range map[string]bool{"HF_TOKEN": true, "HF_TOKEN_PATH": true} {
+		t.Setenv(k, "")
+	}
+	o := newFakeOrigin(t, 1024)
+	o.hub = true
+	f := testFetcher(t)
+	f.HFEndpoint = o.srv.URL
+	f.HFTokenFile = filepath.Join(t.TempDir(), "hf.token")
+	if err := os.WriteFile(f.HFTokenFile, []byte("hf_users\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(f.HFTokenFile, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	failedFetch(t, f, "hf:org/repo/model.gguf", Want{}, f.HFTokenFile+" is owned by uid 65534")
+	failedFetch(t, f, "hf:org/repo/model.gguf", Want{}, "chown root:root "+f.HFTokenFile)
+	if reqs := o.requests(); len(reqs) != 0 {
+		t.Errorf("requests %+v; want none sent with a refused token file", reqs)
+	}
+	os.Chown(f.HFTokenFile, 0, 0)
+	os.Chmod(f.HFTokenFile, 0o644)
+	failedFetch(t, f, "hf:org/repo/model.gguf", Want{}, "chmod 600 "+f.HFTokenFile)
+	os.Chmod(f.HFTokenFile, 0o600)
+	if tok, err := f.hfToken(); err != nil || tok != "hf_users" {
+		t.Errorf("hfToken of a root-owned 0600 file = %q, %v", tok, err)
 	}
 }

@@ -73,6 +73,7 @@ type body struct {
 	got       atomic.Int64
 	speedMu   sync.Mutex
 	speed     *time.Timer
+	closed    bool // under speedMu: Close ran, the speed timer stays stopped
 	slow      atomic.Pointer[errSlow]
 	lastCheck int64 // got at the last check; touched only by the timer
 }
@@ -114,12 +115,18 @@ func (b *body) checkSpeed() {
 	b.lastCheck = got
 	b.speedMu.Lock()
 	defer b.speedMu.Unlock()
-	b.speed.Reset(b.idle)
+	// A check that fired as Close stopped the timer must not re-arm it:
+	// the timer would fire every idle window for ever, and its closure
+	// would keep the response alive in the long-running agent.
+	if !b.closed {
+		b.speed.Reset(b.idle)
+	}
 }
 
 func (b *body) Close() {
 	b.once.Do(func() {
 		b.speedMu.Lock()
+		b.closed = true
 		if b.speed != nil {
 			b.speed.Stop()
 		}

@@ -202,15 +202,15 @@ func TestHFTokenWithoutHome(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	f := &Fetcher{HFTokenFile: conf}
-	if got := f.hfToken(); got != "hf_conf" {
+	if got, _ := f.hfToken(); got != "hf_conf" {
 		t.Errorf("token with only the configured file = %q, want hf_conf", got)
 	}
 	t.Setenv("HF_TOKEN_PATH", path)
-	if got := f.hfToken(); got != "hf_path" {
+	if got, _ := f.hfToken(); got != "hf_path" {
 		t.Errorf("HF_TOKEN_PATH should win over the configured file, got %q", got)
 	}
 	t.Setenv("HF_TOKEN", "hf_env")
-	if got := f.hfToken(); got != "hf_env" {
+	if got, _ := f.hfToken(); got != "hf_env" {
 		t.Errorf("HF_TOKEN should win, got %q", got)
 	}
 }

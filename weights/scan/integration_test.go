@@ -79,6 +79,21 @@ func TestScanIntegrationSharedFUSE(t *testing.T) {
 	}
 }
 
+// proveHung checks that a stat of p does not return: the mount really
+// hangs before anything is tested against it. The channel gets the stat's
+// error once the mount answers again.
+func proveHung(t *testing.T, p string) chan error {
+	t.Helper()
+	probe := make(chan error, 1)
+	go func() { _, err := os.Stat(p); probe <- err }()
+	select {
+	case err := <-probe:
+		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	return probe
+}
+
 func TestScanIntegrationHungMount(t *testing.T) {
 	needBindfs(t)
 	src, mnt, local := t.TempDir(), t.TempDir(), t.TempDir()
@@ -95,14 +110,7 @@ func TestScanIntegrationHungMount(t *testing.T) {
 		}
 	})
 
-	// Prove the mount really hangs before testing anything against it.
-	probe := make(chan error, 1)
-	go func() { _, err := os.Stat(mnt + "/model.gguf"); probe <- err }()
-	select {
-	case err := <-probe:
-		t.Fatalf("stat on a stopped bindfs returned (%v): this is not a hung mount", err)
-	case <-time.After(500 * time.Millisecond):
-	}
+	probe := proveHung(t, mnt+"/model.gguf")
 
 	opt := Options{DirTimeout: time.Second}
 	start := time.Now()
@@ -157,4 +165,48 @@ func TestScanIntegrationHungMount(t *testing.T) {
 
 func TestScanIntegration100kEntries(t *testing.T) {
 	testManyEntries(t, 100_000)
+}
+
+// A filer mounted as one entry of a weights directory stops answering: the
+// models beside it are still reported, and only it is reported as not
+// answering (issue 15 item 13: a timeout loses only the entry that timed
+// out).
+func TestScanIntegrationHungEntry(t *testing.T) {
+	needBindfs(t)
+	src, w := t.TempDir(), t.TempDir()
+	testFile(t, src+"/remote.gguf", 30)
+	testFile(t, w+"/local.gguf", 40)
+	testFile(t, w+"/llama/model.safetensors", 50)
+	mnt := w + "/filer"
+	testMkdir(t, mnt)
+	// A link into the filer: resolving it hangs too, and must not hold up
+	// the entries listed after it.
+	testLink(t, mnt+"/remote.gguf", w+"/a-linked.gguf")
+	proc := mountBindfs(t, src, mnt)
+	fusetest.Stop(t, proc)
+
+	proveHung(t, mnt+"/remote.gguf")
+
+	inv := Scan(context.Background(), []string{w}, Options{DirTimeout: time.Second})
+	d := inv.Dirs[0]
+	if !strings.Contains(d.Err, mnt) || !strings.Contains(d.Err, "not answering after 1s") {
+		t.Errorf("Scan(dir with a hung entry).Err = %q, want it to name %s as not answering after 1s", d.Err, mnt)
+	}
+	got := map[string]Local{}
+	for _, l := range inv.Weights {
+		got[l.Path] = l
+	}
+	for _, p := range []string{w + "/local.gguf", w + "/llama"} {
+		if l, ok := got[p]; !ok || !l.Complete {
+			t.Errorf("Scan beside a hung entry: %s = %+v (reported %v), want it complete", p, l, ok)
+		}
+	}
+	for _, p := range []string{mnt, w + "/a-linked.gguf"} {
+		if l, ok := got[p]; !ok || l.Complete || !strings.Contains(l.Problem, "not answering after 1s") {
+			t.Errorf("Scan: hung entry %s = %+v (reported %v), want incomplete, not answering after 1s", p, l, ok)
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("Scan reported %d weights, want 4: %+v", len(got), inv.Weights)
+	}
 }

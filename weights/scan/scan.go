@@ -42,9 +42,12 @@ const (
 // Options tunes Scan. The zero value is ready to use.
 type Options struct {
 	// DirTimeout bounds the scan of one configured directory (default
-	// DefaultDirTimeout). A directory that has not answered by then is
-	// reported with an error and nothing from it counts as present; the
-	// other directories are not held up, because each is scanned on its own.
+	// DefaultDirTimeout). An entry of it that has not answered by then is
+	// reported incomplete, as not answering, and Dir.Err names it; the
+	// models of the directory that were read in time are reported as usual.
+	// A directory whose own listing does not answer is reported with an
+	// error and nothing from it counts as present. The other directories
+	// are not held up, because each is scanned on its own.
 	DirTimeout time.Duration
 
 	// Workers is how many directories within one configured directory are
@@ -114,6 +117,8 @@ func (o Options) withDefaults() Options {
 // there until it does. Every directory is scanned on its own under
 // opt.DirTimeout, so a network mount that stops answering cannot stall the
 // node: it is reported with Dir.Err and the others are reported as usual.
+// A mount that is one entry of a directory loses only itself: it is
+// reported incomplete, as not answering, beside the models read in time.
 // The read stuck in the kernel cannot be interrupted; until it returns,
 // later scans of that directory report it still stuck at once rather than
 // block beside it.
@@ -173,6 +178,9 @@ func Scan(ctx context.Context, dirs []string, opt Options) Inventory {
 type result struct {
 	dir     Dir
 	weights []Local
+	// rest, when set, is closed once the reads a partial result gave up
+	// on have returned (see walker.partial).
+	rest chan struct{}
 }
 
 func (r result) clone() result {
@@ -231,18 +239,25 @@ func dirBounded(ctx context.Context, dir string, opt Options) result {
 		go func() {
 			defer cancel()
 			res := readRootFunc(rctx, dir, opt)
-			if err := rctx.Err(); err != nil {
-				// Stopped part way: what was found is not the whole
-				// directory, and a partial list must not be taken for it.
-				res = result{dir: Dir{Path: dir, Shared: res.dir.Shared, FSType: res.dir.FSType,
-					Err: timeoutMsg(err, opt.DirTimeout)}}
-			}
 			res.dir.Took = time.Since(run.started)
-			inflight.Lock()
-			delete(inflight.m, dir)
-			inflight.Unlock()
+			rest := res.rest
+			res.rest = nil
+			if rest == nil {
+				inflight.Lock()
+				delete(inflight.m, dir)
+				inflight.Unlock()
+			}
 			run.res = res
 			close(run.done)
+			if rest != nil {
+				// The partial result stands for this directory until
+				// the reads stuck on one of its entries return, so that
+				// later scans do not block beside them.
+				<-rest
+				inflight.Lock()
+				delete(inflight.m, dir)
+				inflight.Unlock()
+			}
 		}()
 	}
 	run.callers++
@@ -259,7 +274,10 @@ func dirBounded(ctx context.Context, dir string, opt Options) result {
 			"still not answering, since %s (a hung network mount?); not read again until that read returns",
 			run.started.UTC().Format(time.RFC3339))}}
 	}
-	timer := time.NewTimer(time.Until(deadline))
+	// The walk itself stops at the deadline and reports what it finished;
+	// partialGrace gives it the moment that takes. Past that, the
+	// directory's own listing is what hangs, and nothing of it is known.
+	timer := time.NewTimer(time.Until(deadline) + partialGrace)
 	defer timer.Stop()
 	select {
 	case <-run.done:
@@ -271,6 +289,11 @@ func dirBounded(ctx context.Context, dir string, opt Options) result {
 		return result{dir: Dir{Path: dir, Took: time.Since(start), Err: "scan interrupted: " + ctx.Err().Error()}}
 	}
 }
+
+// partialGrace is how long past DirTimeout a scan waits for the walk's
+// own partial result (see walker.partial) before reporting the whole
+// directory as not answering.
+const partialGrace = 500 * time.Millisecond
 
 func timeoutMsg(err error, timeout time.Duration) string {
 	if err == context.DeadlineExceeded {

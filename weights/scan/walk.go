@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -46,8 +47,18 @@ type walker struct {
 	// now is when the scan started, for Options.Settle.
 	now time.Time
 
-	mu        sync.Mutex
-	cands     []*candidate
+	mu    sync.Mutex
+	cands []*candidate
+	// busy counts, by candidate path (or Hugging Face repo path before it
+	// has candidates), the reads of it not yet returned. A scan that runs
+	// out of time reports what has none left and names what still has.
+	busy map[string]int
+	// cut holds the paths a read skipped because time was up.
+	cut map[string]bool
+	// at is the top-level entry being classified, and topDone says every
+	// one has been: a stat stuck in top holds up the entries after it.
+	at        string
+	topDone   bool
 	splits    map[splitKey]*splitSet
 	skipped   []Skip
 	skipCount int
@@ -148,6 +159,34 @@ func outsideMsg(target string) string {
 	return "a symlink to " + quoteName(target) + ", outside the weight directories: not followed"
 }
 
+// work runs fn as a read of key (see walker.busy), on a worker if one is
+// free. The count is taken here, before fn is queued, so that key is never
+// seen idle between being found and being read.
+func (s *walker) work(key string, fn func()) {
+	s.mu.Lock()
+	s.busy[key]++
+	s.mu.Unlock()
+	s.run(key, fn)
+}
+
+// run runs fn as a read of key, counted in s.busy by the caller.
+func (s *walker) run(key string, fn func()) {
+	s.spawn(func() {
+		defer func() {
+			s.mu.Lock()
+			s.busy[key]--
+			s.mu.Unlock()
+		}()
+		if s.ctx.Err() != nil {
+			s.mu.Lock()
+			s.cut[key] = true
+			s.mu.Unlock()
+			return
+		}
+		fn()
+	})
+}
+
 // spawn runs fn on a worker goroutine if one is free, else on this one.
 func (s *walker) spawn(fn func()) {
 	select {
@@ -201,6 +240,7 @@ func readRoot(ctx context.Context, dir string, opt Options) result {
 		ctx: ctx, opt: opt, root: dir, rootID: h.id, hasRoot: h.hasID, shared: d.Shared,
 		sem:    make(chan struct{}, opt.Workers),
 		splits: map[splitKey]*splitSet{},
+		busy:   map[string]int{}, cut: map[string]bool{},
 		inside: append([]string{dir}, opt.roots...),
 		now:    time.Now(),
 	}
@@ -210,18 +250,113 @@ func readRoot(ctx context.Context, dir string, opt Options) result {
 	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
 		s.inside = append(s.inside, real)
 	}
-	for i := range ents {
-		if ctx.Err() != nil {
-			break
+	// The top-level entries are classified on a goroutine of their own, so
+	// that a stat stuck on one of them (a link into a hung mount) does not
+	// keep this one from reporting the others when time is up.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		i := 0
+		for ; i < len(ents) && ctx.Err() == nil; i++ {
+			e := &ents[i]
+			if e.typ&fs.ModeSymlink != 0 {
+				// Resolving a link reads where it leads, which may be
+				// the hung mount: on a worker, so the entries after it
+				// are still classified.
+				s.work(dir+"/"+e.name, func() { s.top(h, e) })
+				continue
+			}
+			s.mu.Lock()
+			s.at = dir + "/" + e.name
+			s.mu.Unlock()
+			s.top(h, e)
 		}
-		s.top(h, &ents[i])
+		s.mu.Lock()
+		s.at, s.topDone = "", i == len(ents)
+		s.mu.Unlock()
+	}()
+	all := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		h.close()
+		close(all)
+	}()
+	select {
+	case <-all:
+	case <-ctx.Done():
 	}
-	h.close()
-	s.wg.Wait()
-	weights := s.finish()
-	sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
-	d.Skipped, d.SkippedCount = s.skipped, s.skipCount
-	return result{dir: d, weights: weights}
+	if ctx.Err() == nil {
+		weights := s.finish(s.cands, true)
+		sort.Slice(s.skipped, func(i, j int) bool { return s.skipped[i].Path < s.skipped[j].Path })
+		d.Skipped, d.SkippedCount = s.skipped, s.skipCount
+		return result{dir: d, weights: weights}
+	}
+	return s.partial(d, all)
+}
+
+// partial is the result of a scan that ran out of time: every candidate
+// whose reads all returned is reported as usual, and each that did not is
+// reported incomplete, as not answering. One entry on a hung filer must
+// not hide the models beside it (they are still there and an engine can
+// still read them), nor be taken for finished. The walk goes on in the
+// background until the stuck reads return; rest is closed then.
+func (s *walker) partial(d Dir, rest chan struct{}) result {
+	s.mu.Lock()
+	var done []*candidate
+	stuck := map[string]bool{}
+	for _, c := range s.cands {
+		if s.busy[c.path] == 0 && !s.cut[c.path] {
+			done = append(done, c)
+		}
+	}
+	for p, n := range s.busy {
+		if n > 0 || s.cut[p] {
+			stuck[p] = true
+		}
+	}
+	if s.at != "" {
+		stuck[s.at] = true
+	}
+	topDone := s.topDone
+	s.mu.Unlock()
+
+	why := timeoutMsg(context.DeadlineExceeded, s.opt.DirTimeout)
+	if err := s.ctx.Err(); err != context.DeadlineExceeded {
+		why = timeoutMsg(err, s.opt.DirTimeout)
+	}
+	weights := s.finish(done, topDone)
+	var paths []string
+	for p := range stuck {
+		paths = append(paths, p)
+		weights = append(weights, Local{Path: p, Shared: s.shared, Problem: why})
+	}
+	sort.Strings(paths)
+	switch {
+	case len(paths) == 0 && topDone:
+		// Every read returned as time ran out: the result is whole.
+	case len(paths) > 0:
+		// A few named, the rest counted: each is in Weights with its own
+		// Problem, and a filer with a thousand models is one line here.
+		var names []string
+		for _, p := range paths[:min(len(paths), 3)] {
+			names = append(names, quoteName(p))
+		}
+		d.Err = "partly scanned: " + strings.Join(names, ", ")
+		if len(paths) > 3 {
+			d.Err += fmt.Sprintf(" and %d more", len(paths)-3)
+		}
+		d.Err += " " + why
+	default:
+		d.Err = "partly scanned: " + why
+	}
+	if !topDone {
+		d.Err += "; entries of it not reached by then are not listed"
+	}
+	s.mu.Lock()
+	d.Skipped, d.SkippedCount = slices.Clone(s.skipped), s.skipCount
+	s.mu.Unlock()
+	sort.Slice(d.Skipped, func(i, j int) bool { return d.Skipped[i].Path < d.Skipped[j].Path })
+	return result{dir: d, weights: weights, rest: rest}
 }
 
 // top classifies one entry of the configured directory, open as h.
@@ -261,15 +396,15 @@ func (s *walker) top(h *dirHandle, e *entry) {
 				s.skip(abs, "not a Hugging Face cache name (models--ORG--NAME)")
 				return
 			}
-			s.spawn(func() { s.hfRepo(abs, id) })
+			s.work(abs, func() { s.hfRepo(abs, id) })
 			return
 		}
 		if hfOtherCache(name) {
 			s.skip(abs, "a Hugging Face dataset or space cache, not a model")
 			return
 		}
-		c := s.newCand(abs)
-		s.spawn(func() { s.candRoot(c) })
+		c := &candidate{path: abs}
+		s.add(c, func() { s.candRoot(c) })
 	case t.IsRegular():
 		if !catalog.IsWeightName(name) {
 			// Decided by name, before any stat: a directory of 100,000
@@ -288,7 +423,7 @@ func (s *walker) top(h *dirHandle, e *entry) {
 			s.addSplit(prefix, part, total, name, st)
 			return
 		}
-		c := s.newCand(abs)
+		c := &candidate{path: abs}
 		c.file, c.id, c.hasID = true, st.id, h.hasID
 		c.size, c.nfiles = st.size, 1
 		if st.size == 0 {
@@ -298,21 +433,30 @@ func (s *walker) top(h *dirHandle, e *entry) {
 		} else if why := headerProblem(abs, st); why != "" {
 			c.trouble.add(why)
 		}
+		s.add(c, nil)
 	default:
 		s.skip(abs, "not a regular file or directory")
 	}
 }
 
-func (s *walker) newCand(p string) *candidate {
-	c := &candidate{path: p, weights: map[string]int64{}, visited: map[devIno]bool{}}
+// add registers c, made and filled by the caller first, and starts read
+// (when set) as the read of it. Once listed, a candidate with no reads
+// outstanding counts as finished, so it is listed and counted busy at once.
+func (s *walker) add(c *candidate, read func()) {
+	c.weights, c.visited = map[string]int64{}, map[devIno]bool{}
 	if s.hasRoot {
 		// The configured directory itself: a link back to it is a loop.
 		c.visited[s.rootID] = true
 	}
 	s.mu.Lock()
 	s.cands = append(s.cands, c)
+	if read != nil {
+		s.busy[c.path]++
+	}
 	s.mu.Unlock()
-	return c
+	if read != nil {
+		s.run(c.path, read)
+	}
 }
 
 func (s *walker) addSplit(prefix string, part, total int, name string, st fileStat) {
@@ -345,9 +489,6 @@ func (s *walker) addSplit(prefix string, part, total int, name string, st fileSt
 // or a parent of it was configured): its models are reported one by one,
 // not as one directory whose size counts every model and old revision.
 func (s *walker) candRoot(c *candidate) {
-	if s.ctx.Err() != nil {
-		return
-	}
 	h, ents, err := openDir(c.path)
 	if h == nil {
 		c.listFailed("", err)
@@ -371,7 +512,7 @@ func (s *walker) candRoot(c *candidate) {
 				s.skip(abs, "in a Hugging Face cache, not a model (models--ORG--NAME)")
 				continue
 			}
-			s.spawn(func() { s.hfRepo(abs, mid) })
+			s.work(abs, func() { s.hfRepo(abs, mid) })
 		}
 		return
 	}
@@ -429,10 +570,9 @@ func (s *walker) hfRepo(abs, modelID string) {
 			continue
 		}
 		n++
-		c := s.newCand(p)
-		c.modelID, c.revision = modelID, e.name
+		c := &candidate{path: p, modelID: modelID, revision: e.name}
 		c.partials = append(c.partials, incomplete...)
-		s.spawn(func() { s.walkDir(c, p, "", 0) })
+		s.add(c, func() { s.walkDir(c, p, "", 0) })
 	}
 	if n == 0 {
 		s.skip(abs, "Hugging Face cache entry with no snapshots (a download that never got going?)")
@@ -472,9 +612,6 @@ func (c *candidate) listFailed(rel string, err error) {
 
 // walkDir reads one directory inside candidate c.
 func (s *walker) walkDir(c *candidate, abs, rel string, depth int) {
-	if s.ctx.Err() != nil {
-		return
-	}
 	h, ents, err := openDir(abs)
 	if h == nil {
 		c.listFailed(rel, err)
@@ -598,7 +735,7 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 	}
 	c.mu.Unlock()
 	for _, sub := range subs {
-		s.spawn(func() { s.walkDir(c, sub.abs, sub.rel, depth+1) })
+		s.work(c.path, func() { s.walkDir(c, sub.abs, sub.rel, depth+1) })
 	}
 }
 
@@ -607,8 +744,10 @@ type namedSize struct {
 	size int64
 }
 
-// finish turns the candidates into weights, once every walk has returned.
-func (s *walker) finish() []Local {
+// finish turns cands into weights, once every walk of them has returned;
+// splits says whether every top-level entry was seen, so that the split
+// GGUFs are whole as far as the directory goes.
+func (s *walker) finish(cands []*candidate, splits bool) []Local {
 	var out []Local
 	devShared := map[uint64]bool{}
 	sharedOf := func(p string, id devIno, hasID bool) bool {
@@ -627,7 +766,7 @@ func (s *walker) finish() []Local {
 		devShared[id.dev] = v
 		return v
 	}
-	for _, c := range s.cands {
+	for _, c := range cands {
 		if c.notWeights {
 			continue
 		}
@@ -647,6 +786,9 @@ func (s *walker) finish() []Local {
 			Complete: c.trouble.empty(), Problem: c.trouble.String(),
 			ModelID: c.modelID, Revision: c.revision,
 		})
+	}
+	if !splits {
+		return out
 	}
 	for k, set := range s.splits {
 		first, ok := set.names[1]
