@@ -4,7 +4,6 @@ package coordinator
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/slurm"
 )
 
@@ -41,23 +39,7 @@ func TestReconfigureParksNoJob(t *testing.T) {
 	const interval = 8 * time.Second
 	cfg := Config{Features: true, FeatureInterval: interval, FeatureFile: filepath.Join(dir, "features"), SlurmConf: conf,
 		ReportInterval: time.Second, Listen: "127.0.0.1:0"}
-	db, err := store.Open(ctx, filepath.Join(dir, "c.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	srv, err := New(ctx, cfg, testTokens, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
-	url := "http://" + ln.Addr().String()
+	url := "http://" + serveCoordinator(t, cfg)
 	admin := &api.Client{BaseURL: url, Token: testTokens.Admin}
 	agent := &api.Client{BaseURL: url, Token: testTokens.Agent}
 	if _, err := admin.PutModel(ctx, api.Model{Name: "parked", Source: "/models/parked"}); err != nil {
