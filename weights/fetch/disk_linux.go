@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // preallocate reserves size bytes for fh, so a parallel fetch learns of a
@@ -39,7 +40,10 @@ func startWriteOut(fd int, off, n int64) {
 // when it was hashed. The tag is trusted only while both still match, so a
 // file written after it was hashed (by a process that should not have, or
 // by hand) is hashed again instead of vouched for.
-const sumXattr = "user.llmgw.sha256"
+//
+// The name and the format are catalog's (catalog.SumXattr), since the hooks'
+// fast path reads the same tag without linking the fetcher.
+const sumXattr = catalog.SumXattr
 
 // recordSum notes sum on the open file, with the file's size and mtime as
 // they are now; call it only when nothing has written the file since it was
@@ -55,23 +59,4 @@ func recordSum(fh *os.File, sum string) {
 
 func sumTag(sum string, st *unix.Stat_t) string {
 	return fmt.Sprintf("%s %d %d", sum, st.Size, st.Mtim.Nano())
-}
-
-// recordedSum is the sha256 noted on path, or "" when none is or when the
-// file's size or mtime is no longer what was hashed.
-func recordedSum(path string) string {
-	buf := make([]byte, 128)
-	n, err := unix.Getxattr(path, sumXattr, buf)
-	if err != nil {
-		return ""
-	}
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return ""
-	}
-	sum, _, _ := strings.Cut(string(buf[:n]), " ")
-	if len(sum) != 64 || string(buf[:n]) != sumTag(sum, &st) {
-		return ""
-	}
-	return sum
 }
