@@ -53,6 +53,10 @@ type Report struct {
 	// last, already bounded by the agent.
 	Errors       []string `json:"errors,omitempty"`
 	AgentVersion string   `json:"agent_version"`
+	// PeerAddr is host:port of the node's chunk server on its fabric
+	// (agent.toml peer_interface or peer_addr), empty when it serves none.
+	// The coordinator gives it only to nodes of the same fabric.
+	PeerAddr string `json:"peer_addr,omitempty"`
 }
 
 // DefaultFabric is the fabric of a node that names none; see

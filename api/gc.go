@@ -23,6 +23,18 @@ type ReportAnswer struct {
 	// GC, when set, is a gc request for this node: the agent runs it and
 	// posts its answer.
 	GC *GCAsk `json:"gc,omitempty"`
+	// Seed, when set, names models an admin asked this node to hold
+	// (llmgw seed): the agent ensures each as a job's Prolog would, through
+	// its fabric's swarm.
+	Seed []SeedAsk `json:"seed,omitempty"`
+}
+
+// SeedAsk is one model a node is asked to fetch ahead of the jobs.
+type SeedAsk struct {
+	Model  string `json:"model"`
+	Source string `json:"source"`
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int64  `json:"size_bytes,omitempty"`
 }
 
 // GCRequest is the body of POST /v1/gc (admin token).
