@@ -71,8 +71,13 @@ const (
 )
 
 // maxRetryWait caps the backoff between retries (a Retry-After the server
-// sends is honoured even when longer; the context bounds it).
+// sends is honoured even when longer, up to maxRetryAfter).
 const maxRetryWait = 30 * time.Second
+
+// maxRetryAfter is the longest Retry-After a fetch waits out; beyond it the
+// fetch fails at once (see download.sleep). Five minutes is about as long
+// as a job's Prolog may reasonably wait for one origin.
+const maxRetryAfter = 5 * time.Minute
 
 // maxRestarts bounds how often a fetch throws its bytes away and starts over
 // because the remote changed under it. A remote that changes on every

@@ -407,6 +407,23 @@ func TestEnsureHTTPErrors(t *testing.T) {
 	})
 }
 
+// An origin that asks for an hour's pause fails the fetch at once, saying
+// so, instead of holding the fetch (and a Prolog) for that hour.
+func TestEnsureRetryAfterTooLong(t *testing.T) {
+	o := newFakeOrigin(t, 64<<10)
+	o.status = []int{503, 503}
+	o.retryAfter = "3600"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := testFetcher(t).Ensure(ctx, o.url(), Want{})
+	if err == nil || !strings.Contains(err.Error(), "asked to wait 1h0m0s") || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("Ensure = %v; want the origin's hour-long Retry-After named, at once", err)
+	}
+	if n := len(o.requests()); n != 1 {
+		t.Errorf("%d requests; an origin that asked for an hour must not be asked again now", n)
+	}
+}
+
 func TestEnsureRedirectLoop(t *testing.T) {
 	o := newFakeOrigin(t, 1024)
 	o.override = func(w http.ResponseWriter, r *http.Request) {

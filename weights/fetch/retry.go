@@ -275,6 +275,14 @@ func retryable(err error) bool {
 // sleep waits before retry number n: after if the server said (Retry-After),
 // else RetryWait doubling per retry, capped.
 func (d *download) sleep(ctx context.Context, n int, after time.Duration, cause error) error {
+	if after > maxRetryAfter {
+		// Retrying sooner than the origin asked is what gets a node's
+		// address blocked, and sleeping as long as it asked would hold a
+		// Prolog, or an agent's fetch that no deadline ends, for hours on a
+		// server that said it is down. Saying so now lets the job fail with
+		// the reason and a later job try again.
+		return fmt.Errorf("the origin asked to wait %s before retrying (Retry-After), longer than the %s a fetch waits; try again later: %w", after.Round(time.Second), maxRetryAfter, cause)
+	}
 	wait := after
 	if wait <= 0 {
 		wait = d.f.retryWait() << min(n-1, 16)
