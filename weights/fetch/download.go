@@ -37,6 +37,9 @@ type download struct {
 	fh     *os.File
 	token  string
 	hubSum string // the digest the hub published, if any
+	// single is set once the origin was found to ignore bounded ranges:
+	// the rest of this download is one stream (errNoRanges).
+	single bool
 
 	done  atomic.Int64 // bytes on disk, for progress
 	total atomic.Int64 // -1 until known
@@ -48,6 +51,13 @@ type download struct {
 // thing is to throw them away and start over; splicing two versions of a file
 // is what curl -C -, wget -c and aria2c -c were measured doing.
 var errRestart = errors.New("the remote changed since the partial download started")
+
+// errNoRanges means the origin answered a bounded range request with the
+// whole file, or with other bytes, of the same version: it serves "bytes=N-"
+// (so the first request looked fine) but not "bytes=N-M". Such proxies
+// exist. Nothing on disk is wrong, so nothing is thrown away: the fetch goes
+// on as one stream from the end of its contiguous bytes (toStream).
+var errNoRanges = errors.New("the origin does not serve bounded ranges")
 
 func (d *download) run(ctx context.Context) (string, error) {
 	d.part = d.target + catalog.PartSuffix
@@ -68,6 +78,14 @@ func (d *download) run(ctx context.Context) (string, error) {
 
 	for restarts := 0; ; restarts++ {
 		sum, err := d.attempt(ctx)
+		if errors.Is(err, errNoRanges) && !d.single && ctx.Err() == nil {
+			d.log.WithError(err).Warn("fetching with one connection from here on; set connections = 1 in agent.toml for an origin like this one")
+			d.single = true
+			if err := d.toStream(); err != nil {
+				return "", &Error{Source: d.rem.source, Op: "write", Err: err}
+			}
+			continue
+		}
 		if errors.Is(err, errRestart) && restarts < maxRestarts && ctx.Err() == nil {
 			d.log.WithError(err).Warn("discarding the partial download and starting over")
 			d.discard()
@@ -245,10 +263,35 @@ func (d *download) attempt(ctx context.Context) (string, error) {
 }
 
 // parallel decides whether a fresh fetch uses several connections: only when
-// it can be resumed and checked range by range (a validator), and when it is
-// large enough to be worth it.
+// it can be resumed and checked range by range (a validator), when it is
+// large enough to be worth it, and unless the origin was found to ignore
+// bounded ranges.
 func (d *download) parallel(st *rangeState) bool {
-	return d.f.connections() > 1 && st.validator() != "" && st.Size >= d.f.parallelMin()
+	return !d.single && d.f.connections() > 1 && st.validator() != "" && st.Size >= d.f.parallelMin()
+}
+
+// toStream turns a parallel .part into a stream's: it keeps the bytes done
+// from the start without a gap and drops the rest, which a stream cannot
+// skip over. A parallel fetch whose other ranges were refused holds little
+// beyond its first range anyway.
+func (d *download) toStream() error {
+	st := loadState(d.statePath, d.rem.source)
+	if st == nil || !st.Parallel {
+		return nil
+	}
+	var prefix int64
+	for _, r := range st.Done {
+		if r[0] > prefix {
+			break
+		}
+		prefix = max(prefix, r[1])
+	}
+	if err := d.fh.Truncate(prefix); err != nil {
+		return err
+	}
+	st.Parallel, st.Done = false, nil
+	d.done.Store(prefix)
+	return st.save(d.statePath)
 }
 
 // checkHub compares the digest the hub publishes with the caller's.
@@ -298,6 +341,9 @@ func (d *download) seal(ctx context.Context, hashed <-chan hashResult, size int6
 // checkRange accepts a resumed response only if it is a 206 for exactly the
 // bytes asked, of the version on disk. to < 0 means "to the end".
 func (d *download) checkRange(resp *http.Response, st *rangeState, from, to int64) error {
+	if to >= 0 && ignoredRange(resp, st, from, to) {
+		return fmt.Errorf("%w: asked for bytes %d-%d, got %s with Content-Range %q", errNoRanges, from, to, resp.Status, resp.Header.Get("Content-Range"))
+	}
 	if resp.StatusCode != http.StatusPartialContent {
 		return fmt.Errorf("%w: a range request for bytes %d- was answered %s", errRestart, from, resp.Status)
 	}
@@ -312,6 +358,24 @@ func (d *download) checkRange(resp *http.Response, st *rangeState, from, to int6
 		return fmt.Errorf("%w: validator %s → %s", errRestart, st.validator(), v)
 	}
 	return nil
+}
+
+// ignoredRange reports whether resp, the answer to a bounded range request,
+// is the version on disk but not the range asked: the whole file (200 of
+// the file's size), or a 206 of other bytes of it. A changed validator or
+// size is a changed remote instead, which checkRange reports as such.
+func ignoredRange(resp *http.Response, st *rangeState, from, to int64) bool {
+	if v := newState(st.Source, resp).validator(); v != "" && v != st.validator() {
+		return false
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return resp.ContentLength == st.Size
+	case http.StatusPartialContent:
+		cr, err := parseContentRange(resp.Header.Get("Content-Range"))
+		return err == nil && cr.size == st.Size && (cr.start != from || cr.end != to)
+	}
+	return false
 }
 
 // finish checks the complete .part and renames it into place. sum is the

@@ -336,3 +336,48 @@ func TestEnsureParallelStateWithoutItsPart(t *testing.T) {
 	o.set(func(o *fakeOrigin) { o.stalls = 0 })
 	assertFile(t, mustEnsure(t, f, o.url(), Want{}), o.data)
 }
+
+// TestEnsureParallelOriginIgnoresBoundedRanges: an origin (a proxy, as some
+// are) that answers "bytes=N-" but sends the whole file for "bytes=N-M".
+// The fetch goes on as one stream from the bytes it has, instead of taking
+// it for a changed remote, throwing its bytes away and failing after
+// maxRestarts tries.
+func TestEnsureParallelOriginIgnoresBoundedRanges(t *testing.T) {
+	o := newFakeOrigin(t, 8<<20)
+	var bounded, open atomic.Int64
+	o.override = func(w http.ResponseWriter, r *http.Request) {
+		data := o.data
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Accept-Ranges", "bytes")
+		var a, b int64
+		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &a, &b); err == nil {
+			bounded.Add(1)
+			w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(data)
+			return
+		}
+		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-", &a); err == nil {
+			open.Add(1)
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", a, len(data)-1, len(data)))
+			w.Header().Set("Content-Length", fmt.Sprint(int64(len(data))-a))
+			w.WriteHeader(http.StatusPartialContent)
+			for off := a; off < int64(len(data)); off += 64 << 10 {
+				w.Write(data[off:min(off+64<<10, int64(len(data)))])
+				time.Sleep(time.Millisecond) // so the bounded requests come while this streams
+			}
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.Write(data)
+	}
+	f := testFetcher(t)
+	f.Connections, f.ParallelMin, f.ChunkSize = 4, 1<<20, 512<<10
+	assertFile(t, mustEnsure(t, f, o.url(), Want{SHA256: sha256Hex(o.data)}), o.data)
+	if bounded.Load() == 0 {
+		t.Fatal("no bounded range was asked; the test does not exercise the parallel path")
+	}
+	if n := open.Load(); n > 2 {
+		t.Errorf("%d open-ended requests; the fetch should go on as one stream after the first refusal, not start over", n)
+	}
+}
