@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
 	}
-	tlsConf, err := loadTLS(cfg)
+	tlsConf, err := loadTLS(cfg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
 )
@@ -281,5 +283,62 @@ func TestPlainHTTPBeyondLoopback(t *testing.T) {
 	}
 	if err := open(Config{TLSCert: cert}); err == nil || !strings.Contains(err.Error(), "both") {
 		t.Errorf("a certificate without a key: %v", err)
+	}
+}
+
+// TestTLSCertificateRenewedInPlace: a certificate renewed in its files
+// (replaced by rename, as certbot and cert-manager do) is served without a
+// restart, and a renewal that does not load keeps the one that works.
+func TestTLSCertificateRenewedInPlace(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	oldCA, newCA := newTestCA(t, "CA 2025"), newTestCA(t, "CA 2026")
+	oldCAFile, newCAFile := filepath.Join(dir, "old-ca.crt"), filepath.Join(dir, "new-ca.crt")
+	os.WriteFile(oldCAFile, oldCA.pem, 0o644)
+	os.WriteFile(newCAFile, newCA.pem, 0o644)
+	certFile, keyFile := oldCA.issue(t, dir, "coordinator")
+	addr := serveCoordinator(t, Config{TLSCert: certFile, TLSKey: keyFile})
+	client := func(ca string) *api.Client {
+		// A fresh client per call: a kept-alive connection would not
+		// handshake again.
+		return &api.Client{BaseURL: "https://" + addr, Token: testTokens.Admin, TLSCA: ca}
+	}
+	if _, err := client(oldCAFile).Models(ctx); err != nil {
+		t.Fatalf("before the renewal: %v", err)
+	}
+
+	renewedCert, renewedKey := newCA.issue(t, dir, "renewed")
+	if err := os.Rename(renewedKey, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(renewedCert, certFile); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := client(newCAFile).Models(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the renewal the coordinator still serves the old certificate: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A renewal that does not load: the key of another certificate.
+	r := &certReloader{certFile: certFile, keyFile: keyFile, log: logrus.New()}
+	if err := r.load(); err != nil {
+		t.Fatal(err)
+	}
+	good := r.cert
+	_, otherKey := oldCA.issue(t, dir, "other")
+	if err := os.Rename(otherKey, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	r.checked = time.Time{}
+	got, err := r.get(nil)
+	if err != nil || got != good {
+		t.Errorf("after a renewal with a mismatched key: %p, %v; want the certificate that loaded before (%p), no error", got, err, good)
 	}
 }
