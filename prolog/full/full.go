@@ -85,17 +85,24 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 	defer cancel()
 	rec := catalog.JobRecord{Job: job.ID, Model: job.Model}
 	var err error
+	what := "" // the source, as the reason names it
 	if jobErr != nil {
 		err = fmt.Errorf("bad job description: %w", jobErr)
 	} else {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
 			rec.Source, rec.Set = m.Source, prolog.SetOf(m)
+			what = rec.Source
+			if m.IsSet() {
+				// The failure names the file; the first file's source
+				// beside it would only mislead.
+				what = fmt.Sprintf("%d files in %s", len(m.Files), rec.Set)
+			}
 			rec.Path, err = p.present(ctx, job, m)
 		}
 	}
 	if err != nil {
-		rec.Error = p.reason(ctx, job, rec.Source, err)
+		rec.Error = p.reason(ctx, job, what, err)
 		rec.Path = ""
 	}
 	rec.Time = p.now().UTC()
@@ -260,7 +267,12 @@ func (p *Prolog) ensureSet(ctx context.Context, job prolog.Job, m catalog.Model,
 	for i, f := range m.Files {
 		path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: f.Source, SHA256: f.WantSHA256(), Size: f.Size, Set: set}, progress)
 		if err != nil {
-			return "", fmt.Errorf("file %d of %d, %s: %w", i+1, len(m.Files), catalog.FileName(f.Source), pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, err))
+			err = pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, err)
+			// The job record redacts the model's own source in its error
+			// (catalog.WriteJobRecord), not the other files': a signed
+			// URL's signature must not reach the job's owner through it.
+			return "", &redacted{msg: fmt.Sprintf("file %d of %d, %s: %s", i+1, len(m.Files), catalog.FileName(f.Source),
+				strings.ReplaceAll(err.Error(), f.Source, catalog.RedactQuery(f.Source))), err: err}
 		}
 		paths[i] = path
 	}
@@ -273,6 +285,15 @@ func (p *Prolog) ensureSet(ctx context.Context, job prolog.Job, m catalog.Model,
 	}
 	return catalog.SetPath(p.Config.CacheDir, m), nil
 }
+
+// redacted is err said as msg: the same error for errors.Is and As.
+type redacted struct {
+	msg string
+	err error
+}
+
+func (e *redacted) Error() string { return e.msg }
+func (e *redacted) Unwrap() error { return e.err }
 
 // pinMismatch turns a fetch of source that failed verification against
 // its pin into catalog.PinMismatch: a verification failure names the

@@ -240,18 +240,28 @@ func WriteManifest(cacheDir string, m Model) error {
 
 // ReadManifest reads the manifest of the set directory dir.
 func ReadManifest(dir string) (Manifest, error) {
-	var man Manifest
 	p := filepath.Join(dir, SetManifest)
 	b, err := ReadRegular(p)
 	if err != nil {
-		return man, err
+		return Manifest{}, err
 	}
-	if err := json.Unmarshal(b, &man); err != nil {
+	man, err := ParseManifest(b)
+	if err != nil {
 		return man, fmt.Errorf("set manifest %s: %w", p, err)
 	}
+	return man, nil
+}
+
+// ParseManifest reads a set manifest's bytes. Every file name must be a
+// plain name: the scanner stats them and gc trusts them to stay inside.
+func ParseManifest(b []byte) (Manifest, error) {
+	var man Manifest
+	if err := json.Unmarshal(b, &man); err != nil {
+		return man, err
+	}
 	for _, f := range man.Files {
-		if f.Name == "" || f.Name != path.Base(f.Name) || f.Name == "." || f.Name == ".." || strings.ContainsRune(f.Name, 0) {
-			return man, fmt.Errorf("set manifest %s: file name %q is not a plain name", p, f.Name)
+		if f.Name == "" || f.Name != path.Base(f.Name) || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") {
+			return man, fmt.Errorf("file name %q is not a plain name", f.Name)
 		}
 	}
 	return man, nil
