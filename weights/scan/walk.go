@@ -88,7 +88,7 @@ type candidate struct {
 	// several files into it, and it is whole only with every file listed.
 	manifest bool
 	trouble  trouble
-	visited    map[devIno]bool
+	visited  map[devIno]bool
 }
 
 type splitKey struct {
