@@ -57,17 +57,16 @@ func validModel(m *api.Model) error {
 	bad := func(format string, args ...any) error {
 		return api.Errorf(api.CodeInvalid, "model %s: %s", m.Name, fmt.Sprintf(format, args...))
 	}
-	if len(m.Files) > 0 {
-		return validSet(m, bad)
-	}
-	if err := api.CheckSource(m.Source); err != nil {
-		return bad("%v", err)
-	}
 	switch {
 	case m.Size < 0:
 		return bad("size is negative")
 	case m.GPUMemory < 0:
 		return bad("GPU memory is negative")
+	case len(m.Files) > 0:
+		return validSet(m, bad)
+	}
+	if err := api.CheckSource(m.Source); err != nil {
+		return bad("%v", err)
 	}
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindPath:
@@ -114,12 +113,7 @@ func validSet(m *api.Model, bad func(string, ...any) error) error {
 	if err := catalog.CheckSet(*m); err != nil {
 		return bad("%v", err)
 	}
-	switch {
-	case m.Size < 0:
-		return bad("size is negative")
-	case m.GPUMemory < 0:
-		return bad("GPU memory is negative")
-	case m.Size == 0 && sum > 0:
+	if m.Size == 0 && sum > 0 {
 		m.Size = sum
 	}
 	return nil

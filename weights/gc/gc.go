@@ -421,13 +421,20 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	if refused {
 		return f, nil
 	}
-	for _, key := range []string{name, f.Path} {
+	return g.keepOrList(f, fi, fi.ModTime(), held, "no catalog entry wants it; gc --collect would remove it")
+}
+
+// keepOrList ends the judgement of an unwanted cache entry f, found as fi
+// and last written at written: kept while a job uses it, while it is
+// recent, or while held; else listed, saying listed.
+func (g *run) keepOrList(f File, fi fs.FileInfo, written time.Time, held, listed string) (File, fs.FileInfo) {
+	for _, key := range []string{f.Name, f.Path} {
 		if job, ok := g.inUse[key]; ok {
 			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
 			return f, nil
 		}
 	}
-	if g.opt.Recent > 0 && time.Since(fi.ModTime()) < g.opt.Recent {
+	if g.opt.Recent > 0 && time.Since(written) < g.opt.Recent {
 		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
 		return f, nil
 	}
@@ -435,7 +442,7 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		f.Action, f.Reason = Kept, held
 		return f, fi
 	}
-	f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
+	f.Action, f.Reason = Listed, listed
 	return f, fi
 }
 
@@ -461,22 +468,7 @@ func (g *run) judgeSet(f File, fi fs.FileInfo, held string) (File, fs.FileInfo) 
 		f.Action, f.Reason = Refused, "a set directory with a fetch in progress (.part): not garbage"
 		return f, nil
 	}
-	for _, key := range []string{f.Name, f.Path} {
-		if job, ok := g.inUse[key]; ok {
-			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
-			return f, nil
-		}
-	}
-	if g.opt.Recent > 0 && time.Since(st.newest) < g.opt.Recent {
-		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
-		return f, nil
-	}
-	if held != "" {
-		f.Action, f.Reason = Kept, held
-		return f, fi
-	}
-	f.Action, f.Reason = Listed, "a model of several files no catalog entry wants; gc --collect would remove its directory whole"
-	return f, fi
+	return g.keepOrList(f, fi, st.newest, held, "a model of several files no catalog entry wants; gc --collect would remove its directory whole")
 }
 
 // setStat is what gc needs to know of a set directory.
