@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -44,10 +46,12 @@ type setOrigin struct {
 	parts [2]atomic.Pointer[[]byte]
 	hold  atomic.Bool
 	gets  [2]atomic.Int64
+	// stalled is sent on once the held second part has sent its half.
+	stalled chan struct{}
 }
 
 func newSetOrigin(t *testing.T) *setOrigin {
-	o := &setOrigin{}
+	o := &setOrigin{stalled: make(chan struct{}, 1)}
 	for i := range o.parts {
 		b := ggufPart(uint64(i+1), 1<<20+i*4096)
 		o.parts[i].Store(&b)
@@ -71,6 +75,10 @@ func newSetOrigin(t *testing.T) *setOrigin {
 			w.WriteHeader(http.StatusOK)
 			w.Write(body[:len(body)/2])
 			w.(http.Flusher).Flush()
+			select {
+			case o.stalled <- struct{}{}:
+			default:
+			}
 			<-r.Context().Done()
 			return
 		}
@@ -94,7 +102,7 @@ func newSetNode(t *testing.T, name, coord, agentTok string) setNode {
 	dir := t.TempDir()
 	n := setNode{dir: dir, conf: filepath.Join(dir, "agent.toml"), cache: filepath.Join(dir, "cache"),
 		run: filepath.Join(dir, "run"), state: filepath.Join(dir, "state"), name: name}
-	os.WriteFile(n.conf, []byte(fmt.Sprintf("coordinator = %q\ntoken_file = %q\nnode = %q\nrun_dir = %q\nstate_dir = %q\ncache_dir = %q\nsocket = %q\nfetch_deadline = \"3s\"\n",
+	os.WriteFile(n.conf, []byte(fmt.Sprintf("coordinator = %q\ntoken_file = %q\nnode = %q\nrun_dir = %q\nstate_dir = %q\ncache_dir = %q\nsocket = %q\nfetch_deadline = \"30s\"\n",
 		coord, agentTok, name, n.run, n.state, n.cache, filepath.Join(n.run, "agent.sock"))), 0o644)
 	return n
 }
@@ -133,7 +141,7 @@ func (n setNode) setWeight(t *testing.T, setName string) scan.Local {
 // TestModelOfSeveralFiles is issue 15 item 14 on the real parts: `llmgw
 // models add NAME A B` at a coordinator on a sqlite file, a split GGUF on
 // an origin on 127.0.0.1, and `llmgw prolog` fetching both parts into one
-// directory under their own names. A Prolog cut off between the parts
+// directory under their own names. A Prolog killed between the parts
 // leaves a set that neither the scan nor the coordinator counts as held;
 // the next one fetches only what is missing, and the job is given the
 // first part. gc keeps the set while the catalog wants it and a job uses
@@ -171,14 +179,29 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	first := filepath.Join(setDir, "qwen-7b-00001-of-00002.gguf")
 	second := filepath.Join(setDir, "qwen-7b-00002-of-00002.gguf")
 
-	// The origin stalls in the second part: the Prolog gives up at its
-	// deadline, as a Prolog killed there would, with the first part whole.
+	// A Prolog process is killed (SIGKILL: nothing of it runs after) half
+	// way through the second part, with the first part whole.
 	o.hold.Store(true)
-	if code, _, _ := llmgwRun(t, node.job("1"), "prolog", "--config", node.conf); code != 0 {
-		t.Fatalf("prolog: exit %d", code)
+	child := exec.Command(os.Args[0], "-test.run=^TestHelperPrologProcess$", "-test.count=1")
+	child.Env = []string{"LLMGW_TEST_PROLOG_CHILD=1", "LLMGW_TEST_CONF=" + node.conf}
+	for k, v := range node.job("1") {
+		child.Env = append(child.Env, k+"="+v)
 	}
-	if rec, err := catalog.ReadJobRecord(node.run, "1"); err != nil || rec.Error == "" || rec.Path != "" {
-		t.Fatalf("job 1's record after a stalled part: %+v, %v; want a failure", rec, err)
+	var childOut strings.Builder
+	child.Stdout, child.Stderr = &childOut, &childOut
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-o.stalled:
+	case <-time.After(20 * time.Second):
+		child.Process.Kill()
+		child.Wait()
+		t.Fatalf("the Prolog never reached the second part: %s", childOut.String())
+	}
+	child.Process.Kill()
+	if err := child.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("the Prolog was not killed: %v: %s", err, childOut.String())
 	}
 	if _, err := os.Stat(first); err != nil {
 		t.Fatalf("the first part is not in the set directory under its own name: %v", err)
@@ -186,6 +209,9 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	w := node.setWeight(t, setName)
 	if w.Complete || !strings.Contains(w.Problem, "qwen-7b-00002-of-00002.gguf") {
 		t.Errorf("the set with its second part unfinished: %+v; want not complete, naming the part", w)
+	}
+	if _, err := os.Stat(second + catalog.PartSuffix); err != nil {
+		t.Errorf("the killed fetch left no .part of the second part: %v", err)
 	}
 	// What a kill between the two files leaves: the first part, no trace
 	// of the second.
@@ -273,6 +299,16 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	if _, err := os.Lstat(setDir); !os.IsNotExist(err) {
 		t.Errorf("the set directory after gc: %v; want it gone", err)
 	}
+}
+
+// TestHelperPrologProcess is `llmgw prolog` in a process of its own, for
+// TestModelOfSeveralFiles to kill.
+func TestHelperPrologProcess(t *testing.T) {
+	if os.Getenv("LLMGW_TEST_PROLOG_CHILD") != "1" {
+		t.Skip("helper process for TestModelOfSeveralFiles")
+	}
+	e := &env{stdin: strings.NewReader(""), stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(run(context.Background(), []string{"prolog", "--config", os.Getenv("LLMGW_TEST_CONF")}, e))
 }
 
 // TestModelOfSeveralFilesPinMismatch: each file of a set is pinned on its
