@@ -514,7 +514,7 @@ func (g *run) setStat(name string) (setStat, error) {
 		if fi.Mode().IsRegular() {
 			st.size += fi.Size()
 		}
-		if catalog.IsPartialName(e.Name()) && time.Since(fi.ModTime()) < partQuiet {
+		if (catalog.IsPartialName(e.Name()) || strings.HasSuffix(e.Name(), catalog.RangesTmpSuffix)) && time.Since(fi.ModTime()) < partQuiet {
 			st.live = true
 		}
 	}
