@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -109,7 +110,11 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	if fl == nil {
 		fl = &flight{source: req.Source, subs: map[*subscriber]struct{}{}}
 		if catalog.KindOf(req.Source) == catalog.KindRemote {
-			_, err := os.Stat(catalog.CachePathFor(f.CacheDir, req.Source) + catalog.PartSuffix)
+			target := catalog.CachePathFor(f.CacheDir, req.Source)
+			if req.Set != "" {
+				target = catalog.SetFilePath(filepath.Join(f.CacheDir, req.Set), req.Source)
+			}
+			_, err := os.Stat(target + catalog.PartSuffix)
 			fl.resumed = err == nil
 		}
 		a.flights[req.Source] = fl
@@ -120,7 +125,14 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	}
 	a.mu.Unlock()
 
-	path, err := f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+	var path string
+	var err error
+	if req.Set != "" {
+		// One file of a model of several: into its set directory.
+		path, err = f.EnsureIn(ctx, req.Set, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+	} else {
+		path, err = f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+	}
 
 	a.mu.Lock()
 	fl.waiters--

@@ -119,6 +119,8 @@ func decodeEnsure(r io.Reader) (api.EnsureRequest, *api.Error) {
 		return req, api.Errorf(api.CodeInvalid, "ensure request: sha256 %q is not 64 hex digits", req.SHA256)
 	case req.Size < 0:
 		return req, api.Errorf(api.CodeInvalid, "ensure request: size %d is negative", req.Size)
+	case req.Set != "" && !catalog.IsSetName(req.Set):
+		return req, api.Errorf(api.CodeInvalid, "ensure request: set %q is not a set directory's name", req.Set)
 	}
 	return req, nil
 }

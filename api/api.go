@@ -109,6 +109,9 @@ type Fetch struct {
 // so the node-local catalog copy can be read without linking net/http.
 type Model = catalog.Model
 
+// File is one file of a model made of several (Model.Files).
+type File = catalog.File
+
 // Models is the catalog as GET /v1/models returns it.
 type Models struct {
 	Models []Model `json:"models"`

@@ -42,6 +42,12 @@ type EnsureRequest struct {
 	SHA256 string `json:"sha256,omitempty"`
 	// Size, when set, is the expected size in bytes.
 	Size int64 `json:"size_bytes,omitempty"`
+	// Set, when set, names the set directory (catalog.SetName) of a model
+	// of several files: the source is fetched into it under its own file
+	// name, beside the set's other files. An agent older than this field
+	// refuses the request (it decodes strictly) rather than fetch the file
+	// where no engine would find its siblings.
+	Set string `json:"set,omitempty"`
 }
 
 // EnsureEvent is one line of the answer to an ensure. Exactly one field is

@@ -48,13 +48,13 @@ func redactFabrics(fs []api.FabricPresence) {
 
 func redactStatus(st *api.Status) {
 	for i := range st.Models {
-		st.Models[i].Model.Source = api.RedactSource(st.Models[i].Model.Source)
+		st.Models[i].Model = st.Models[i].Model.MapSources(api.RedactSource)
 		redactFabrics(st.Models[i].Fabrics)
 	}
 }
 
 func redactModelNodes(st *api.ModelNodes) {
-	st.Model.Source = api.RedactSource(st.Model.Source)
+	st.Model = st.Model.MapSources(api.RedactSource)
 	redactFabrics(st.Fabrics)
 	for i := range st.Nodes {
 		redactFetch(st.Nodes[i].Fetch)
@@ -62,7 +62,7 @@ func redactModelNodes(st *api.ModelNodes) {
 }
 
 func redactPlacement(p *api.Placement) {
-	p.Model.Source = api.RedactSource(p.Model.Source)
+	p.Model = p.Model.MapSources(api.RedactSource)
 	for i := range p.Nodes {
 		redactFetch(p.Nodes[i].Fetch)
 	}

@@ -22,7 +22,7 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	s.view.mu.RUnlock()
 	if !s.mayFetch(r) {
 		for i := range out.Models {
-			out.Models[i].Source = api.RedactSource(out.Models[i].Source)
+			out.Models[i] = out.Models[i].MapSources(api.RedactSource)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -57,14 +57,16 @@ func validModel(m *api.Model) error {
 	bad := func(format string, args ...any) error {
 		return api.Errorf(api.CodeInvalid, "model %s: %s", m.Name, fmt.Sprintf(format, args...))
 	}
-	if err := api.CheckSource(m.Source); err != nil {
-		return bad("%v", err)
-	}
 	switch {
 	case m.Size < 0:
 		return bad("size is negative")
 	case m.GPUMemory < 0:
 		return bad("GPU memory is negative")
+	case len(m.Files) > 0:
+		return validSet(m, bad)
+	}
+	if err := api.CheckSource(m.Source); err != nil {
+		return bad("%v", err)
 	}
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindPath:
@@ -82,6 +84,37 @@ func validModel(m *api.Model) error {
 	m.SHA256 = strings.ToLower(m.SHA256)
 	if m.SHA256 != "" && !catalog.ValidSHA256(m.SHA256) {
 		return bad("sha256 must be 64 hex digits")
+	}
+	return nil
+}
+
+// validSet checks a model of several files (weights/catalog/set.go): each
+// file's source as any source is checked, then the set as a whole. The
+// model's source becomes its first file's, and its size, when not given
+// and every file gives one, their sum (placement's disk check reads it).
+func validSet(m *api.Model, bad func(string, ...any) error) error {
+	var sum int64
+	for i := range m.Files {
+		f := &m.Files[i]
+		if err := api.CheckSource(f.Source); err != nil {
+			return bad("file %d: %v", i+1, err)
+		}
+		f.SHA256 = strings.ToLower(f.SHA256)
+		f.Pinned, f.PinnedETag = "", "" // pins are the nodes' to report
+		if sum >= 0 && f.Size > 0 {
+			sum += f.Size
+		} else {
+			sum = -1
+		}
+	}
+	if m.Source == "" {
+		m.Source = m.Files[0].Source
+	}
+	if err := catalog.CheckSet(*m); err != nil {
+		return bad("%v", err)
+	}
+	if m.Size == 0 && sum > 0 {
+		m.Size = sum
 	}
 	return nil
 }

@@ -54,11 +54,11 @@ func (s *Server) postPin(w http.ResponseWriter, r *http.Request) error {
 	}
 	if conflict != nil {
 		m := conflict.Model
-		s.log.WithFields(map[string]any{"model": m.Name, "pinned": m.Pinned, "offered": p.SHA256, "node": p.Node}).Warn("a node fetched other bytes than the model is pinned to")
-		return api.Errorf(api.CodeConflict, "%s", catalog.PinMismatch(m.Name, api.RedactSource(m.Source), m.Pinned, p.SHA256))
+		s.log.WithFields(map[string]any{"model": m.Name, "source": api.RedactSource(conflict.Source), "pinned": conflict.Pinned, "offered": p.SHA256, "node": p.Node}).Warn("a node fetched other bytes than the model is pinned to")
+		return api.Errorf(api.CodeConflict, "%s", catalog.PinMismatch(m.Name, api.RedactSource(conflict.Source), conflict.Pinned, p.SHA256))
 	}
 	if !s.mayFetch(r) {
-		stored.Source = api.RedactSource(stored.Source)
+		stored = stored.MapSources(api.RedactSource)
 	}
 	writeJSON(w, http.StatusOK, stored)
 	return nil

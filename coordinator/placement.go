@@ -82,7 +82,7 @@ func (s *Server) Placement(model string, count int, nodes []string, now time.Tim
 			NoRoom: rn.NoRoom(), Memory: apiCheck(rn.Memory), Disk: apiCheck(rn.Disk), Reason: rn.Reason,
 		}
 		if rn.Fetch != nil {
-			if f := n.FindFetch(m.Source); f != nil {
+			if f := n.FindModelFetch(m); f != nil {
 				fs := s.fetchStatus(n, *f, now)
 				pn.Fetch = &fs
 			}

@@ -128,7 +128,7 @@ func (s *Server) ModelStatus(name string, now time.Time) (_ *api.ModelNodes, ok 
 			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, LastReport: n.Received,
 			Age: round(now.Sub(n.Received).Seconds()), AgentVersion: n.agentVersion, Errors: lastErrors(n.errors),
 		}
-		if fe := n.FindFetch(m.Source); fe != nil {
+		if fe := n.FindModelFetch(m); fe != nil {
 			fs := s.fetchStatus(&n.Node, *fe, now)
 			np.Fetch = &fs
 		}

@@ -244,6 +244,21 @@ func (n *Node) FindFetch(source string) *Fetch {
 	return nil
 }
 
+// FindModelFetch returns n's fetch of m's weights, or nil: of its source,
+// or, for a model of several files, of whichever file is being fetched
+// (they are fetched one after another).
+func (n *Node) FindModelFetch(m catalog.Model) *Fetch {
+	if f := n.FindFetch(m.Source); f != nil {
+		return f
+	}
+	for _, file := range m.Files {
+		if f := n.FindFetch(file.Source); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
 // Progress is how a fetch is going, as of some moment.
 type Progress struct {
 	// Since is how long since the last byte arrived.

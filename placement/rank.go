@@ -282,7 +282,7 @@ func rankNode(req Request, n *Node) Ranked {
 
 	var fetch *Fetch
 	if !stale {
-		if f := n.FindFetch(m.Source); f != nil {
+		if f := n.FindModelFetch(m); f != nil {
 			p := FetchProgress(n, *f, req.Now, req.StallAfter)
 			r.Fetch, fetch = &p, f
 		}

@@ -103,7 +103,13 @@ var ErrNotPresent = errors.New("not present on this node")
 //   - a remote source must be a regular file at its cache path, of the
 //     catalog's size when it gives one. The fetcher renames a file there
 //     only after checking its size and digest, so a file there is whole.
+//   - a model of several files must have each file in its set directory,
+//     as a single remote source must (see presentFile); the path is
+//     catalog.SetPath.
 func Present(cacheDir string, m catalog.Model) (string, error) {
+	if m.IsSet() {
+		return presentSet(cacheDir, m)
+	}
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindModelID:
 		return m.Source, nil
@@ -111,26 +117,57 @@ func Present(cacheDir string, m catalog.Model) (string, error) {
 		return m.Source, checkPath(m.Source, m.Size)
 	case catalog.KindRemote:
 		p := catalog.CachePathFor(cacheDir, m.Source)
-		st, err := os.Stat(p)
-		switch {
-		case err != nil:
-			return "", fmt.Errorf("cache file %s: %w (%v)", p, ErrNotPresent, err)
-		case !st.Mode().IsRegular():
-			return "", fmt.Errorf("cache file %s is not a regular file: %w", p, ErrNotPresent)
-		case m.Size > 0 && st.Size() != m.Size:
-			return "", fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), m.Size, ErrNotPresent)
-		}
-		// A digest recorded on the file that is not the one the catalog
-		// wants (an admin repinned, or declared another), or a file
-		// written since it was hashed: the slow path fetches and verifies.
-		if want := m.WantSHA256(); want != "" {
-			if sum, tagged := catalog.RecordedSHA256(p); tagged && sum != want {
-				return "", fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
-			}
-		}
-		return p, nil
+		_, err := presentFile(p, m.Size, m.WantSHA256())
+		return p, err
 	}
 	return "", fmt.Errorf("source %q: not a path, an hf:/http(s) source or a model id", m.Source)
+}
+
+// presentFile checks a fetched file at p: regular, of size when one is
+// given, and not tagged with another digest than want; it returns the
+// file's size.
+func presentFile(p string, size int64, want string) (int64, error) {
+	st, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("cache file %s: %w (%v)", p, ErrNotPresent, err)
+	case !st.Mode().IsRegular():
+		return 0, fmt.Errorf("cache file %s is not a regular file: %w", p, ErrNotPresent)
+	case size > 0 && st.Size() != size:
+		return 0, fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), size, ErrNotPresent)
+	}
+	// A digest recorded on the file that is not the one the catalog
+	// wants (an admin repinned, or declared another), or a file
+	// written since it was hashed: the slow path fetches and verifies.
+	if want != "" {
+		if sum, tagged := catalog.RecordedSHA256(p); tagged && sum != want {
+			return 0, fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+		}
+	}
+	return st.Size(), nil
+}
+
+// presentSet checks every file of the set m in its set directory: one
+// stat each, no manifest read (the catalog entry says what the set needs),
+// so the fast path stays a handful of system calls however many parts.
+// A set missing any file is not present, and the slow path fetches what
+// is missing. m.Size, when the files give none, is checked as their sum.
+func presentSet(cacheDir string, m catalog.Model) (string, error) {
+	dir := catalog.SetDir(cacheDir, m)
+	var total int64
+	sized := true
+	for _, f := range m.Files {
+		n, err := presentFile(catalog.SetFilePath(dir, f.Source), f.Size, f.WantSHA256())
+		if err != nil {
+			return "", err
+		}
+		total += n
+		sized = sized && f.Size > 0
+	}
+	if !sized && m.Size > 0 && total != m.Size {
+		return "", fmt.Errorf("set directory %s holds %d bytes, the catalog says %d: %w", dir, total, m.Size, ErrNotPresent)
+	}
+	return catalog.SetPath(cacheDir, m), nil
 }
 
 // HungError is returned by PresentWithin when the weights did not answer
@@ -173,6 +210,9 @@ func PresentWithin(cacheDir string, m catalog.Model, d time.Duration) (string, e
 
 // weightsPath is where Present looks for m's weights.
 func weightsPath(cacheDir string, m catalog.Model) string {
+	if m.IsSet() {
+		return catalog.SetDir(cacheDir, m)
+	}
 	if catalog.KindOf(m.Source) == catalog.KindRemote {
 		return catalog.CachePathFor(cacheDir, m.Source)
 	}
@@ -238,7 +278,16 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
-	return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Path: p, Time: now.UTC()})
+	return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()})
+}
+
+// SetOf is the set directory's name a job record names for m, or "" for a
+// model of one source.
+func SetOf(m catalog.Model) string {
+	if m.IsSet() {
+		return catalog.SetName(m)
+	}
+	return ""
 }
 
 // ClearRecord removes the job's record; one that is not there is no error.

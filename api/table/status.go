@@ -214,7 +214,11 @@ func WriteModels(w io.Writer, models []api.Model) error {
 		if !m.Updated.IsZero() {
 			updated = m.Updated.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Source, size, gpu, sum, from, updated)
+		src := m.Source
+		if m.IsSet() {
+			src = fmt.Sprintf("%s (+%d files)", m.Source, len(m.Files)-1)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, src, size, gpu, sum, from, updated)
 	}
 	return tw.Flush()
 }
@@ -224,6 +228,27 @@ func WriteModels(w io.Writer, models []api.Model) error {
 // known (a fetched source before its first fetch). A path or a model id
 // is never fetched, so has none.
 func digestFrom(m api.Model) string {
+	if m.IsSet() {
+		// Each file of a model of several is declared or pinned on its own.
+		var n [3]int
+		for _, f := range m.Files {
+			switch {
+			case f.SHA256 != "":
+				n[0]++
+			case f.Pinned != "":
+				n[1]++
+			default:
+				n[2]++
+			}
+		}
+		var parts []string
+		for i, w := range []string{"declared", "pinned", "unpinned"} {
+			if n[i] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", n[i], w))
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
 	switch {
 	case m.SHA256 != "":
 		return "declared"

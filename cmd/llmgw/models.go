@@ -15,7 +15,7 @@ import (
 
 const modelsAbout = `Shows and changes the coordinator's model catalog.
 
-  llmgw models add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES]
+  llmgw models add NAME SOURCE [SOURCE...] [--size BYTES] [--sha256 HEX]... [--gpu-memory BYTES]
   llmgw models rm NAME
   llmgw models repin NAME
   llmgw models list [--json]
@@ -26,6 +26,13 @@ SOURCE is an absolute path (checked on each node, never fetched),
 hf:org/repo[@rev]/file or an http(s) URL (fetched into each node's cache),
 or a bare model id such as Qwen/Qwen2.5-7B-Instruct (left to the engine).
 add replaces an entry of the same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
+Several SOURCEs make one model of several fetched files (hf: or http(s)), such
+as the parts of a split GGUF or a safetensors checkpoint with its config and
+tokenizer files: each node fetches them into one directory of its cache, under
+their own file names, and holds the model only when every file is there. The
+job's LLMGW_MODEL_PATH is the first file when it is a .gguf (llama.cpp opens a
+split model by its first part), else the directory. Give --sha256 once per
+SOURCE, in the same order, or not at all.
 A fetched source added without --sha256 is pinned to the bytes of its first
 verified fetch: every later fetch on every node verifies against that digest,
 and when the origin serves other bytes, fetches fail until an admin runs
@@ -75,7 +82,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "models", lookup("models").synopsis, modelsAbout)
 	url, tokenFile := coordFlags(fs)
 	size := fs.String("size", "", "add: the model's size in bytes, for 'a job fetches N GB' and disk checks")
-	sha := fs.String("sha256", "", "add: the file's sha256, checked after a fetch")
+	sha := fs.StringArray("sha256", nil, "add: the file's sha256, checked after a fetch; once per SOURCE for several")
 	gpu := fs.String("gpu-memory", "", "add: GPU memory the model needs, in bytes")
 	asJSON := fs.Bool("json", false, "list: print the catalog as JSON")
 	if err := parse(fs, args); err != nil {
@@ -98,11 +105,13 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 	var m api.Model
 	switch sub {
 	case "add":
-		if len(rest) != 2 {
-			return usagef("Try 'llmgw models add llama /models/llama-3-8b.gguf --size 8G'", "models add takes NAME SOURCE, got %d arguments", len(rest))
+		if len(rest) < 2 {
+			return usagef("Try 'llmgw models add llama /models/llama-3-8b.gguf --size 8G'", "models add takes NAME SOURCE [SOURCE...], got %d arguments", len(rest))
 		}
-		m = api.Model{Name: rest[0], Source: rest[1], SHA256: *sha}
 		var err error
+		if m, err = modelToAdd(rest[0], rest[1:], *sha); err != nil {
+			return err
+		}
 		if m.Size, err = parseBytes("--size", *size); err != nil {
 			return err
 		}
@@ -133,6 +142,13 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		if got.IsSet() {
+			fmt.Fprintf(e.stdout, "%s -> %d files, fetched together into one directory:\n", got.Name, len(got.Files))
+			for _, f := range got.Files {
+				fmt.Fprintf(e.stdout, "  %s\n", f.Source)
+			}
+			return nil
+		}
 		fmt.Fprintf(e.stdout, "%s -> %s\n", got.Name, got.Source)
 	case "rm":
 		if err := c.DeleteModel(ctx, rest[0]); err != nil {
@@ -157,6 +173,37 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 		return table.WriteModels(e.stdout, models)
 	}
 	return nil
+}
+
+// modelToAdd is the catalog entry `models add NAME SOURCE...` asks for:
+// one source as it always was, or several as a model of several files
+// (weights/catalog/set.go), each with the --sha256 in its place.
+func modelToAdd(name string, sources, sums []string) (api.Model, error) {
+	if len(sources) == 1 {
+		if len(sums) > 1 {
+			return api.Model{}, usagef("Give one --sha256 for one SOURCE", "%d --sha256 for one source", len(sums))
+		}
+		m := api.Model{Name: name, Source: sources[0]}
+		if len(sums) == 1 {
+			m.SHA256 = sums[0]
+		}
+		return m, nil
+	}
+	if len(sums) != 0 && len(sums) != len(sources) {
+		return api.Model{}, usagef("Give --sha256 once per SOURCE, in the same order, or not at all",
+			"%d sources but %d --sha256", len(sources), len(sums))
+	}
+	m := api.Model{Name: name, Source: sources[0], Files: make([]api.File, len(sources))}
+	for i, src := range sources {
+		m.Files[i].Source = src
+		if len(sums) > 0 {
+			m.Files[i].SHA256 = sums[i]
+		}
+	}
+	if err := catalog.CheckSet(m); err != nil {
+		return api.Model{}, usagef("", "model %s: %v", name, err)
+	}
+	return m, nil
 }
 
 // parseBytes is catalog.ParseBytes with a bad value made a usage error.

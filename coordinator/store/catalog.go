@@ -22,7 +22,9 @@ import (
 //     one weight and its completeness covers every file in it;
 //   - a remote source (hf:, http(s)://) is the file catalog.CachePathFor
 //     names in that node's cache directory, nowhere else: a file of the same
-//     name elsewhere was not put there by llmgw and may be anything;
+//     name elsewhere was not put there by llmgw and may be anything; a
+//     model of several files is its set directory there (catalog.SetName),
+//     which the scan counts complete only with every file in it;
 //   - a bare model id is a Hugging Face cache snapshot of that id (or
 //     "id@revision" for one revision).
 type matcher struct {
@@ -50,6 +52,12 @@ func newMatcher(models []api.Model) *matcher {
 				}
 			}
 		case catalog.KindRemote:
+			// A model of several files is its set directory in the
+			// cache, which the scan reports as one weight.
+			if mod.IsSet() {
+				m.byCacheName[catalog.SetName(mod)] = mod.Name
+				continue
+			}
 			m.byCacheName[catalog.CacheName(mod.Source)] = mod.Name
 		case catalog.KindModelID:
 			m.byModelID[mod.Source] = mod.Name
@@ -138,10 +146,118 @@ func listModels(ctx context.Context, q querier) ([]api.Model, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
+	if err := addFiles(ctx, q, out); err != nil {
+		return nil, err
+	}
 	if err := addPins(ctx, q, out); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+const fileCols = `source, size_bytes, sha256, pinned_sha256, pinned_etag`
+
+func scanFile(s interface{ Scan(...any) error }, f *api.File) error {
+	return s.Scan(&f.Source, &f.Size, &f.SHA256, &f.Pinned, &f.PinnedETag)
+}
+
+// addFiles fills the files of the models of several files among models,
+// a whole catalog read by q.
+func addFiles(ctx context.Context, q querier, models []api.Model) error {
+	rows, err := q.QueryContext(ctx, `SELECT name, `+fileCols+` FROM catalog_files ORDER BY name, idx`)
+	if err != nil {
+		return fmt.Errorf("list model files: %w", err)
+	}
+	defer rows.Close()
+	files := map[string][]api.File{}
+	for rows.Next() {
+		var name string
+		var f api.File
+		if err := rows.Scan(&name, &f.Source, &f.Size, &f.SHA256, &f.Pinned, &f.PinnedETag); err != nil {
+			return fmt.Errorf("list model files: %w", err)
+		}
+		files[name] = append(files[name], f)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list model files: %w", err)
+	}
+	for i := range models {
+		models[i].Files = files[models[i].Name]
+	}
+	return nil
+}
+
+// readFiles fills the files of m, when it is a model of several.
+func readFiles(ctx context.Context, q querier, m *api.Model) error {
+	rows, err := q.QueryContext(ctx, `SELECT `+fileCols+` FROM catalog_files WHERE name = ? ORDER BY idx`, m.Name)
+	if err != nil {
+		return fmt.Errorf("files of model %s: %w", m.Name, err)
+	}
+	defer rows.Close()
+	m.Files = nil
+	for rows.Next() {
+		var f api.File
+		if err := scanFile(rows, &f); err != nil {
+			return fmt.Errorf("files of model %s: %w", m.Name, err)
+		}
+		m.Files = append(m.Files, f)
+	}
+	return rows.Err()
+}
+
+// sourcesOf is every source m names: its own and its files'.
+func sourcesOf(m api.Model) []string {
+	out := []string{m.Source}
+	for _, f := range m.Files {
+		if f.Source != m.Source {
+			out = append(out, f.Source)
+		}
+	}
+	return out
+}
+
+// putFiles replaces the files of m in the transaction, keeping the pin of
+// every file whose source stays (a pin is of the bytes of one source).
+func putFiles(ctx context.Context, tx *sql.Tx, m *api.Model) error {
+	type pin struct {
+		sha, etag, node string
+		at              int64
+	}
+	old := map[string]pin{}
+	rows, err := tx.QueryContext(ctx, `SELECT source, pinned_sha256, pinned_etag, pinned_node, pinned FROM catalog_files WHERE name = ?`, m.Name)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var src string
+		var p pin
+		if err := rows.Scan(&src, &p.sha, &p.etag, &p.node, &p.at); err != nil {
+			rows.Close()
+			return err
+		}
+		old[src] = p
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM catalog_files WHERE name = ?`, m.Name); err != nil {
+		return err
+	}
+	for i := range m.Files {
+		f := &m.Files[i]
+		p := old[f.Source]
+		if f.SHA256 != "" {
+			p = pin{}
+		}
+		f.Pinned, f.PinnedETag = p.sha, p.etag
+		_, err := tx.ExecContext(ctx, `INSERT INTO catalog_files (name, idx, source, size_bytes, sha256, pinned_sha256, pinned_etag, pinned_node, pinned)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, m.Name, i, f.Source, f.Size, f.SHA256, p.sha, p.etag, p.node, p.at)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Models returns the catalog in name order.
@@ -169,7 +285,10 @@ func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
 	if err != nil {
 		return api.Model{}, fmt.Errorf("model %s: %w", name, err)
 	}
-	if m.SHA256 == "" {
+	if err := readFiles(ctx, db.r, &m); err != nil {
+		return api.Model{}, err
+	}
+	if m.SHA256 == "" && !m.IsSet() {
 		if err := readPin(ctx, db.r, &m); err != nil {
 			return api.Model{}, err
 		}
@@ -194,19 +313,32 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 	}
 	defer tx.Rollback()
 
-	var other string
-	err = tx.QueryRowContext(ctx, `SELECT name FROM catalog WHERE source = ? AND name != ?`, m.Source, m.Name).Scan(&other)
-	switch {
-	case err == nil:
-		return api.Model{}, false, fmt.Errorf("put model %s: source %s is already model %s; remove that one first, or give this one another source: %w", m.Name, m.Source, other, ErrConflict)
-	case err != sql.ErrNoRows:
-		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	if m.IsSet() {
+		// A model of several files is named by its first (see
+		// migrations/0007_catalog_files.sql).
+		m.Source = m.Files[0].Source
+	}
+	for _, src := range sourcesOf(m) {
+		var other string
+		err = tx.QueryRowContext(ctx, `SELECT name FROM catalog WHERE source = ? AND name != ?
+			UNION ALL SELECT name FROM catalog_files WHERE source = ? AND name != ? LIMIT 1`, src, m.Name, src, m.Name).Scan(&other)
+		switch {
+		case err == nil:
+			return api.Model{}, false, fmt.Errorf("put model %s: source %s is already model %s; remove that one first, or give this one another source: %w", m.Name, src, other, ErrConflict)
+		case err != sql.ErrNoRows:
+			return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+		}
 	}
 
 	old, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, m.Name))
 	created := err == sql.ErrNoRows
 	if err != nil && !created {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	}
+	if !created {
+		if err := readFiles(ctx, tx, &old); err != nil {
+			return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+		}
 	}
 	m.Updated = now.UTC()
 	m.Created = m.Updated
@@ -220,11 +352,14 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 	if err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
 	}
+	if err := putFiles(ctx, tx, &m); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: files: %w", m.Name, err)
+	}
 	match, err := loadMatcher(ctx, tx)
 	if err != nil {
 		return api.Model{}, false, err
 	}
-	if created || old.Source != m.Source {
+	if created || old.Source != m.Source || old.IsSet() != m.IsSet() || m.IsSet() && catalog.SetName(old) != catalog.SetName(m) {
 		ns := needles(m)
 		if !created {
 			ns = append(ns, modelNeedle(m.Name))

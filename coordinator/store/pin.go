@@ -12,12 +12,16 @@ import (
 // PinConflict is the error Pin returns when the entry is already pinned to
 // other bytes. Test for it with errors.As.
 type PinConflict struct {
-	Model   api.Model // as stored, with its pin
-	Offered string    // the digest that was refused
+	Model api.Model // as stored, with its pin
+	// Source and Pinned are the pinned source and its pin: the model's
+	// own, or, for a model of several files, the file's.
+	Source  string
+	Pinned  string
+	Offered string // the digest that was refused
 }
 
 func (e *PinConflict) Error() string {
-	return fmt.Sprintf("model %s is pinned to sha256 %s, not %s", e.Model.Name, e.Model.Pinned, e.Offered)
+	return fmt.Sprintf("model %s is pinned to sha256 %s for %s, not %s", e.Model.Name, e.Pinned, e.Source, e.Offered)
 }
 
 // Pin records sha256 (and the origin's validator etag) as the bytes of the
@@ -34,6 +38,14 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 		return api.Model{}, fmt.Errorf("pin %s: %w", source, err)
 	}
 	defer tx.Rollback()
+	if m, ok, err := pinFile(ctx, tx, source, sha256, etag, node, now); ok || err != nil {
+		if err == nil {
+			if err = tx.Commit(); err == nil {
+				db.committed()
+			}
+		}
+		return m, err
+	}
 	m, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE source = ?`, source))
 	if err == sql.ErrNoRows {
 		return api.Model{}, fmt.Errorf("source %s is in no catalog entry: %w", source, ErrNotFound)
@@ -53,7 +65,7 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 	case m.Pinned == sha256:
 		return m, nil
 	case m.Pinned != "":
-		return api.Model{}, &PinConflict{Model: m, Offered: sha256}
+		return api.Model{}, &PinConflict{Model: m, Source: m.Source, Pinned: m.Pinned, Offered: sha256}
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO pins (name, source, sha256, etag, node, pinned) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET source = excluded.source, sha256 = excluded.sha256,
@@ -91,6 +103,9 @@ func (db *DB) Unpin(ctx context.Context, name string) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM pins WHERE name = ?`, name); err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}
+	if _, err := tx.ExecContext(ctx, `UPDATE catalog_files SET pinned_sha256 = '', pinned_etag = '', pinned_node = '', pinned = 0 WHERE name = ?`, name); err != nil {
+		return fmt.Errorf("repin %s: %w", name, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}
@@ -100,6 +115,49 @@ func (db *DB) Unpin(ctx context.Context, name string) error {
 
 type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// pinFile is Pin of a file of a model of several files
+// (migrations/0007_catalog_files.sql): each file is pinned on its own. ok
+// is false when source is no such file; the changes, if any, are made in
+// tx, for the caller to commit.
+func pinFile(ctx context.Context, tx *sql.Tx, source, sha256, etag, node string, now time.Time) (api.Model, bool, error) {
+	var name, declared, pinned string
+	err := tx.QueryRowContext(ctx, `SELECT name, sha256, pinned_sha256 FROM catalog_files WHERE source = ?`, source).Scan(&name, &declared, &pinned)
+	if err == sql.ErrNoRows {
+		return api.Model{}, false, nil
+	}
+	if err != nil {
+		return api.Model{}, true, fmt.Errorf("pin %s: %w", source, err)
+	}
+	read := func() (api.Model, error) {
+		m, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
+		if err == nil {
+			err = readFiles(ctx, tx, &m)
+		}
+		if err != nil {
+			return api.Model{}, fmt.Errorf("pin %s: %w", source, err)
+		}
+		return m, nil
+	}
+	switch {
+	case declared != "", pinned == sha256:
+		m, err := read()
+		return m, true, err
+	case pinned != "":
+		m, err := read()
+		if err != nil {
+			return api.Model{}, true, err
+		}
+		return api.Model{}, true, &PinConflict{Model: m, Source: source, Pinned: pinned, Offered: sha256}
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE catalog_files SET pinned_sha256 = ?, pinned_etag = ?, pinned_node = ?, pinned = ? WHERE source = ?`,
+		sha256, etag, node, nanos(now), source)
+	if err != nil {
+		return api.Model{}, true, fmt.Errorf("pin %s: %w", source, err)
+	}
+	m, err := read()
+	return m, true, err
 }
 
 // readPin fills m's pin, if it has one for its current source.
@@ -135,7 +193,8 @@ func addPins(ctx context.Context, q querier, models []api.Model) error {
 	for i := range models {
 		// A pin is of the bytes of one source: an entry given a new
 		// source starts unpinned.
-		if p, ok := pins[models[i].Name]; ok && p.source == models[i].Source && models[i].SHA256 == "" {
+		// A model of several files has its pins on its files.
+		if p, ok := pins[models[i].Name]; ok && p.source == models[i].Source && models[i].SHA256 == "" && !models[i].IsSet() {
 			models[i].Pinned, models[i].PinnedETag = p.sha256, p.etag
 		}
 	}

@@ -298,8 +298,12 @@ func needles(m api.Model) []string {
 		}
 		return out
 	case catalog.KindRemote:
-		// The file in any node's cache dir: the path ends with its name.
+		// The file in any node's cache dir: the path ends with its name;
+		// for a model of several files, the set directory's name.
 		base := catalog.CacheName(m.Source)
+		if m.IsSet() {
+			base = catalog.SetName(m)
+		}
 		return []string{"/" + string(appendStringBody(nil, base)) + `"`}
 	case catalog.KindModelID:
 		// Either the id itself or "id@revision": the model_id field starts

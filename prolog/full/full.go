@@ -85,17 +85,24 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 	defer cancel()
 	rec := catalog.JobRecord{Job: job.ID, Model: job.Model}
 	var err error
+	what := "" // the source, as the reason names it
 	if jobErr != nil {
 		err = fmt.Errorf("bad job description: %w", jobErr)
 	} else {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
-			rec.Source = m.Source
+			rec.Source, rec.Set = m.Source, prolog.SetOf(m)
+			what = rec.Source
+			if m.IsSet() {
+				// The failure names the file; the first file's source
+				// beside it would only mislead.
+				what = fmt.Sprintf("%d files in %s", len(m.Files), rec.Set)
+			}
 			rec.Path, err = p.present(ctx, job, m)
 		}
 	}
 	if err != nil {
-		rec.Error = p.reason(ctx, job, rec.Source, err)
+		rec.Error = p.reason(ctx, job, what, err)
 		rec.Path = ""
 	}
 	rec.Time = p.now().UTC()
@@ -210,33 +217,95 @@ func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (s
 			p.logf(job.ID, "fetching %s: %s of %s", f.Source, catalog.FormatBytes(f.Done), total(f.Total))
 		}
 	}
+	if m.IsSet() {
+		return p.ensureSet(ctx, job, m, progress)
+	}
 	// The declared digest, else the cluster's pin: every node of a job
 	// verifies against the same one.
-	want := m.WantSHA256()
-	path, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, SHA256: want, Size: m.Size}, progress)
-	if err != nil && agentAbsent(err) {
-		p.logf(job.ID, "no agent: %v; fetching %s in this process", err, m.Source)
-		p.Fetcher.OnProgress = func(pr fetch.Progress) {
-			progress(api.Fetch{Source: pr.Source, Done: pr.Done, Total: pr.Total})
-		}
-		path, err = p.Fetcher.Ensure(ctx, m.Source, fetch.Want{SHA256: want, Size: m.Size})
-	}
+	path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: m.Source, SHA256: m.WantSHA256(), Size: m.Size}, progress)
 	if err != nil {
-		// A verification failure names the pinned digest and the one
-		// it got; nothing else that can fail does both.
-		if msg := err.Error(); m.SHA256 == "" && m.Pinned != "" && strings.Contains(msg, m.Pinned) {
-			if got := catalog.OtherSHA256(msg, m.Pinned); got != "" {
-				return "", errors.New(catalog.PinMismatch(m.Name, api.RedactSource(m.Source), m.Pinned, got))
-			}
-		}
-		return "", err
+		return "", pinMismatch(m.Name, m.Source, m.SHA256, m.Pinned, err)
 	}
 	if m.NeedsPin() {
-		if err := p.pin(ctx, job, m, path); err != nil {
+		if err := p.pin(ctx, job, m.Name, m.Source, path); err != nil {
 			return "", err
 		}
 	}
 	return path, nil
+}
+
+// ensureFile makes one file present: through the agent, else in-process.
+// req.Set names the set directory of a file of a model of several.
+func (p *Prolog) ensureFile(ctx context.Context, job prolog.Job, req api.EnsureRequest, progress func(api.Fetch)) (string, error) {
+	path, err := p.Agent.Ensure(ctx, req, progress)
+	if err != nil && agentAbsent(err) {
+		p.logf(job.ID, "no agent: %v; fetching %s in this process", err, req.Source)
+		p.Fetcher.OnProgress = func(pr fetch.Progress) {
+			progress(api.Fetch{Source: pr.Source, Done: pr.Done, Total: pr.Total})
+		}
+		want := fetch.Want{SHA256: req.SHA256, Size: req.Size}
+		if req.Set != "" {
+			path, err = p.Fetcher.EnsureIn(ctx, req.Set, req.Source, want)
+		} else {
+			path, err = p.Fetcher.Ensure(ctx, req.Source, want)
+		}
+	}
+	return path, err
+}
+
+// ensureSet makes every file of the model of several files m present in
+// its set directory (weights/catalog/set.go): the manifest first, so that
+// the directory is not counted held until every file it names is there;
+// then each file, verified against its own declared or pinned digest, and
+// pinned on its own when it has neither. A failure names the file.
+func (p *Prolog) ensureSet(ctx context.Context, job prolog.Job, m catalog.Model, progress func(api.Fetch)) (string, error) {
+	if err := catalog.WriteManifest(p.Config.CacheDir, m); err != nil {
+		return "", fmt.Errorf("set directory of model %s: %w", m.Name, err)
+	}
+	set := catalog.SetName(m)
+	paths := make([]string, len(m.Files))
+	for i, f := range m.Files {
+		path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: f.Source, SHA256: f.WantSHA256(), Size: f.Size, Set: set}, progress)
+		if err != nil {
+			err = pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, err)
+			// The job record redacts the model's own source in its error
+			// (catalog.WriteJobRecord), not the other files': a signed
+			// URL's signature must not reach the job's owner through it.
+			return "", &redacted{msg: fmt.Sprintf("file %d of %d, %s: %s", i+1, len(m.Files), catalog.FileName(f.Source),
+				strings.ReplaceAll(err.Error(), f.Source, catalog.RedactQuery(f.Source))), err: err}
+		}
+		paths[i] = path
+	}
+	for i, f := range m.Files {
+		if f.NeedsPin() {
+			if err := p.pin(ctx, job, m.Name, f.Source, paths[i]); err != nil {
+				return "", fmt.Errorf("file %s: %w", catalog.FileName(f.Source), err)
+			}
+		}
+	}
+	return catalog.SetPath(p.Config.CacheDir, m), nil
+}
+
+// redacted is err said as msg: the same error for errors.Is and As.
+type redacted struct {
+	msg string
+	err error
+}
+
+func (e *redacted) Error() string { return e.msg }
+func (e *redacted) Unwrap() error { return e.err }
+
+// pinMismatch turns a fetch of source that failed verification against
+// its pin into catalog.PinMismatch: a verification failure names the
+// pinned digest and the one it got; nothing else that can fail does both.
+// Any other error is returned as it is.
+func pinMismatch(model, source, declared, pinned string, err error) error {
+	if msg := err.Error(); declared == "" && pinned != "" && strings.Contains(msg, pinned) {
+		if got := catalog.OtherSHA256(msg, pinned); got != "" {
+			return errors.New(catalog.PinMismatch(model, api.RedactSource(source), pinned, got))
+		}
+	}
+	return err
 }
 
 // pin tells the coordinator what the first verified fetch of m got, so
@@ -246,7 +315,7 @@ func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (s
 // different bytes. A coordinator that does not answer fails nothing (the
 // bytes are what the origin served, as without pinning) and the next
 // fetch on any node pins.
-func (p *Prolog) pin(ctx context.Context, job prolog.Job, m catalog.Model, path string) error {
+func (p *Prolog) pin(ctx context.Context, job prolog.Job, model, source, path string) error {
 	if p.Coordinator == nil {
 		return nil
 	}
@@ -256,20 +325,20 @@ func (p *Prolog) pin(ctx context.Context, job prolog.Job, m catalog.Model, path 
 	}
 	cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
 	defer cancel()
-	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: m.Source, SHA256: sum, Node: job.Node})
+	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: source, SHA256: sum, Node: job.Node})
 	var ae *api.Error
 	switch {
 	case errors.As(err, &ae) && ae.Code == api.CodeConflict:
 		// Not the cluster's bytes: left in the cache, the next job's
 		// fast path (which checks no digest) would take them.
 		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			p.logf(job.ID, "cannot remove %s, which holds other bytes than %s is pinned to: %v", path, m.Name, rerr)
+			p.logf(job.ID, "cannot remove %s, which holds other bytes than %s is pinned to: %v", path, model, rerr)
 		}
 		return ae
 	case err != nil:
-		p.logf(job.ID, "could not pin %s to sha256 %s at %s: %v; the next fetch pins", m.Name, sum, p.Coordinator.BaseURL, err)
+		p.logf(job.ID, "could not pin %s (%s) to sha256 %s at %s: %v; the next fetch pins", model, api.RedactSource(source), sum, p.Coordinator.BaseURL, err)
 	default:
-		p.logf(job.ID, "pinned %s to sha256 %s", m.Name, sum)
+		p.logf(job.ID, "pinned %s (%s) to sha256 %s", model, api.RedactSource(source), sum)
 	}
 	return nil
 }

@@ -44,6 +44,13 @@ type Model struct {
 	// reported one. Every later fetch verifies against it; see WantSHA256.
 	Pinned     string `json:"pinned_sha256,omitempty"`
 	PinnedETag string `json:"pinned_etag,omitempty"`
+
+	// Files, when set, makes the model a set of several remote files
+	// fetched together into one directory (see set.go). Source is then
+	// the first file's source, so that a reader that knows no Files still
+	// names the model by a source of its own, and SHA256 and Pinned are
+	// empty: each file carries its own.
+	Files []File `json:"files,omitempty"`
 }
 
 // DefaultFabric is the fabric of a node that names none: a cluster with one

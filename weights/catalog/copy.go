@@ -119,7 +119,7 @@ func ReadCopy(path string) (Copy, error) {
 func WriteCopy(path string, c Copy) error {
 	c.Models = append([]Model(nil), c.Models...)
 	for i := range c.Models {
-		c.Models[i].Source = RedactQuery(c.Models[i].Source)
+		c.Models[i] = c.Models[i].MapSources(RedactQuery)
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -279,12 +279,42 @@ func decodeModel(s *jsonlite.Scanner) (Model, bool) {
 			ok = decodeTime(s, &m.Created)
 		case "updated":
 			ok = decodeTime(s, &m.Updated)
+		case "files":
+			m.Files = []File{}
+			ok = s.Array(func() bool {
+				f, ok := decodeFile(s)
+				m.Files = append(m.Files, f)
+				return ok
+			})
 		default:
-			ok = jsonlite.Unknown(name, "name", "source", "size_bytes", "sha256", "gpu_memory_bytes", "pinned_sha256", "pinned_etag", "created", "updated") && s.Skip()
+			ok = jsonlite.Unknown(name, "name", "source", "size_bytes", "sha256", "gpu_memory_bytes", "pinned_sha256", "pinned_etag", "created", "updated", "files") && s.Skip()
 		}
 		return ok
 	})
 	return m, ok
+}
+
+func decodeFile(s *jsonlite.Scanner) (File, bool) {
+	var f File
+	ok := s.Object(func(name string) bool {
+		var ok bool
+		switch name {
+		case "source":
+			f.Source, ok = s.String()
+		case "size_bytes":
+			f.Size, ok = s.Int(64)
+		case "sha256":
+			f.SHA256, ok = s.String()
+		case "pinned_sha256":
+			f.Pinned, ok = s.String()
+		case "pinned_etag":
+			f.PinnedETag, ok = s.String()
+		default:
+			ok = jsonlite.Unknown(name, "source", "size_bytes", "sha256", "pinned_sha256", "pinned_etag") && s.Skip()
+		}
+		return ok
+	})
+	return f, ok
 }
 
 // decodeTime reads a time as encoding/json does: time.Time's own

@@ -19,6 +19,10 @@ func copySeeds(t testing.TB) [][]byte {
 		{Name: "b", Source: "hf:org/repo@rev/b.gguf", Size: 1 << 40, SHA256: strings.Repeat("ab", 32), GPUMemory: 80 << 30,
 			Created: time.Date(2025, 5, 6, 7, 8, 9, 0, time.FixedZone("x", 3600)), Updated: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 		{Name: "c", Source: "https://h/é\u2028/\x01\"\\\t.gguf", Size: -1},
+		{Name: "d", Source: "hf:o/r/d-00001-of-00002.gguf", Size: 10, Files: []File{
+			{Source: "hf:o/r/d-00001-of-00002.gguf", Size: 4, SHA256: strings.Repeat("cd", 32)},
+			{Source: "https://h/d-00002-of-00002.gguf?x=1", Size: 6, Pinned: strings.Repeat("ef", 32), PinnedETag: "\"e\""},
+		}},
 	}, CatalogID: "0123456789abcdef0123456789abcdef", Generation: 7, TrustedID: "fedcba", TrustedGeneration: 1 << 40}
 	var seeds [][]byte
 	for _, c := range []Copy{{}, {Models: []Model{}}, full} {
@@ -40,7 +44,8 @@ func copySeeds(t testing.TB) [][]byte {
 		`{"fetched":"2026-01-01T00:00:00.123456789+02:00"}`, `{"fetched":null}`, `{"fetched":"\u0032026-01-01T00:00:00Z"}`,
 		`{"other":{"a":[1,-2.5e-3,true,false,null,"x",{}]},"models":[{"name":"a","extra":[]}]}`, `{"ſource":1}`,
 		`{"other":01}`, `{"other":1.}`, `{"other":tru}`, `{"models":[{"name":"a"},]}`, `{"models":[{"name":"a"}`,
-		`{"models":[{"name":"a"}]`, `{"coordinator":"a",}`, `{,}`, `{"a" 1}`, ` { "models" : [ { "name" : "a" } ] } `,
+		`{"models":[{"name":"a"}]`, `{"models":[{"files":[{"source":"a","other":[1]}]}]}`, `{"models":[{"files":null}]}`,
+		`{"models":[{"files":[null]}]}`, `{"models":[{"files":[{"size_bytes":"1"}]}]}`, `{"coordinator":"a",}`, `{,}`, `{"a" 1}`, ` { "models" : [ { "name" : "a" } ] } `,
 	} {
 		seeds = append(seeds, []byte(s))
 	}
@@ -99,6 +104,7 @@ func TestMarshalJobRecord(t *testing.T) {
 		{},
 		{Job: "42", Model: "m", Source: "hf:o/r/f.gguf", Path: "/var/cache/llmgw/0123-f.gguf", Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)},
 		{Job: "1_2+3", Model: "m", Error: "fetch <x> & \"y\"\n\t\x01\x7f é \u2028\u2029 \xff\xfe", Time: time.Now()},
+		{Job: "43", Model: "m", Source: "hf:o/r/f-00001-of-00002.gguf", Set: "0123456789abcdef-f.set", Path: "/c/0123456789abcdef-f.set/f-00001-of-00002.gguf", Time: time.Unix(5, 0).UTC()},
 		{Job: "1", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		{Job: "1", Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -5*3600))},
 	} {

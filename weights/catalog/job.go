@@ -22,12 +22,16 @@ const DefaultRunDir = "/run/llmgw"
 // job the path or the failure; gc reads every record to leave alone the
 // weights a running job uses; the Epilog removes it.
 type JobRecord struct {
-	Job    string    `json:"job"`
-	Model  string    `json:"model"`
-	Source string    `json:"source,omitempty"`
-	Path   string    `json:"path,omitempty"`
-	Error  string    `json:"error,omitempty"`
-	Time   time.Time `json:"time"`
+	Job    string `json:"job"`
+	Model  string `json:"model"`
+	Source string `json:"source,omitempty"`
+	// Set is the set directory's name (SetName) when the model is made of
+	// several files: gc keeps the whole directory while the job runs, not
+	// only the file Path names.
+	Set   string    `json:"set,omitempty"`
+	Path  string    `json:"path,omitempty"`
+	Error string    `json:"error,omitempty"`
+	Time  time.Time `json:"time"`
 }
 
 // JobsDir is where job records are kept under a runtime directory.
@@ -82,12 +86,12 @@ func marshalJobRecord(r JobRecord) ([]byte, error) {
 		// A year outside 0..9999: json.Marshal's error says so as it always did.
 		return json.Marshal(r)
 	}
-	b := make([]byte, 0, 128+len(r.Job)+len(r.Model)+len(r.Source)+len(r.Path)+len(r.Error))
+	b := make([]byte, 0, 128+len(r.Job)+len(r.Model)+len(r.Source)+len(r.Set)+len(r.Path)+len(r.Error))
 	b = append(b, `{"job":`...)
 	b = jsonlite.AppendString(b, r.Job)
 	b = append(b, `,"model":`...)
 	b = jsonlite.AppendString(b, r.Model)
-	for _, f := range [...]struct{ name, v string }{{`,"source":`, r.Source}, {`,"path":`, r.Path}, {`,"error":`, r.Error}} {
+	for _, f := range [...]struct{ name, v string }{{`,"source":`, r.Source}, {`,"set":`, r.Set}, {`,"path":`, r.Path}, {`,"error":`, r.Error}} {
 		if f.v != "" {
 			b = append(b, f.name...)
 			b = jsonlite.AppendString(b, f.v)

@@ -88,13 +88,18 @@ func CachePathFor(cacheDir, source string) string {
 }
 
 // WantedCacheNames maps the cache name of every remote source among models
-// to its model's name: the cache files the catalog wants. Path and model-id
-// sources are never fetched, so they want no cache file. Node gc keeps
-// these, and the coordinator asks a node to remove only others.
+// to its model's name: the cache files the catalog wants, and the set
+// directory (SetName) of every model of several files, which is wanted
+// whole. Path and model-id sources are never fetched, so they want no
+// cache file. Node gc keeps these, and the coordinator asks a node to
+// remove only others.
 func WantedCacheNames(models []Model) map[string]string {
 	w := make(map[string]string, len(models))
 	for _, m := range models {
-		if KindOf(m.Source) == KindRemote {
+		switch {
+		case m.IsSet():
+			w[SetName(m)] = m.Name
+		case KindOf(m.Source) == KindRemote:
 			w[CacheName(m.Source)] = m.Name
 		}
 	}

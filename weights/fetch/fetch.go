@@ -295,7 +295,13 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		}
 		return source, nil
 	}
+	return f.ensureRemote(ctx, source, "", want)
+}
 
+// ensureRemote is Ensure of a remote source into the cache, or, when set
+// names a set directory (catalog.SetName), into that directory under the
+// source's own file name (see EnsureIn).
+func (f *Fetcher) ensureRemote(ctx context.Context, source, set string, want Want) (string, error) {
 	rem, err := parseRemote(source, f.hfEndpoint())
 	if err != nil {
 		return "", &Error{Source: source, Op: "parse", Err: err}
@@ -310,6 +316,9 @@ func (f *Fetcher) Ensure(ctx context.Context, source string, want Want) (string,
 		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
 	target := catalog.CachePathFor(f.CacheDir, source)
+	if set != "" {
+		target = catalog.SetFilePath(filepath.Join(f.CacheDir, set), source)
+	}
 	// Only the cheap check here: a file that must be hashed first is hashed
 	// by the shared call below, once however many callers ask at the same
 	// time.

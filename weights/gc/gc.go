@@ -12,8 +12,10 @@
 //     of llmgw's business, however unreferenced it looks;
 //   - only names no catalog entry wants (catalog.CacheName of every remote
 //     source in the node's catalog copy);
-//   - never a symlink, never a directory: only regular files, looked at
-//     without following links;
+//   - never a symlink, and no directory but a set directory (a model of
+//     several files, weights/catalog/set.go) whose manifest names it: only
+//     regular files and such directories, looked at without following
+//     links; a set directory goes whole or not at all, never one file of it;
 //   - never the .part or .part.ranges of a fetch in progress: one written
 //     within partQuiet, or of a source the catalog wants and touched within
 //     PartMaxAge. A fetch left behind (its source no longer wanted, or
@@ -322,6 +324,9 @@ func inUse(recs []catalog.JobRecord) map[string]string {
 		if catalog.KindOf(r.Source) == catalog.KindRemote {
 			m[catalog.CacheName(r.Source)] = job
 		}
+		if r.Set != "" {
+			m[r.Set] = job
+		}
 	}
 	return m
 }
@@ -369,8 +374,15 @@ func (g *run) cacheBytes() (int64, error) {
 	}
 	var n int64
 	for _, name := range names {
-		if fi, err := g.root.Lstat(name); err == nil && fi.Mode().IsRegular() {
+		fi, err := g.root.Lstat(name)
+		switch {
+		case err != nil:
+		case fi.Mode().IsRegular():
 			n += fi.Size()
+		case fi.IsDir() && catalog.IsSetName(name):
+			if st, err := g.setStat(name); err == nil {
+				n += st.size
+			}
 		}
 	}
 	return n, nil
@@ -400,17 +412,29 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		f.Action, f.Reason = Refused, fmt.Sprintf("the catalog wants it (model %s)", m)
 		return f, nil
 	}
+	if catalog.IsSetName(name) {
+		if fi, err := g.root.Lstat(name); err == nil && fi.IsDir() {
+			return g.judgeSet(f, fi, held)
+		}
+	}
 	fi, refused := g.look(&f)
 	if refused {
 		return f, nil
 	}
-	for _, key := range []string{name, f.Path} {
+	return g.keepOrList(f, fi, fi.ModTime(), held, "no catalog entry wants it; gc --collect would remove it")
+}
+
+// keepOrList ends the judgement of an unwanted cache entry f, found as fi
+// and last written at written: kept while a job uses it, while it is
+// recent, or while held; else listed, saying listed.
+func (g *run) keepOrList(f File, fi fs.FileInfo, written time.Time, held, listed string) (File, fs.FileInfo) {
+	for _, key := range []string{f.Name, f.Path} {
 		if job, ok := g.inUse[key]; ok {
 			f.Action, f.Reason = Kept, "in use by "+job+" on this node"
 			return f, nil
 		}
 	}
-	if g.opt.Recent > 0 && time.Since(fi.ModTime()) < g.opt.Recent {
+	if g.opt.Recent > 0 && time.Since(written) < g.opt.Recent {
 		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
 		return f, nil
 	}
@@ -418,8 +442,83 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		f.Action, f.Reason = Kept, held
 		return f, fi
 	}
-	f.Action, f.Reason = Listed, "no catalog entry wants it; gc --collect would remove it"
+	f.Action, f.Reason = Listed, listed
 	return f, fi
+}
+
+// judgeSet judges the set directory of a model of several files
+// (weights/catalog/set.go), found as fi, which no catalog entry wants. A
+// set is collected whole or not at all: never one file of it, since a set
+// missing a file is a set no engine can load and the next job refetches
+// the file anyway. It must prove llmgw made it (a manifest that names it),
+// hold no fetch in progress, and be kept like a single file when a job
+// uses it or it was written within Recent; the newest of its files
+// decides its age.
+func (g *run) judgeSet(f File, fi fs.FileInfo, held string) (File, fs.FileInfo) {
+	st, err := g.setStat(f.Name)
+	if err != nil {
+		f.Action, f.Reason = Refused, err.Error()
+		return f, nil
+	}
+	f.Size = st.size
+	if st.live {
+		if !f.Asked {
+			return File{}, nil // a fetch in progress found by listing: not news
+		}
+		f.Action, f.Reason = Refused, "a set directory with a fetch in progress (.part): not garbage"
+		return f, nil
+	}
+	return g.keepOrList(f, fi, st.newest, held, "a model of several files no catalog entry wants; gc --collect would remove its directory whole")
+}
+
+// setStat is what gc needs to know of a set directory.
+type setStat struct {
+	size   int64     // of its regular files
+	newest time.Time // the latest modification of any entry, the directory's own included
+	live   bool      // a .part or ranges file written within partQuiet
+}
+
+// setStat reads the set directory name through the cache directory's
+// handle, without following a link, and refuses it (the error says why)
+// unless its manifest proves llmgw made it for exactly that name.
+func (g *run) setStat(name string) (setStat, error) {
+	var st setStat
+	sub, err := g.root.OpenRoot(name)
+	if err != nil {
+		return st, fmt.Errorf("cannot open the set directory: %v", err)
+	}
+	defer sub.Close()
+	b, err := sub.ReadFile(catalog.SetManifest)
+	if err != nil {
+		return st, fmt.Errorf("a directory without a readable set manifest (%s): llmgw did not make it, so it is not llmgw's to remove", catalog.SetManifest)
+	}
+	man, err := catalog.ParseManifest(b)
+	if err != nil || man.Name() != name {
+		return st, fmt.Errorf("a directory whose set manifest (%s) does not name it: llmgw did not make it, so it is not llmgw's to remove", catalog.SetManifest)
+	}
+	ents, err := fs.ReadDir(sub.FS(), ".")
+	if err != nil {
+		return st, fmt.Errorf("cannot list the set directory: %v", err)
+	}
+	if dfi, err := sub.Lstat("."); err == nil {
+		st.newest = dfi.ModTime()
+	}
+	for _, e := range ents {
+		fi, err := sub.Lstat(e.Name())
+		if err != nil {
+			continue
+		}
+		if fi.ModTime().After(st.newest) {
+			st.newest = fi.ModTime()
+		}
+		if fi.Mode().IsRegular() {
+			st.size += fi.Size()
+		}
+		if (catalog.IsPartialName(e.Name()) || strings.HasSuffix(e.Name(), catalog.RangesTmpSuffix)) && time.Since(fi.ModTime()) < partQuiet {
+			st.live = true
+		}
+	}
+	return st, nil
 }
 
 // look finds f in the cache directory, without following a link, and
@@ -488,6 +587,9 @@ func (g *run) remove(f File, judged fs.FileInfo) File {
 		f.Action, f.Reason = Failed, fmt.Sprintf("cannot look at it again before removing it: %v", err)
 		return f
 	}
+	if judged.IsDir() {
+		return g.removeSet(f, fi, judged)
+	}
 	if why := notRegular(fi); why != "" {
 		f.Action, f.Reason = Refused, why+" (it changed after it was judged)"
 		return f
@@ -508,6 +610,33 @@ func (g *run) remove(f File, judged fs.FileInfo) File {
 		return f
 	}
 	f.Action, f.Reason = Removed, "no catalog entry wants it"
+	return f
+}
+
+// removeSet removes the set directory f, judged as judged and found again
+// as fi, whole: it must still be that directory (same inode, not a link),
+// still hold no fetch in progress, and Root.RemoveAll then removes it
+// through the cache directory's handle, never following a link inside.
+func (g *run) removeSet(f File, fi, judged fs.FileInfo) File {
+	if fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir() || !os.SameFile(fi, judged) {
+		f.Action, f.Reason = Refused, "it was replaced after it was judged; the next gc judges it again"
+		return f
+	}
+	st, err := g.setStat(f.Name)
+	switch {
+	case err != nil:
+		f.Action, f.Reason = Refused, err.Error()+" (it changed after it was judged)"
+		return f
+	case st.live || g.opt.Recent > 0 && time.Since(st.newest) < g.opt.Recent:
+		f.Action, f.Reason = Kept, "a fetch began in it after it was judged; the next gc judges it again"
+		return f
+	}
+	if err := g.root.RemoveAll(f.Name); err != nil {
+		f.Action, f.Reason = Failed, fmt.Sprintf("remove: %v", err)
+		return f
+	}
+	f.Size = st.size
+	f.Action, f.Reason = Removed, "no catalog entry wants this model of several files; its directory is removed whole"
 	return f
 }
 

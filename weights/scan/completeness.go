@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Completeness: when a candidate the walk found is finished, and how what
@@ -161,6 +163,9 @@ func (c *candidate) checkComplete() {
 	if len(c.weights) == 0 && c.broken == 0 {
 		c.trouble.add("no finished weight file yet")
 	}
+	if c.manifest {
+		c.checkSet()
+	}
 	sort.Strings(c.indexes)
 	listed := map[string]bool{}
 	for _, idx := range c.indexes {
@@ -234,6 +239,34 @@ func (c *candidate) checkComplete() {
 			} else {
 				c.trouble.file(path.Join(k.dir, name), "missing part of a sharded set")
 			}
+		}
+	}
+}
+
+// checkSet holds a directory with a set manifest (catalog.SetManifest) to
+// every file the manifest lists: a model of several files fetched by llmgw
+// (weights/catalog/set.go) is whole only with all of them, and a fetch
+// killed between two files leaves a directory that nothing else would tell
+// from a finished one when the names carry no "-of-N" (a checkpoint and
+// its config.json).
+func (c *candidate) checkSet() {
+	man, err := catalog.ReadManifest(c.path)
+	if err != nil {
+		c.trouble.add(fmt.Sprintf("set manifest %s unusable: %s", catalog.SetManifest, errText(err)))
+		return
+	}
+	for _, f := range man.Files {
+		size, ok := c.weights[f.Name]
+		if !ok {
+			st, err := os.Stat(c.path + "/" + f.Name)
+			if err != nil || !st.Mode().IsRegular() {
+				c.trouble.file(f.Name, "missing, one of the files of the set in "+catalog.SetManifest)
+				continue
+			}
+			size = st.Size()
+		}
+		if f.Size > 0 && size != f.Size {
+			c.trouble.file(f.Name, fmt.Sprintf("%d bytes, the set wants %d", size, f.Size))
 		}
 	}
 }

@@ -86,7 +86,9 @@ func headerProblem(p string, st fileStat) string {
 // settling says when a weight file modified recently is not yet taken as
 // finished (Options.Settle), or "".
 func (s *walker) settling(p string, st fileStat) string {
-	if s.opt.Settle <= 0 || catalog.IsCacheName(path.Base(p)) {
+	// A file in a set directory (catalog.SetName) is llmgw's fetcher's
+	// too, renamed there only whole.
+	if s.opt.Settle <= 0 || catalog.IsCacheName(path.Base(p)) || catalog.IsSetName(path.Base(path.Dir(p))) {
 		return ""
 	}
 	if ago := s.now.Sub(time.Unix(0, st.mtime)); ago < s.opt.Settle {

@@ -83,8 +83,12 @@ type candidate struct {
 	broken     int              // weight-named links whose target is gone
 	indexes    []string         // rel paths of sharded-checkpoint indexes
 	partials   []string         // rel paths of downloads still being written
-	trouble    trouble
-	visited    map[devIno]bool
+	// manifest says the candidate holds a set manifest at its top
+	// (catalog.SetManifest): llmgw is fetching, or has fetched, a model of
+	// several files into it, and it is whole only with every file listed.
+	manifest bool
+	trouble  trouble
+	visited  map[devIno]bool
 }
 
 type splitKey struct {
@@ -653,6 +657,7 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 		subs     []subdir
 		troubles [][2]string
 		broken   int
+		manifest bool
 	)
 	relOf := func(name string) string {
 		if rel == "" {
@@ -708,6 +713,8 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 			partials = append(partials, relOf(name))
 		case isIndexName(name):
 			indexes = append(indexes, relOf(name))
+		case rel == "" && name == catalog.SetManifest:
+			manifest = true
 		case catalog.IsWeightName(name):
 			weights = append(weights, namedSize{relOf(name), st.size})
 			if why := s.settling(abs+"/"+name, st); why != "" {
@@ -726,6 +733,7 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 	}
 	c.indexes = append(c.indexes, indexes...)
 	c.partials = append(c.partials, partials...)
+	c.manifest = c.manifest || manifest
 	for _, t := range troubles {
 		c.trouble.file(t[0], t[1])
 	}
