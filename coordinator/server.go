@@ -86,6 +86,9 @@ type Server struct {
 // close db.
 func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logrus.Logger) (*Server, error) {
 	cfg = cfg.withDefaults()
+	if err := cfg.checkRemoved(); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = logrus.New()
 		log.SetOutput(io.Discard)
@@ -137,7 +140,7 @@ func (s *Server) Close() {
 
 // Handler is the coordinator's HTTP API.
 //
-// Routes: POST /v1/reports (agent or admin token); GET /v1/models,
+// Routes: POST /v1/reports (the node's own token, or the admin token); GET /v1/models,
 // GET /v1/status, GET /v1/status/{model}, GET /v1/placement (open, or any
 // token when a read token is configured); PUT and DELETE /v1/models/{name}
 // and POST /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin
@@ -355,15 +358,17 @@ func (s *Server) authorize(r *http.Request, need role) error {
 	if need == roleNone || need == roleRead && s.tokens.Read == "" {
 		return nil
 	}
-	switch {
-	case need == roleAgent && s.tokens.Agent == "" && s.tokens.Admin == "":
-		return api.Errorf(api.CodeForbidden, "reports are refused: this coordinator has no agent token; start it with --agent-token-file FILE and give the agents the same token")
-	case need == roleAdmin && s.tokens.Admin == "":
+	if need == roleAdmin && s.tokens.Admin == "" {
 		return api.Errorf(api.CodeForbidden, "catalog changes are refused: this coordinator has no admin token; start it with --admin-token-file FILE and pass the same token with --token-file")
 	}
 	auth := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if auth == "" || !ok || strings.TrimSpace(tok) == "" {
+		if need == roleAgent {
+			// A node's own token is the only bearer token an agent has.
+			return api.Errorf(api.CodeUnauthorized, "%s needs the node's own token ('llmgw nodes token NODE --out FILE', "+
+				"installed as agent.toml's token_file) or a MUNGE credential (munge_socket)", what(r, need))
+		}
 		return api.Errorf(api.CodeUnauthorized, "%s needs a bearer token: pass --token-file FILE or set LLMGW_TOKEN_FILE", what(r, need))
 	}
 	got := s.tokens.roleOf(strings.TrimSpace(tok))
