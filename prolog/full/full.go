@@ -226,7 +226,7 @@ func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (s
 		// it got; nothing else that can fail does both.
 		if msg := err.Error(); m.SHA256 == "" && m.Pinned != "" && strings.Contains(msg, m.Pinned) {
 			if got := catalog.OtherSHA256(msg, m.Pinned); got != "" {
-				return "", errors.New(catalog.PinMismatch(m.Name, api.RedactSource(m.Source), m.Pinned, got))
+				return "", errors.New(catalog.PinMismatch(m.Name, api.RedactSource(m.Source), m.Pinned, m.PinnedETag, got))
 			}
 		}
 		return "", err
@@ -256,7 +256,11 @@ func (p *Prolog) pin(ctx context.Context, job prolog.Job, m catalog.Model, path 
 	}
 	cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
 	defer cancel()
-	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: m.Source, SHA256: sum, Node: job.Node})
+	// How the origin named the version it served, noted on the file by
+	// whichever process fetched it (the agent, or this one), is recorded
+	// beside the pin for the admin.
+	origin := fetch.RecordedOrigin(path)
+	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: m.Source, SHA256: sum, ETag: origin, Node: job.Node})
 	var ae *api.Error
 	switch {
 	case errors.As(err, &ae) && ae.Code == api.CodeConflict:
@@ -269,7 +273,11 @@ func (p *Prolog) pin(ctx context.Context, job prolog.Job, m catalog.Model, path 
 	case err != nil:
 		p.logf(job.ID, "could not pin %s to sha256 %s at %s: %v; the next fetch pins", m.Name, sum, p.Coordinator.BaseURL, err)
 	default:
-		p.logf(job.ID, "pinned %s to sha256 %s", m.Name, sum)
+		if origin != "" {
+			p.logf(job.ID, "pinned %s to sha256 %s (the origin served it as %s)", m.Name, sum, origin)
+		} else {
+			p.logf(job.ID, "pinned %s to sha256 %s", m.Name, sum)
+		}
 	}
 	return nil
 }

@@ -51,7 +51,11 @@ func newPinCluster(t *testing.T, first []byte) *pinCluster {
 	c.body.Store(&first)
 	c.origin = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.hits.Add(1)
-		http.ServeContent(w, r, "w.gguf", time.Time{}, bytes.NewReader(*c.body.Load()))
+		body := *c.body.Load()
+		// A validator per version, as a real origin sends: the pin
+		// records it beside the digest.
+		w.Header().Set("ETag", etagOf(body))
+		http.ServeContent(w, r, "w.gguf", time.Time{}, bytes.NewReader(body))
 	}))
 	t.Cleanup(c.origin.Close)
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "coordinator.db"))
@@ -158,6 +162,9 @@ func (c *pinCluster) report(node string, p *Prolog) {
 	}
 }
 
+// etagOf is the pin test origin's ETag for body.
+func etagOf(body []byte) string { return `"v-` + hexSum(body)[:8] + `"` }
+
 func hexSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // run runs a job's Prolog on p and returns its record and what the
@@ -186,8 +193,8 @@ func TestPinnedBytesForTheWholeCluster(t *testing.T) {
 	if rec, err := run(t, n1, "n1", "1", "m"); err != nil || rec.Path == "" {
 		t.Fatalf("first fetch: record %+v, task prolog %v; log:\n%s", rec, err, log1)
 	}
-	if m := c.model("m"); m.Pinned != hexSum(a) || m.SHA256 != "" {
-		t.Fatalf("after the first fetch the catalog has %+v; want pinned %s", m, hexSum(a))
+	if m := c.model("m"); m.Pinned != hexSum(a) || m.SHA256 != "" || m.PinnedETag != "ETag: "+etagOf(a) {
+		t.Fatalf("after the first fetch the catalog has %+v; want pinned %s, served as ETag: %s", m, hexSum(a), etagOf(a))
 	}
 
 	// A second node verifies against the pin and gets the same bytes.
@@ -205,7 +212,7 @@ func TestPinnedBytesForTheWholeCluster(t *testing.T) {
 	c.body.Store(&b)
 	n3, log3 := c.node("n3")
 	rec, err = run(t, n3, "n3", "3", "m")
-	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m"} {
+	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m", "served as ETag: " + etagOf(a)} {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(rec.Error, want) {
 			t.Errorf("fetch of changed bytes: task prolog %v, record %q; want it to name %q; log:\n%s", err, rec.Error, want, log3)
 		}
@@ -287,7 +294,9 @@ func TestAConflictingFirstFetchFailsItsJob(t *testing.T) {
 	}
 	c.body.Store(&b)
 	_, err := n2.ensure(ctx, prolog.Job{ID: "2", Node: "n2", Model: "m"}, m)
-	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m"} {
+	// The coordinator's refusal names how the origin served the pinned
+	// version, which it recorded from n1's pin.
+	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m", "served as ETag: " + etagOf(a)} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("conflicting first fetch: %v; want it to name %q; log:\n%s", err, want, log2)
 		}
