@@ -6,8 +6,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"os/user"
@@ -215,17 +215,18 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 			return deny("uid %d is not an admin (root, SlurmUser, admin_users, admin_groups)", c.UID)
 		}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReportBytes+1))
+	body, err := readBody(r, MaxReportBytes)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return r, api.Errorf(api.CodeTooLarge, "the request is over the limit of %d bytes", MaxReportBytes)
+	}
 	if err != nil {
 		return r, api.Errorf(api.CodeInvalid, "reading the request: %v", err)
-	}
-	if len(body) > MaxReportBytes {
-		return r, api.Errorf(api.CodeTooLarge, "the request is over the limit of %d bytes", MaxReportBytes)
 	}
 	if !bytes.Equal(c.Payload, api.MungePayload(r.Method, r.URL.RequestURI(), body)) {
 		return deny("the credential was made for another request")
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = &readBodyBuf{Reader: bytes.NewReader(body), b: body}
 	ctx := context.WithValue(r.Context(), callerKey{}, &caller{munge: true, uid: c.UID, gid: c.GID, addr: c.Addr})
 	return r.WithContext(ctx), nil
 }
