@@ -333,6 +333,8 @@ func (s *Server) writer() {
 // fails, each report is retried alone, so one report the database rejects
 // fails only itself.
 func (s *Server) commit(batch []*queued) {
+	s.batches.Add(1)
+	s.batched.Add(int64(len(batch)))
 	res, err := s.ingest(batch)
 	if err != nil && len(batch) > 1 {
 		for _, q := range batch {

@@ -50,6 +50,10 @@ type Server struct {
 	// follows it (see view).
 	writeMu sync.Mutex
 	queue   chan *queued
+	// batches and batched count the writer's commits and the reports in
+	// them: their ratio is the group commit's batch size, which the
+	// benchmarks print, since a commit's cost is shared by its batch.
+	batches, batched atomic.Int64
 	// gc holds the gc requests not yet handed to every node they ask.
 	gc gcPending
 	// dbOK is false after a write failed, until one succeeds: readiness
