@@ -119,7 +119,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
 	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
-		log.Warn("no token file configured: reports are sent without a token, which a coordinator with --agent-token-file refuses")
+		log.Warn("no token file and no munge_socket configured: reports are sent without a token, which the coordinator refuses; install this node's own token ('llmgw nodes token NODE --out FILE') as token_file, or set munge_socket")
 	}
 	return a, nil
 }

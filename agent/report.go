@@ -177,7 +177,7 @@ func classify(err error) string {
 func skippedWhat(result string) string {
 	switch result {
 	case resultRejected:
-		return "the coordinator refused this agent's token; check --token-file against the coordinator's --agent-token-file"
+		return "the coordinator refused this agent's token; --token-file must hold this node's own token ('llmgw nodes token NODE' on the coordinator's side), or set munge_socket"
 	case resultNoToken:
 		return "no report can be sent without the token"
 	case resultBadAnswer:

@@ -15,8 +15,11 @@ import (
 type PinRequest struct {
 	Source string `json:"source"`
 	SHA256 string `json:"sha256"`
-	// ETag is the origin's validator of those bytes, when the fetch saw
-	// one; it is recorded for the admin, never checked.
+	// ETag is how the origin named the version of those bytes when the
+	// fetch got them: "ETag: ...", the hub's "X-Repo-Commit: ...,
+	// X-Linked-Etag: ...", or "Last-Modified: ..." (weights/fetch.originOf).
+	// It is recorded beside the pin and shown to admins (models list, the
+	// pin mismatch), never checked: the sha256 is what every fetch verifies.
 	ETag string `json:"etag,omitempty"`
 	// Node is the node that fetched: with munge or a node's own token, the
 	// coordinator takes a pin only from that node (coordinator/pin.go).

@@ -6,8 +6,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"os/user"
@@ -215,17 +215,18 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 			return deny("uid %d is not an admin (root, SlurmUser, admin_users, admin_groups)", c.UID)
 		}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReportBytes+1))
+	body, err := readBody(r, MaxReportBytes)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return r, api.Errorf(api.CodeTooLarge, "the request is over the limit of %d bytes", MaxReportBytes)
+	}
 	if err != nil {
 		return r, api.Errorf(api.CodeInvalid, "reading the request: %v", err)
-	}
-	if len(body) > MaxReportBytes {
-		return r, api.Errorf(api.CodeTooLarge, "the request is over the limit of %d bytes", MaxReportBytes)
 	}
 	if !bytes.Equal(c.Payload, api.MungePayload(r.Method, r.URL.RequestURI(), body)) {
 		return deny("the credential was made for another request")
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = &readBodyBuf{Reader: bytes.NewReader(body), b: body}
 	ctx := context.WithValue(r.Context(), callerKey{}, &caller{munge: true, uid: c.UID, gid: c.GID, addr: c.Addr})
 	return r.WithContext(ctx), nil
 }
@@ -233,9 +234,9 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 // speaksFor checks that r's caller may speak for node: with a MUNGE
 // credential, node must be one of Slurm's and the credential must come from
 // one of its addresses; with a node's token, it must be that node's. With
-// munge on, nothing else speaks for a node: the shared agent token and the
-// admin token would let their holders speak for every node, which is what
-// munge is there to stop. Without munge they are trusted as before.
+// munge on, nothing else speaks for a node: the admin token would let its
+// holder speak for every node, which is what munge is there to stop.
+// Without munge the admin token is trusted as before.
 func (s *Server) speaksFor(r *http.Request, node string) error {
 	c := callerOf(r)
 	if c != nil && c.node != "" {
@@ -248,7 +249,7 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 	if c == nil || !c.munge {
 		if s.trust != nil {
 			s.trust.refused.Inc()
-			s.log.WithField("node", node).Warn("refused: a shared token speaking for a node while munge is on")
+			s.log.WithField("node", node).Warn("refused: the admin token speaking for a node while munge is on")
 			return errDenied
 		}
 		return nil
@@ -276,10 +277,6 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 func (s *Server) initTrust(ctx context.Context) error {
 	if err := s.loadNodeTokens(ctx); err != nil {
 		return err
-	}
-	if s.tokens.Agent != "" {
-		s.log.Warn("agent_token_file is set: whoever holds that one token can report for every node; " +
-			"set munge_socket, or give each node its own token (llmgw nodes token NODE), and drop agent_token_file")
 	}
 	cfg := s.cfg
 	if cfg.MungeSocket == "" {

@@ -178,12 +178,12 @@ func TestMungeReplayedCredentialRefused(t *testing.T) {
 	}
 }
 
-// TestMungeSharedTokensSpeakForNoNode: with munge on, the shared agent
-// token and the admin token no longer let their holders report for any
-// node, and a made-up bearer token reads nothing.
+// TestMungeSharedTokensSpeakForNoNode: with munge on, the admin token no
+// longer lets its holder report for any node, the token every agent once
+// shared is nothing, and a made-up bearer token reads nothing.
 func TestMungeSharedTokensSpeakForNoNode(t *testing.T) {
 	m := newMungeEnv(t)
-	for _, c := range []*api.Client{m.agent, m.admin} {
+	for _, c := range []*api.Client{m.client("agent-secret"), m.admin} {
 		_, err := c.PostReport(context.Background(), report("n1", "", 1))
 		wantDenied(t, "a shared token posting n1's report", err)
 	}

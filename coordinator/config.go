@@ -52,17 +52,18 @@ type Config struct {
 	// start; `llmgw doctor` reports it as an error either way.
 	InsecureHTTP bool `toml:"insecure_http"`
 
-	// AgentTokenFile holds the token agents send with reports. Without it
-	// (and without an admin token) the coordinator refuses every report with
-	// 403, even on loopback: an open report endpoint would let anyone on the
-	// host claim any node holds anything.
+	// AgentTokenFile was the one token every agent reported with; it let
+	// any node speak for every other. It is kept only so that a config
+	// still setting it is refused by name (Config.checkRemoved) instead of
+	// starting with agents that can no longer report.
 	AgentTokenFile string `toml:"agent_token_file"`
-	// AdminTokenFile holds the token for catalog writes. The admin token
-	// also may post reports (it can already change what they mean). Without
+	// AdminTokenFile holds the token for catalog writes and for making
+	// nodes' tokens (llmgw nodes token NODE). The admin token also may post
+	// reports without munge (it can already change what they mean). Without
 	// it catalog writes are refused with 403.
 	AdminTokenFile string `toml:"admin_token_file"`
 	// ReadTokenFile, when set, makes every read (status and catalog) need a
-	// token: this one, or the agent or admin token, so operators hand users a
+	// token: this one, a node's token or the admin token, so operators hand users a
 	// token that can read and nothing else. Unset, reads are open, since
 	// status tells nothing a cluster user cannot see from sinfo's features.
 	// /healthz, /readyz and /metrics are always open (probes and scrapers),
@@ -216,10 +217,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Tokens are the bearer tokens the coordinator accepts, one per role. An
-// empty token means the role is not configured.
+// Tokens are the bearer tokens the coordinator accepts besides the nodes'
+// own (kept in the database), one per role. An empty token means the role
+// is not configured.
 type Tokens struct {
-	Agent, Admin, Read string
+	Admin, Read string
+}
+
+// checkRemoved refuses settings that no longer exist but whose silent
+// dropping would leave a cluster broken without saying why.
+func (c Config) checkRemoved() error {
+	if c.AgentTokenFile != "" {
+		return fmt.Errorf("agent_token_file (--agent-token-file, %s) is no longer supported: one token for "+
+			"every agent let any node report for all the others. Give each node its own token with "+
+			"'llmgw nodes token NODE --out FILE' and install FILE as that node's agent.toml token_file "+
+			"(or set munge_socket, and no token is needed); then remove agent_token_file", c.AgentTokenFile)
+	}
+	return nil
 }
 
 // LoadTokens reads the token files named in c.
@@ -229,7 +243,6 @@ func (c Config) LoadTokens() (Tokens, error) {
 		path, flag string
 		dst        *string
 	}{
-		{c.AgentTokenFile, "agent-token-file", &t.Agent},
 		{c.AdminTokenFile, "admin-token-file", &t.Admin},
 		{c.ReadTokenFile, "read-token-file", &t.Read},
 	} {
@@ -268,7 +281,7 @@ func (t Tokens) roleOf(tok string) role {
 	for _, c := range []struct {
 		tok string
 		r   role
-	}{{t.Read, roleRead}, {t.Agent, roleAgent}, {t.Admin, roleAdmin}} {
+	}{{t.Read, roleRead}, {t.Admin, roleAdmin}} {
 		if c.tok == "" {
 			continue
 		}

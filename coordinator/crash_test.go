@@ -61,7 +61,7 @@ func startCoordinator(t *testing.T, bin, dir, addr string) *process {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "coordinator", "--listen", addr, "--db", filepath.Join(dir, "c.db"),
-		"--agent-token-file", filepath.Join(dir, "agent.token"), "--admin-token-file", filepath.Join(dir, "admin.token"))
+		"--admin-token-file", filepath.Join(dir, "admin.token"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "LLMGW_CONFIG=")
 	if err := cmd.Start(); err != nil {
@@ -106,13 +106,14 @@ func startCoordinator(t *testing.T, bin, dir, addr string) *process {
 func TestKill9DuringReports(t *testing.T) {
 	bin := llmgwBinary(t)
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "agent.token"), []byte("agent-secret\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "admin.token"), []byte("admin-secret\n"), 0o600)
 	addr := freeAddr(t)
 	url := "http://" + addr
 	ctx := context.Background()
-	agent := &api.Client{BaseURL: url, Token: "agent-secret", HTTP: &http.Client{Timeout: 5 * time.Second}}
 	admin := &api.Client{BaseURL: url, Token: "admin-secret"}
+	// Each node with its own token, which outlives the restart (the
+	// database keeps the tokens' digests).
+	agent := &api.Client{BaseURL: url, Auth: nodeAuthVia(admin), HTTP: &http.Client{Timeout: 5 * time.Second}}
 
 	p := startCoordinator(t, bin, dir, addr)
 	var catalog []api.Model

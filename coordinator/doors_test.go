@@ -129,7 +129,7 @@ func TestSignedQueryOnlyToFetchers(t *testing.T) {
 	if _, err := e.admin.PutModel(ctx, api.Model{Name: "m", Source: src}); err != nil {
 		t.Fatal(err)
 	}
-	for who, c := range map[string]*api.Client{"reader": e.client("read-secret"), "agent": e.agent, "admin": e.admin} {
+	for who, c := range map[string]*api.Client{"reader": e.client("read-secret"), "agent": e.nodeClient(t, "n1"), "admin": e.admin} {
 		models, err := c.Models(ctx)
 		if err != nil || len(models) != 1 {
 			t.Fatalf("%s: Models = %+v, %v", who, models, err)
@@ -222,7 +222,9 @@ func TestReadyzOnAReadOnlyDatabase(t *testing.T) {
 		t.Errorf("/readyz on a read-only database = %d %s; want 503 saying it cannot be written", resp.StatusCode, body)
 	}
 	// And it is right: a report fails.
-	agent := &api.Client{BaseURL: ts.URL, Token: testTokens.Agent}
+	// The admin token, which may report: a node's token could not be made
+	// in a database that cannot be written.
+	agent := &api.Client{BaseURL: ts.URL, Token: testTokens.Admin}
 	if _, err := agent.PostReport(ctx, report("n1", "f", 1)); err == nil {
 		t.Error("a report to a read-only database was accepted")
 	}

@@ -70,7 +70,7 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	defer func() { cancel(); <-served }()
 	url := "http://" + ln.Addr().String()
 	admin := &api.Client{BaseURL: url, Token: testTokens.Admin}
-	agent := &api.Client{BaseURL: url, Token: testTokens.Agent}
+	agent := &api.Client{BaseURL: url, Auth: newNodeAuth(srv)}
 	for _, m := range []api.Model{{Name: "llama", Source: "/models/llama"}, {Name: "qwen", Source: "/lustre/qwen"}} {
 		if _, err := admin.PutModel(ctx, m); err != nil {
 			t.Fatal(err)

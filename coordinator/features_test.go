@@ -220,10 +220,10 @@ func TestFeaturesEndpoint(t *testing.T) {
 		t.Errorf("status shows features while off: %+v", st.Features)
 	}
 	on := newEnv(t, Config{Features: true, Sinfo: "/nonexistent/sinfo", FeatureFile: filepath.Join(t.TempDir(), "f")}, testTokens)
-	if _, err := on.agent.SyncFeatures(ctx, true); err == nil {
-		t.Error("the agent token reconciled features")
+	if _, err := on.nodeClient(t, "n1").SyncFeatures(ctx, true); err == nil {
+		t.Error("a node's token reconciled features")
 	} else if code, _ := apiCode(err); code != http.StatusUnauthorized || err.Error() != errDenied.Error()+" (401 Unauthorized)" {
-		t.Errorf("agent token: %v, want the one refusal", err)
+		t.Errorf("a node's token: %v, want the one refusal", err)
 	}
 	if _, err := on.anon.SyncFeatures(ctx, false); err == nil {
 		t.Error("no token reconciled features")

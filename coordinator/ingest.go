@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -192,9 +191,7 @@ func decodeWeights(raw []byte, r *api.Report) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r.Weights); err != nil {
+	if err := unmarshalStrict(raw, &r.Weights); err != nil {
 		return api.Errorf(api.CodeInvalid, "report from %.40q: weights are not the JSON expected: %v", r.Node, err)
 	}
 	return nil
@@ -336,6 +333,8 @@ func (s *Server) writer() {
 // fails, each report is retried alone, so one report the database rejects
 // fails only itself.
 func (s *Server) commit(batch []*queued) {
+	s.batches.Add(1)
+	s.batched.Add(int64(len(batch)))
 	res, err := s.ingest(batch)
 	if err != nil && len(batch) > 1 {
 		for _, q := range batch {

@@ -41,7 +41,7 @@ func TestReconfigureParksNoJob(t *testing.T) {
 		ReportInterval: time.Second, Listen: "127.0.0.1:0"}
 	url := "http://" + serveCoordinator(t, cfg)
 	admin := &api.Client{BaseURL: url, Token: testTokens.Admin}
-	agent := &api.Client{BaseURL: url, Token: testTokens.Agent}
+	agent := &api.Client{BaseURL: url, Auth: nodeAuthVia(admin)}
 	if _, err := admin.PutModel(ctx, api.Model{Name: "parked", Source: "/models/parked"}); err != nil {
 		t.Fatal(err)
 	}

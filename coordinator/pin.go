@@ -14,6 +14,11 @@ import (
 // MaxPinBytes bounds a pin request: a source, a digest and a validator.
 const MaxPinBytes = 16 << 10
 
+// MaxPinETag bounds the origin's validator a pin records: it is shown in
+// `llmgw models list` and in every pin mismatch, and the fetcher keeps at
+// most 256 bytes of it.
+const MaxPinETag = 512
+
 // routePins registers the pin endpoints: POST /v1/pins (agent token), what
 // a node's first verified fetch of an undeclared source got; DELETE
 // /v1/pins/{name} (admin token), forget a pin so the next fetch pins anew.
@@ -38,6 +43,8 @@ func (s *Server) postPin(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeInvalid, "pin of %s: sha256 must be 64 hex digits", api.RedactSource(p.Source))
 	case catalog.KindOf(p.Source) != catalog.KindRemote:
 		return api.Errorf(api.CodeInvalid, "pin of %s: only a fetched (hf: or http(s)) source is pinned", api.RedactSource(p.Source))
+	case len(p.ETag) > MaxPinETag:
+		return api.Errorf(api.CodeInvalid, "pin of %s: the origin's validator is %d bytes; at most %d are kept", api.RedactSource(p.Source), len(p.ETag), MaxPinETag)
 	}
 	var stored api.Model
 	var conflict *store.PinConflict
@@ -54,8 +61,9 @@ func (s *Server) postPin(w http.ResponseWriter, r *http.Request) error {
 	}
 	if conflict != nil {
 		m := conflict.Model
-		s.log.WithFields(map[string]any{"model": m.Name, "source": api.RedactSource(conflict.Source), "pinned": conflict.Pinned, "offered": p.SHA256, "node": p.Node}).Warn("a node fetched other bytes than the model is pinned to")
-		return api.Errorf(api.CodeConflict, "%s", catalog.PinMismatch(m.Name, api.RedactSource(conflict.Source), conflict.Pinned, p.SHA256))
+		s.log.WithFields(map[string]any{"model": m.Name, "source": api.RedactSource(conflict.Source), "pinned": conflict.Pinned, "pinned_origin": conflict.PinnedETag,
+			"offered": p.SHA256, "offered_origin": api.StripControl(p.ETag), "node": p.Node}).Warn("a node fetched other bytes than the model is pinned to")
+		return api.Errorf(api.CodeConflict, "%s", catalog.PinMismatch(m.Name, api.RedactSource(conflict.Source), conflict.Pinned, conflict.PinnedETag, p.SHA256))
 	}
 	if !s.mayFetch(r) {
 		stored = stored.MapSources(api.RedactSource)

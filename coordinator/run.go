@@ -16,15 +16,16 @@ import (
 // and closes the database.
 func Run(ctx context.Context, cfg Config, log *logrus.Logger) error {
 	cfg = cfg.withDefaults()
+	if err := cfg.checkRemoved(); err != nil {
+		return err
+	}
 	tokens, err := cfg.LoadTokens()
 	if err != nil {
 		return err
 	}
-	if tokens.Agent == "" && tokens.Admin == "" {
-		log.Warn("no --agent-token-file or --admin-token-file: reports will be refused with 403 until one is configured")
-	}
-	if tokens.Admin == "" {
-		log.Warn("no --admin-token-file: catalog changes will be refused with 403")
+	if tokens.Admin == "" && cfg.MungeSocket == "" {
+		log.Warn("no --admin-token-file and no munge_socket: catalog changes will be refused with 403, " +
+			"and no node can be given its token (llmgw nodes token NODE) to report with")
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.DB), 0o750); err != nil {
 		return fmt.Errorf("database directory: %w", err)

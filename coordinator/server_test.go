@@ -9,11 +9,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/api/table"
@@ -41,13 +44,66 @@ func (c *clock) set(t time.Time) {
 	c.mu.Unlock()
 }
 
-var testTokens = Tokens{Agent: "agent-secret", Admin: "admin-secret", Read: ""}
+var testTokens = Tokens{Admin: "admin-secret", Read: ""}
+
+// nodeAuth plays the agents of many nodes through one client, each with its
+// own node's token, made as `llmgw nodes token NODE` makes it: the node is
+// read from the request's body (a report's or a gc answer's "node"), so the
+// server's real per-node check judges every request. A body naming no node
+// is sent without a token.
+type nodeAuth struct {
+	// mint makes node's token: the server's own function, or the admin
+	// API (nodeAuthVia) for a server only reachable over HTTP.
+	mint func(ctx context.Context, node string) (string, error)
+	mu   sync.Mutex
+	toks map[string]string
+}
+
+func newNodeAuth(srv *Server) *nodeAuth { return &nodeAuth{mint: srv.newNodeToken} }
+
+// nodeAuthVia mints the tokens through admin, as `llmgw nodes token` does.
+func nodeAuthVia(admin *api.Client) *nodeAuth {
+	return &nodeAuth{mint: func(ctx context.Context, node string) (string, error) {
+		made, err := admin.NewNodeToken(ctx, node)
+		return made.Token, err
+	}}
+}
+
+func (a *nodeAuth) Authorization(ctx context.Context, method, uri string, body []byte) (string, error) {
+	var b struct {
+		Node string `json:"node"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Node == "" {
+		return "", nil
+	}
+	tok, err := a.token(ctx, b.Node)
+	return "Bearer " + tok, err
+}
+
+// token is node's token, made on first use.
+func (a *nodeAuth) token(ctx context.Context, node string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if tok, ok := a.toks[node]; ok {
+		return tok, nil
+	}
+	tok, err := a.mint(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	if a.toks == nil {
+		a.toks = map[string]string{}
+	}
+	a.toks[node] = tok
+	return tok, nil
+}
 
 type testEnv struct {
 	srv   *Server
 	db    *store.DB
 	url   string
 	clock *clock
+	// agent speaks for every node, each with its own token (nodeAuth).
 	agent *api.Client
 	admin *api.Client
 	anon  *api.Client
@@ -55,6 +111,17 @@ type testEnv struct {
 
 func (e *testEnv) client(token string) *api.Client {
 	return &api.Client{BaseURL: e.url, Token: token}
+}
+
+// nodeClient is a client with node's own token, for requests whose body
+// names no node (reads), which e.agent sends without one.
+func (e *testEnv) nodeClient(t testing.TB, node string) *api.Client {
+	t.Helper()
+	tok, err := e.agent.Auth.(*nodeAuth).token(context.Background(), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.client(tok)
 }
 
 // newEnv starts a coordinator over a real database file behind a real HTTP
@@ -79,7 +146,7 @@ func newEnv(t testing.TB, cfg Config, tokens Tokens) *testEnv {
 		db.Close()
 	})
 	e := &testEnv{srv: srv, db: db, url: ts.URL, clock: c}
-	e.agent, e.admin, e.anon = e.client(tokens.Agent), e.client(tokens.Admin), e.client("")
+	e.agent, e.admin, e.anon = &api.Client{BaseURL: e.url, Auth: newNodeAuth(srv)}, e.client(tokens.Admin), e.client("")
 	return e
 }
 
@@ -101,6 +168,7 @@ func apiCode(err error) (int, string) {
 
 func TestAuth(t *testing.T) {
 	ctx := context.Background()
+	const nodeToken = "<n1's own token>"
 	model := api.Model{Name: "llama", Source: "/models/llama"}
 	for _, tc := range []struct {
 		name     string
@@ -111,19 +179,24 @@ func TestAuth(t *testing.T) {
 	}{
 		{"report without token", testTokens, "", "report", 401},
 		{"report with wrong token", testTokens, "guess", "report", 401},
-		{"report with agent token", testTokens, "agent-secret", "report", 0},
+		{"report with the node's own token", testTokens, nodeToken, "report", 0},
+		// The one agent token every node once shared is no token at all.
+		{"report with the old shared agent token", testTokens, "agent-secret", "report", 401},
 		{"report with admin token", testTokens, "admin-secret", "report", 0},
-		{"report with read token", Tokens{Agent: "a", Admin: "b", Read: "r"}, "r", "report", 401},
-		{"report, server has no tokens", Tokens{}, "anything", "report", 403},
+		{"report with read token", Tokens{Admin: "b", Read: "r"}, "r", "report", 401},
+		{"report, server has no tokens", Tokens{}, "anything", "report", 401},
 		{"catalog without token", testTokens, "", "catalog", 401},
 		{"catalog with wrong token", testTokens, "admin-secreT", "catalog", 401},
-		{"catalog with agent token", testTokens, "agent-secret", "catalog", 401},
-		{"catalog with admin token", testTokens, "admin-secret", "catalog", 0},
-		{"catalog, server has no admin token", Tokens{Agent: "agent-secret"}, "agent-secret", "catalog", 403},
+		{"catalog with a node's token", testTokens, nodeToken, "catalog", 401},
+		{"catalog, server has no admin token", Tokens{}, "anything", "catalog", 403},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, Config{}, tc.tokens)
-			c := e.client(tc.token)
+			tok := tc.token
+			if tok == nodeToken {
+				tok = e.nodeClient(t, "n1").Token
+			}
+			c := e.client(tok)
 			var err error
 			if tc.write == "report" {
 				_, err = c.PostReport(ctx, report("n1", "ib-a", 1, api.Weight{Path: "/models/llama", Complete: true}))
@@ -140,7 +213,8 @@ func TestAuth(t *testing.T) {
 			// A wrong token and a token of the wrong role get one answer:
 			// it must not say which role a token has.
 			var ae *api.Error
-			if strings.Contains(tc.name, "wrong token") || tc.name == "report with read token" || tc.name == "catalog with agent token" {
+			if strings.Contains(tc.name, "wrong token") || strings.Contains(tc.name, "shared agent token") ||
+				tc.name == "report with read token" || tc.name == "catalog with a node's token" {
 				if !errors.As(err, &ae) || ae.Message != errDenied.Message {
 					t.Errorf("refusal %v, want the one refusal %q", err, errDenied.Message)
 				}
@@ -151,21 +225,59 @@ func TestAuth(t *testing.T) {
 			if len(nodes) != 0 || len(models) != 0 {
 				t.Errorf("after a refused write: %d nodes, %d models stored", len(nodes), len(models))
 			}
-			if tc.wantCode == 403 && tc.tokens.Admin == "" && !strings.Contains(err.Error(), "-token-file") {
+			if tc.wantCode == 403 && !strings.Contains(err.Error(), "-token-file") {
 				t.Errorf("refusal %q does not say how to configure a token", err)
 			}
 		})
 	}
 }
 
+// TestAgentTokenFileRefused: a configuration that still names the one agent
+// token every node once shared is refused at start, by name, with what
+// replaces it; starting without it would leave every agent refused and
+// nobody told why.
+func TestAgentTokenFileRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "agent.token")
+	if err := os.WriteFile(tok, []byte("agent-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(ctx, filepath.Join(dir, "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "agent_token_file") || !strings.Contains(err.Error(), tok) ||
+			!strings.Contains(err.Error(), "llmgw nodes token NODE") {
+			t.Errorf("%s with agent_token_file: %v; want a refusal naming the key, its file and 'llmgw nodes token NODE'", what, err)
+		}
+	}
+	srv, err := New(ctx, Config{AgentTokenFile: tok}, testTokens, db, nil)
+	if srv != nil {
+		srv.Close()
+	}
+	check("New", err)
+	// Bounded: a Run that took the setting would serve until ctx ends.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	check("Run", Run(rctx, Config{AgentTokenFile: tok, DB: filepath.Join(dir, "run.db"), Listen: "127.0.0.1:0"}, logrus.New()))
+	if _, err := os.Stat(filepath.Join(dir, "run.db")); err == nil {
+		t.Error("Run created its database before refusing the configuration")
+	}
+}
+
 func TestReadToken(t *testing.T) {
 	ctx := context.Background()
-	tokens := Tokens{Agent: "a", Admin: "b", Read: "r"}
+	tokens := Tokens{Admin: "b", Read: "r"}
 	e := newEnv(t, Config{}, tokens)
+	nodeTok := e.nodeClient(t, "n1").Token
 	for _, tc := range []struct {
 		token string
 		want  int
-	}{{"", 401}, {"wrong", 401}, {"r", 200}, {"a", 200}, {"b", 200}} {
+	}{{"", 401}, {"wrong", 401}, {"agent-secret", 401}, {"r", 200}, {nodeTok, 200}, {"b", 200}} {
 		_, err := e.client(tc.token).Status(ctx)
 		status, _ := apiCode(err)
 		if err == nil {
@@ -188,14 +300,15 @@ func TestReadToken(t *testing.T) {
 	}
 }
 
-// rawPost sends body as a report with the agent token.
+// rawPost sends body as a report with the admin token, which may post
+// reports: the body need not name a node.
 func rawPost(t *testing.T, url string, body io.Reader, contentType string) (int, api.Error) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url+"/v1/reports", body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+testTokens.Agent)
+	req.Header.Set("Authorization", "Bearer "+testTokens.Admin)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -568,6 +681,7 @@ func TestReadyz(t *testing.T) {
 	if c := get(); c != 200 {
 		t.Fatalf("/readyz = %d, want 200", c)
 	}
+	e.nodeClient(t, "n1") // made while the database can still store it
 	e.db.Close()
 	if c := get(); c != 503 {
 		t.Errorf("/readyz with the database closed = %d, want 503", c)

@@ -147,7 +147,7 @@ func TestTLSDefeatsARewritingProxy(t *testing.T) {
 	}
 	mitm := httptest.NewServer(rewriter(&url.URL{Scheme: "http", Host: plain}, http.DefaultTransport))
 	defer mitm.Close()
-	models, err := (&api.Client{BaseURL: mitm.URL, Token: testTokens.Agent}).Models(ctx)
+	models, err := (&api.Client{BaseURL: mitm.URL}).Models(ctx)
 	if err != nil || len(models) != 1 || models[0].Source != "hf:org/repo/evil.gguf" {
 		t.Fatalf("baseline over plain HTTP: %+v, %v; the proxy should have rewritten the answer", models, err)
 	}
@@ -177,14 +177,14 @@ func TestTLSDefeatsARewritingProxy(t *testing.T) {
 	evil.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	evil.StartTLS()
 	defer evil.Close()
-	models, err = (&api.Client{BaseURL: evil.URL, Token: testTokens.Agent, TLSCA: caFile}).Models(ctx)
+	models, err = (&api.Client{BaseURL: evil.URL, TLSCA: caFile}).Models(ctx)
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("through a TLS proxy with another CA's certificate: %+v, %v; want a certificate error", models, err)
 	}
 
 	// The attacker on the plain-HTTP path: a client given the CA refuses
 	// http:// outright, so the request never leaves.
-	_, err = (&api.Client{BaseURL: mitm.URL, Token: testTokens.Agent, TLSCA: caFile}).Models(ctx)
+	_, err = (&api.Client{BaseURL: mitm.URL, TLSCA: caFile}).Models(ctx)
 	if err == nil || !strings.Contains(err.Error(), "https://") {
 		t.Errorf("a client with tls_ca and an http:// URL: %v; want a refusal naming https://", err)
 	}
@@ -216,7 +216,7 @@ func TestTLSDefeatsARewritingProxy(t *testing.T) {
 			go func() { io.Copy(c, u); c.Close() }()
 		}
 	}()
-	models, err = (&api.Client{BaseURL: "https://" + fwd.Addr().String(), Token: testTokens.Agent, TLSCA: caFile}).Models(ctx)
+	models, err = (&api.Client{BaseURL: "https://" + fwd.Addr().String(), TLSCA: caFile}).Models(ctx)
 	if err != nil || len(models) != 1 || models[0].Source != real {
 		t.Errorf("through a forwarding proxy: %+v, %v; want the true source %s", models, err, real)
 	}

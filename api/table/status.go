@@ -252,6 +252,14 @@ func digestFrom(m api.Model) string {
 	switch {
 	case m.SHA256 != "":
 		return "declared"
+	case m.Pinned != "" && m.PinnedETag != "":
+		// How the origin named the pinned version: what an admin asks
+		// the origin about before a repin.
+		o := m.PinnedETag
+		if r := []rune(o); len(r) > 48 {
+			o = string(r[:47]) + "…"
+		}
+		return "pinned (" + o + ")"
 	case m.Pinned != "":
 		return "pinned"
 	case catalog.KindOf(m.Source) == catalog.KindRemote:

@@ -20,11 +20,14 @@ Settings come from the TOML file (--config, default /etc/llmgw/coordinator.toml;
 keys are the flag names with '_' for '-'; unknown keys are an error), then
 LLMGW_* environment variables (LLMGW_DB for --db), then flags.
 
-Tokens: agents post reports with the agent token; catalog changes need the admin
-token, which may also post reports. A write the server has no token for is
-refused with 403 (there is no unauthenticated write mode). Reads (status,
-catalog) are open unless --read-token-file is set; then they need the read,
-agent or admin token. /healthz, /readyz and /metrics are always open.
+Tokens: without munge, each agent posts reports with its node's own token
+('llmgw nodes token NODE'), which speaks for that node alone; catalog changes
+need the admin token, which may also post reports. A write the server has no
+token for is refused with 403 (there is no unauthenticated write mode). Reads
+(status, catalog) are open unless --read-token-file is set; then they need the
+read token, a node's token or the admin token. /healthz, /readyz and /metrics
+are always open. The one agent token every node shared (agent_token_file) is
+gone: a setting that still names it is refused.
 
 MUNGE (munge_socket in the file): every request then carries a credential from
 its host's munged. Reports are taken only for nodes in Slurm's node list, from
@@ -62,7 +65,10 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate to serve HTTPS with (with --tls-key)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key of --tls-cert (mode 0600)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", cfg.InsecureHTTP, "allow plain HTTP on an address other than loopback")
-	fs.StringVar(&cfg.AgentTokenFile, "agent-token-file", cfg.AgentTokenFile, "file holding the token agents report with")
+	// Kept, hidden, so that the flag and LLMGW_AGENT_TOKEN_FILE are refused
+	// by name like the file's key (coordinator.Config.AgentTokenFile).
+	fs.StringVar(&cfg.AgentTokenFile, "agent-token-file", cfg.AgentTokenFile, "removed: give each node its own token (llmgw nodes token NODE)")
+	fs.MarkHidden("agent-token-file")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the token for catalog changes")
 	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", cfg.ReadTokenFile, "file holding a token reads must carry (none: reads are open)")
 	if cfg.ReportInterval == 0 {

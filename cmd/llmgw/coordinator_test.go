@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,21 +18,23 @@ import (
 )
 
 // testCoordinator serves a real coordinator over a database file in a temp
-// dir and returns its URL and the agent and admin token files.
-func testCoordinator(t *testing.T) (url, agentTok, adminTok string) {
+// dir and returns its URL, the maker of nodes' token files, and the admin
+// token file.
+func testCoordinator(t *testing.T) (url string, nodeTok func(node string) string, adminTok string) {
 	t.Helper()
 	return testCoordinatorWith(t, nil)
 }
 
 // testCoordinatorWith is testCoordinator with edit applied to the
-// coordinator's configuration first (nil: none).
-func testCoordinatorWith(t *testing.T, edit func(*coordinator.Config)) (url, agentTok, adminTok string) {
+// coordinator's configuration first (nil: none). nodeTok(NODE) is the file
+// of NODE's own token, made once by `llmgw nodes token NODE --out FILE`
+// with the admin token, as an admin installs it on the node.
+func testCoordinatorWith(t *testing.T, edit func(*coordinator.Config)) (url string, nodeTok func(node string) string, adminTok string) {
 	t.Helper()
 	dir := t.TempDir()
-	agentTok, adminTok = filepath.Join(dir, "agent.token"), filepath.Join(dir, "admin.token")
-	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
+	adminTok = filepath.Join(dir, "admin.token")
 	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
-	cfg := coordinator.Config{AgentTokenFile: agentTok, AdminTokenFile: adminTok}
+	cfg := coordinator.Config{AdminTokenFile: adminTok}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -49,13 +53,30 @@ func testCoordinatorWith(t *testing.T, edit func(*coordinator.Config)) (url, age
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { ts.Close(); srv.Close(); db.Close() })
-	return ts.URL, agentTok, adminTok
+	var mu sync.Mutex
+	made := map[string]string{}
+	nodeTok = func(node string) string {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if f, ok := made[node]; ok {
+			return f
+		}
+		f := filepath.Join(dir, node+".token")
+		env := map[string]string{"LLMGW_COORDINATOR": ts.URL, "LLMGW_TOKEN_FILE": adminTok}
+		if code, _, errs := llmgwRun(t, env, "nodes", "token", node, "--out", f); code != 0 {
+			t.Fatalf("nodes token %s: exit %d: %s", node, code, errs)
+		}
+		made[node] = f
+		return f
+	}
+	return ts.URL, nodeTok, adminTok
 }
 
 // TestCoordinatorEndToEnd drives the catalog and status commands against a
 // real coordinator, with a report from the real agent (`llmgw agent --once`).
 func TestCoordinatorEndToEnd(t *testing.T) {
-	url, agentTok, adminTok := testCoordinator(t)
+	url, nodeTok, adminTok := testCoordinator(t)
 	admin := map[string]string{"LLMGW_COORDINATOR": url, "LLMGW_TOKEN_FILE": adminTok}
 	anon := map[string]string{"LLMGW_COORDINATOR": url}
 
@@ -91,7 +112,7 @@ func TestCoordinatorEndToEnd(t *testing.T) {
 	stateDir := t.TempDir()
 	agentEnv := map[string]string{}
 	code, _, errs := llmgwRun(t, agentEnv, "agent", "--once", "--node", "gpu01", "--fabric", "ib-a",
-		"--coordinator", url, "--token-file", agentTok, "--weights-dir", weightsDir,
+		"--coordinator", url, "--token-file", nodeTok("gpu01"), "--weights-dir", weightsDir,
 		"--cache-dir", filepath.Join(stateDir, "cache"), "--state-dir", stateDir, "--socket", filepath.Join(stateDir, "s"))
 	if code != 0 {
 		t.Fatalf("agent --once: exit %d: %s", code, errs)
@@ -168,8 +189,31 @@ func TestCoordinatorConfig(t *testing.T) {
 		t.Errorf("unknown key: exit %d, %q", code, errs)
 	}
 	code, out, _ := llmgwRun(t, map[string]string{}, "coordinator", "--help")
-	if code != 0 || !strings.Contains(out, "--agent-token-file") || !strings.Contains(out, "--read-token-file") {
+	if code != 0 || strings.Contains(out, "--agent-token-file") || !strings.Contains(out, "--read-token-file") {
 		t.Errorf("coordinator --help: exit %d:\n%s", code, out)
+	}
+	// The one agent token every node shared is gone: a file, a flag or an
+	// environment variable that still sets it stops the start, naming the
+	// setting and what replaces it, rather than starting a coordinator
+	// that every such agent's report is refused by.
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "agent.token")
+	os.WriteFile(tok, []byte("agent-secret\n"), 0o600)
+	old := filepath.Join(dir, "old.toml")
+	os.WriteFile(old, []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\ndb = %q\nagent_token_file = %q\n", filepath.Join(dir, "c.db"), tok)), 0o644)
+	for name, run := range map[string]func() (int, string, string){
+		"file": func() (int, string, string) { return llmgwRun(t, map[string]string{}, "coordinator", "--config", old) },
+		"flag": func() (int, string, string) {
+			return llmgwRun(t, map[string]string{}, "coordinator", "--listen", "127.0.0.1:0", "--db", filepath.Join(dir, "c.db"), "--agent-token-file", tok)
+		},
+		"environment": func() (int, string, string) {
+			return llmgwRun(t, map[string]string{"LLMGW_AGENT_TOKEN_FILE": tok}, "coordinator", "--listen", "127.0.0.1:0", "--db", filepath.Join(dir, "c.db"))
+		},
+	} {
+		code, _, errs := run()
+		if code != 1 || !strings.Contains(errs, "agent_token_file") || !strings.Contains(errs, "llmgw nodes token NODE") {
+			t.Errorf("agent_token_file set by %s: exit %d, %q; want 1 and a refusal naming it and 'llmgw nodes token NODE'", name, code, errs)
+		}
 	}
 	// A token file that cannot be read stops the start with its name.
 	code, _, errs = llmgwRun(t, map[string]string{}, "coordinator", "--db", filepath.Join(t.TempDir(), "c.db"),

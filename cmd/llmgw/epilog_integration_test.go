@@ -30,7 +30,7 @@ func TestEpilogCollects(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	c := startCoordinator(t, bin, base, "--report-interval", "1s")
-	coordURL, agentTok, admin := c.url, c.agentTok, c.admin
+	coordURL, agentTok, admin := c.url, c.nodeTok(t, "n1"), c.admin
 
 	originURL, src := gcCatalog(t, bin, admin)
 

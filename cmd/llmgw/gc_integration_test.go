@@ -124,10 +124,22 @@ func gcCatalog(t *testing.T, bin string, admin []string) (originURL string, src 
 
 // coordProcess is a real coordinator process for a cluster test.
 type coordProcess struct {
-	url      string
-	agentTok string   // the agent token's file
-	admin    []string // the environment of an admin command (llmgw models, features)
-	cmd      *exec.Cmd
+	url   string
+	dir   string   // where its database and token files are
+	bin   string   // the llmgw it runs
+	admin []string // the environment of an admin command (llmgw models, features)
+	cmd   *exec.Cmd
+}
+
+// nodeTok makes node's own token with `llmgw nodes token NODE --out FILE`,
+// as an admin does for a node, and returns FILE.
+func (c coordProcess) nodeTok(t *testing.T, node string) string {
+	t.Helper()
+	f := filepath.Join(c.dir, node+".token")
+	if out, errs, err := runBin(t, c.bin, c.admin, "nodes", "token", node, "--out", f); err != nil {
+		t.Fatalf("nodes token %s: %v: %s%s", node, err, out, errs)
+	}
+	return f
 }
 
 // startCoordinator runs `llmgw coordinator` on a free port of 127.0.0.1,
@@ -135,13 +147,12 @@ type coordProcess struct {
 // waits until it is ready. It stops when the test ends.
 func startCoordinator(t *testing.T, bin, dir string, flags ...string) coordProcess {
 	t.Helper()
-	agentTok, adminTok := filepath.Join(dir, "agent.token"), filepath.Join(dir, "admin.token")
-	os.WriteFile(agentTok, []byte("agent-secret\n"), 0o600)
+	adminTok := filepath.Join(dir, "admin.token")
 	os.WriteFile(adminTok, []byte("admin-secret\n"), 0o600)
 	addr := freeAddr(t)
-	c := coordProcess{url: "http://" + addr, agentTok: agentTok}
+	c := coordProcess{url: "http://" + addr, dir: dir, bin: bin}
 	c.cmd = daemon(t, bin, nil, append([]string{"coordinator", "--listen", addr, "--db", filepath.Join(dir, "c.db"),
-		"--agent-token-file", agentTok, "--admin-token-file", adminTok}, flags...)...)
+		"--admin-token-file", adminTok}, flags...)...)
 	waitFor(t, 10*time.Second, "coordinator ready", func() bool {
 		resp, err := http.Get(c.url + "/readyz")
 		if err == nil {
@@ -183,7 +194,7 @@ func TestClusterGC(t *testing.T) {
 	base := t.TempDir()
 	// The coordinator, reporting interval 2 s: gc waits up to 4 s.
 	coord := startCoordinator(t, bin, base, "--report-interval", "2s")
-	coordURL, agentTok, admin := coord.url, coord.agentTok, coord.admin
+	coordURL, agentTok, admin := coord.url, coord.nodeTok(t, "n1"), coord.admin
 
 	// The origin and the catalog.
 	originURL, src := gcCatalog(t, bin, admin)

@@ -27,7 +27,7 @@ import (
 // never reports again and is named as not answering.
 func TestGCCommand(t *testing.T) {
 	dir := t.TempDir()
-	coordURL, agentTok, adminTok := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	coordURL, nodeTok, adminTok := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
 	admin := map[string]string{"LLMGW_COORDINATOR": coordURL, "LLMGW_TOKEN_FILE": adminTok}
 
 	kept, gone := "https://o.example/m/kept.gguf", "https://o.example/m/gone.gguf"
@@ -41,7 +41,7 @@ func TestGCCommand(t *testing.T) {
 	agentOnce := func(node string) {
 		d := nodeDir(node)
 		code, _, errs := llmgwRun(t, map[string]string{}, "agent", "--once", "--node", node, "--coordinator", coordURL,
-			"--token-file", agentTok, "--cache-dir", cacheOf(node), "--state-dir", d, "--run-dir", filepath.Join(d, "run"),
+			"--token-file", nodeTok(node), "--cache-dir", cacheOf(node), "--state-dir", d, "--run-dir", filepath.Join(d, "run"),
 			"--socket", filepath.Join(d, "s"))
 		if code != 0 {
 			t.Errorf("agent --once %s: exit %d: %s", node, code, errs)
@@ -151,7 +151,7 @@ func TestGCTamperedCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens := coordinator.Tokens{Agent: "agent-secret", Admin: "admin-secret"}
+	tokens := coordinator.Tokens{Admin: "admin-secret"}
 	srv, err := coordinator.New(ctx, coordinator.Config{ReportInterval: 5 * time.Second}, tokens, db, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,11 @@ func TestGCTamperedCoordinator(t *testing.T) {
 	base := t.TempDir()
 	cacheDir, runDir := filepath.Join(base, "cache"), filepath.Join(base, "run")
 	tokenFile := filepath.Join(base, "token")
-	os.WriteFile(tokenFile, []byte(tokens.Agent), 0o600)
+	made, err := admin.NewNodeToken(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(tokenFile, []byte(made.Token), 0o600)
 	os.MkdirAll(cacheDir, 0o755)
 	for _, src := range []string{wanted, gone, used} {
 		os.WriteFile(catalog.CachePathFor(cacheDir, src), make([]byte, 4096), 0o644)
@@ -301,8 +305,8 @@ func fetchedLongAgo(t *testing.T, p string) {
 func TestGCOtherCoordinator(t *testing.T) {
 	dir := t.TempDir()
 	kept, gone := "https://o.example/m/kept.gguf", "https://o.example/m/gone.gguf"
-	first, agentTok, firstAdmin := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
-	other, _, otherAdmin := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	first, firstTok, firstAdmin := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	other, otherTok, otherAdmin := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
 	for _, add := range []struct{ url, tok, name, src string }{
 		{first, firstAdmin, "kept", kept}, {first, firstAdmin, "gone", gone}, {other, otherAdmin, "kept", kept},
 	} {
@@ -316,9 +320,11 @@ func TestGCOtherCoordinator(t *testing.T) {
 		os.WriteFile(catalog.CachePathFor(cache, src), make([]byte, 1000), 0o644)
 		fetchedLongAgo(t, catalog.CachePathFor(cache, src))
 	}
+	// n1's token from the coordinator it reports to: each knows its own.
+	tokens := map[string]func(string) string{first: firstTok, other: otherTok}
 	agentOnce := func(coord string) {
 		code, _, errs := llmgwRun(t, map[string]string{}, "agent", "--once", "--node", "n1", "--coordinator", coord,
-			"--token-file", agentTok, "--cache-dir", cache, "--state-dir", dir, "--run-dir", filepath.Join(dir, "run"),
+			"--token-file", tokens[coord]("n1"), "--cache-dir", cache, "--state-dir", dir, "--run-dir", filepath.Join(dir, "run"),
 			"--socket", filepath.Join(dir, "s"))
 		if code != 0 {
 			t.Fatalf("agent --once: exit %d: %s", code, errs)

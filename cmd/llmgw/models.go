@@ -37,7 +37,8 @@ A fetched source added without --sha256 is pinned to the bytes of its first
 verified fetch: every later fetch on every node verifies against that digest,
 and when the origin serves other bytes, fetches fail until an admin runs
 repin, which forgets the pin so that the next verified fetch pins again.
-list shows in DIGEST whether a model's sha256 is declared or pinned.
+list shows in DIGEST whether a model's sha256 is declared or pinned, and for a
+pin how the origin named the version it served (its ETag, or the hub's commit).
 Changes need an admin: with munge, root, SlurmUser or a user the coordinator
 names in admin_users/admin_groups; else the admin token (--token-file or
 LLMGW_TOKEN_FILE).`
@@ -156,10 +157,24 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "removed %s\n", rest[0])
 	case "repin":
+		// What is forgotten, said once more: the digest and how the
+		// origin named it are gone from the coordinator after this.
+		was := ""
+		if models, err := c.Models(ctx); err == nil {
+			for _, m := range models {
+				if m.Name == rest[0] && m.Pinned != "" {
+					was = " (was sha256 " + m.Pinned
+					if m.PinnedETag != "" {
+						was += ", served as " + api.StripControl(m.PinnedETag)
+					}
+					was += ")"
+				}
+			}
+		}
 		if err := c.Repin(ctx, rest[0]); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s: pin forgotten; the next verified fetch pins the bytes the origin serves then\n", rest[0])
+		fmt.Fprintf(e.stdout, "%s: pin forgotten%s; the next verified fetch pins the bytes the origin serves then\n", rest[0], was)
 	case "list":
 		models, err := c.Models(ctx)
 		if err != nil {

@@ -20,10 +20,9 @@ func TestPlacePartition(t *testing.T) {
 	if os.Getenv("SLURM_CONF") == "" {
 		t.Skip("SLURM_CONF is not set: this test needs the dev cluster (scripts/dev-cluster up)")
 	}
-	url, agentTok, adminTok := testCoordinator(t)
+	url, nodeTok, adminTok := testCoordinator(t)
 	ctx := context.Background()
 	admin := &api.Client{BaseURL: url, Token: strings.TrimSpace(readFile(t, adminTok))}
-	agent := &api.Client{BaseURL: url, Token: strings.TrimSpace(readFile(t, agentTok))}
 	if _, err := admin.PutModel(ctx, api.Model{Name: "llama", Source: "/srv/llama.gguf", Size: 1e9}); err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +32,7 @@ func TestPlacePartition(t *testing.T) {
 		if node == "n3" {
 			r.Weights = []api.Weight{{Path: "/srv/llama.gguf", Size: 1e9, Complete: true}}
 		}
+		agent := &api.Client{BaseURL: url, Token: strings.TrimSpace(readFile(t, nodeTok(node)))}
 		if _, err := agent.PostReport(ctx, r); err != nil {
 			t.Fatal(err)
 		}

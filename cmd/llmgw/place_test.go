@@ -14,7 +14,7 @@ import (
 // TestPlaceCommand ranks over a real coordinator that the real agent
 // reported to.
 func TestPlaceCommand(t *testing.T) {
-	url, agentTok, adminTok := testCoordinator(t)
+	url, nodeTok, adminTok := testCoordinator(t)
 	admin := map[string]string{"LLMGW_COORDINATOR": url, "LLMGW_TOKEN_FILE": adminTok}
 	// LLMGW_MODEL is what a job's TaskProlog exports: it must not become
 	// --model.
@@ -36,7 +36,7 @@ func TestPlaceCommand(t *testing.T) {
 		if node == "gpu02" {
 			dirs = nil // never looked: ranks like a node that found nothing
 		}
-		args := append([]string{"agent", "--once", "--node", node, "--fabric", "ib-a", "--coordinator", url, "--token-file", agentTok,
+		args := append([]string{"agent", "--once", "--node", node, "--fabric", "ib-a", "--coordinator", url, "--token-file", nodeTok(node),
 			"--cache-dir", filepath.Join(stateDir, "cache"), "--state-dir", stateDir, "--socket", filepath.Join(stateDir, "s")}, dirs...)
 		if code, _, errs := llmgwRun(t, map[string]string{}, args...); code != 0 {
 			t.Fatalf("agent --once %s: exit %d: %s", node, code, errs)

@@ -174,7 +174,7 @@ func TestModelOfSeveralFiles(t *testing.T) {
 		t.Errorf("models list:\n%s", out)
 	}
 
-	node := newSetNode(t, "gpu01", coord, agentTok)
+	node := newSetNode(t, "gpu01", coord, agentTok("gpu01"))
 	setDir := filepath.Join(node.cache, setName)
 	first := filepath.Join(setDir, "qwen-7b-00001-of-00002.gguf")
 	second := filepath.Join(setDir, "qwen-7b-00002-of-00002.gguf")
@@ -221,7 +221,7 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	if w.Complete || !strings.Contains(w.Problem, "qwen-7b-00002-of-00002.gguf") {
 		t.Errorf("the set without its second part: %+v; want not complete, naming the part", w)
 	}
-	node.report(t, coord, agentTok)
+	node.report(t, coord, agentTok("gpu01"))
 	if code, out, _ := llmgwRun(t, anon, "status"); code != 0 || !strings.Contains(out, "a job fetches") || strings.Contains(out, "local on 1 node") {
 		t.Errorf("status with half the set on gpu01: want it held nowhere:\n%s", out)
 	}
@@ -250,7 +250,7 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	if w := node.setWeight(t, setName); !w.Complete || w.Size < int64(2<<20) {
 		t.Errorf("the whole set: %+v; want complete, both parts counted", w)
 	}
-	node.report(t, coord, agentTok)
+	node.report(t, coord, agentTok("gpu01"))
 	if code, out, _ := llmgwRun(t, anon, "status"); code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "qwen ib-a local local on 1 node") {
 		t.Errorf("status with the set on gpu01: want it held there:\n%s", out)
 	}
@@ -285,7 +285,7 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	if code, _, errs := llmgwRun(t, admin, "models", "rm", "qwen"); code != 0 {
 		t.Fatalf("models rm qwen: %s", errs)
 	}
-	node.report(t, coord, agentTok) // refreshes the node's catalog copy
+	node.report(t, coord, agentTok("gpu01")) // refreshes the node's catalog copy
 	r := nodeGC(true)
 	if f := gcFile(r, setName); f.Action != gc.Kept || !strings.Contains(f.Reason, "job 2") {
 		t.Errorf("gc of the unwanted set while job 2 runs: %+v; want it kept for the job", f)
@@ -322,14 +322,14 @@ func TestModelOfSeveralFilesPinMismatch(t *testing.T) {
 	if code, _, errs := llmgwRun(t, admin, "models", "add", "qwen", o.src(0), o.src(1)); code != 0 {
 		t.Fatalf("models add: %s", errs)
 	}
-	n1 := newSetNode(t, "gpu01", coord, agentTok)
+	n1 := newSetNode(t, "gpu01", coord, agentTok("gpu01"))
 	llmgwRun(t, n1.job("1"), "prolog", "--config", n1.conf)
 	if rec, err := catalog.ReadJobRecord(n1.run, "1"); err != nil || rec.Error != "" {
 		t.Fatalf("first fetch: %+v, %v", rec, err)
 	}
 	changed := ggufPart(99, 1<<20+4096)
 	o.parts[1].Store(&changed)
-	n2 := newSetNode(t, "gpu02", coord, agentTok)
+	n2 := newSetNode(t, "gpu02", coord, agentTok("gpu02"))
 	llmgwRun(t, n2.job("2"), "prolog", "--config", n2.conf)
 	rec, err := catalog.ReadJobRecord(n2.run, "2")
 	if err != nil || rec.Path != "" || !strings.Contains(rec.Error, "qwen-7b-00002-of-00002.gguf") ||

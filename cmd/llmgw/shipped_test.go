@@ -86,9 +86,10 @@ func TestShippedAgentConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the agent's loader refuses %s: %v", p, err)
 		}
-		// The token the package creates on install is the one the file names.
-		if cfg.TokenFile != "/etc/llmgw/agent.token" {
-			t.Errorf("%s: token_file = %q; postinstall creates /etc/llmgw/agent.token", p, cfg.TokenFile)
+		// The node's own token, where the file tells the admin to install
+		// it: no token every node shares.
+		if cfg.TokenFile != "/etc/llmgw/node.token" {
+			t.Errorf("%s: token_file = %q; want the node's own token, /etc/llmgw/node.token", p, cfg.TokenFile)
 		}
 	}
 	// The documented defaults are the real ones.
@@ -130,7 +131,15 @@ func TestShippedAgentConfig(t *testing.T) {
 
 func TestShippedCoordinatorConfig(t *testing.T) {
 	path := filepath.Join(shippedDir, "coordinator.toml")
-	checkDocumented(t, path, tomlKeys(t, coordinator.Config{}))
+	var keys []string
+	for _, k := range tomlKeys(t, coordinator.Config{}) {
+		// Kept in Config only to be refused by name; a shipped file
+		// setting it would not start.
+		if k != "agent_token_file" {
+			keys = append(keys, k)
+		}
+	}
+	checkDocumented(t, path, keys)
 	for _, p := range []string{path, uncommented(t, path)} {
 		// --help goes through the whole loader (file, environment, flags)
 		// and stops before anything is opened.
@@ -138,10 +147,10 @@ func TestShippedCoordinatorConfig(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("the coordinator's loader refuses %s: exit %d: %s", p, code, stderr)
 		}
-		// The unit hands the service copies of the tokens postinstall
+		// The unit hands the service a copy of the token postinstall
 		// creates (LoadCredential), since it runs as SlurmUser.
 		const creds = "/run/credentials/llmgw-coordinator.service/"
-		if !strings.Contains(out, creds+"agent.token") || !strings.Contains(out, creds+"admin.token") {
+		if !strings.Contains(out, creds+"admin.token") || strings.Contains(out, "agent.token") {
 			t.Errorf("%s: the token files the unit hands over are not the ones in force; --help shows:\n%s", p, out)
 		}
 	}
@@ -149,10 +158,13 @@ func TestShippedCoordinatorConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{"LoadCredential=agent.token:/etc/llmgw/agent.token", "LoadCredential=admin.token:/etc/llmgw/admin.token"} {
-		if !bytes.Contains(unit, []byte("\n"+line+"\n")) {
-			t.Errorf("llmgw-coordinator.service lacks %s: the service could not read the tokens postinstall creates", line)
-		}
+	if line := "LoadCredential=admin.token:/etc/llmgw/admin.token"; !bytes.Contains(unit, []byte("\n"+line+"\n")) {
+		t.Errorf("llmgw-coordinator.service lacks %s: the service could not read the token postinstall creates", line)
+	}
+	// A credential whose file is missing fails the unit, and postinstall
+	// no longer makes agent.token.
+	if bytes.Contains(unit, []byte("agent.token")) {
+		t.Error("llmgw-coordinator.service still loads agent.token, which postinstall no longer creates: the unit would fail to start")
 	}
 	var cfg coordinator.Config
 	if err := decodeTOML("coordinator", uncommented(t, path), true, &cfg); err != nil {

@@ -179,7 +179,6 @@ func startE2E(t *testing.T) *e2e {
 		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
 	e.url, e.admin, e.coord = c.url, c.admin, c.cmd
-	agentTok := c.agentTok
 
 	models := [][]string{
 		{"m1", paths["m1"]}, {"m2", paths["m2"]}, {"m3", paths["m3"]}, {"nobody", src("nobody"), "--size", "16KiB"},
@@ -228,7 +227,7 @@ func startE2E(t *testing.T) *e2e {
 		}
 		toml := fmt.Sprintf("coordinator = %q\ntoken_file = %q\nnode = %q\nfabric = %q\nweight_dirs = [%s]\n"+
 			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
-			e.url, agentTok, n, e2eFabric[n], strings.Join(dirs, ", "),
+			e.url, c.nodeTok(t, n), n, e2eFabric[n], strings.Join(dirs, ", "),
 			node(n, "cache"), node(n, "state"), node(n, "run"), node(n, "agent.sock"))
 		path := filepath.Join(hookDir, n+".toml")
 		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {

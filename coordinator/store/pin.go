@@ -15,9 +15,10 @@ type PinConflict struct {
 	Model api.Model // as stored, with its pin
 	// Source and Pinned are the pinned source and its pin: the model's
 	// own, or, for a model of several files, the file's.
-	Source  string
-	Pinned  string
-	Offered string // the digest that was refused
+	Source     string
+	Pinned     string
+	PinnedETag string // how the origin named the pinned bytes, if it did
+	Offered    string // the digest that was refused
 }
 
 func (e *PinConflict) Error() string {
@@ -65,7 +66,7 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 	case m.Pinned == sha256:
 		return m, nil
 	case m.Pinned != "":
-		return api.Model{}, &PinConflict{Model: m, Source: m.Source, Pinned: m.Pinned, Offered: sha256}
+		return api.Model{}, &PinConflict{Model: m, Source: m.Source, Pinned: m.Pinned, PinnedETag: m.PinnedETag, Offered: sha256}
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO pins (name, source, sha256, etag, node, pinned) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET source = excluded.source, sha256 = excluded.sha256,
@@ -122,8 +123,8 @@ type rowQuerier interface {
 // is false when source is no such file; the changes, if any, are made in
 // tx, for the caller to commit.
 func pinFile(ctx context.Context, tx *sql.Tx, source, sha256, etag, node string, now time.Time) (api.Model, bool, error) {
-	var name, declared, pinned string
-	err := tx.QueryRowContext(ctx, `SELECT name, sha256, pinned_sha256 FROM catalog_files WHERE source = ?`, source).Scan(&name, &declared, &pinned)
+	var name, declared, pinned, pinnedETag string
+	err := tx.QueryRowContext(ctx, `SELECT name, sha256, pinned_sha256, pinned_etag FROM catalog_files WHERE source = ?`, source).Scan(&name, &declared, &pinned, &pinnedETag)
 	if err == sql.ErrNoRows {
 		return api.Model{}, false, nil
 	}
@@ -149,7 +150,7 @@ func pinFile(ctx context.Context, tx *sql.Tx, source, sha256, etag, node string,
 		if err != nil {
 			return api.Model{}, true, err
 		}
-		return api.Model{}, true, &PinConflict{Model: m, Source: source, Pinned: pinned, Offered: sha256}
+		return api.Model{}, true, &PinConflict{Model: m, Source: source, Pinned: pinned, PinnedETag: pinnedETag, Offered: sha256}
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE catalog_files SET pinned_sha256 = ?, pinned_etag = ?, pinned_node = ?, pinned = ? WHERE source = ?`,
 		sha256, etag, node, nanos(now), source)

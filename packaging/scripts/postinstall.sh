@@ -1,6 +1,7 @@
 #!/bin/sh
 # After install or upgrade (deb: configure; rpm: 1 or 2). Creates the
-# tokens the shipped configs name, when absent, and starts nothing: the
+# admin token the shipped coordinator.toml names, when absent (each node's
+# own token is made by an admin: llmgw nodes token NODE), and starts nothing: the
 # admin decides where the agent and the coordinator run (systemctl enable
 # --now llmgw-agent / llmgw-coordinator).
 set -e
@@ -21,7 +22,6 @@ token() {
 }
 
 mkdir -p /etc/llmgw
-token /etc/llmgw/agent.token
 token /etc/llmgw/admin.token
 
 # Make systemd see the new or changed units; enable and start nothing.

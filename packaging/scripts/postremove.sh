@@ -1,13 +1,15 @@
 #!/bin/sh
-# After removal. deb purge also removes the tokens postinstall created (they
-# are not package files, so dpkg does not know them), the resolved copy of
+# After removal. deb purge also removes the tokens: the admin token
+# postinstall created, the node's token an admin installed, and the agent
+# token older versions created (none are package files, so dpkg does not
+# know them), the resolved copy of
 # agent.toml the hooks write, and the directories the daemons filled: the
 # database, the catalog copy, fetched weights and the hooks' job records.
 # rpm has no purge, so an erase keeps them, as it keeps edited configs.
 set -e
 case "$1" in
 purge)
-	rm -f /etc/llmgw/agent.token /etc/llmgw/admin.token
+	rm -f /etc/llmgw/admin.token /etc/llmgw/node.token /etc/llmgw/agent.token
 	# The resolved copy of agent.toml llmgw's hooks leave beside it for
 	# llmgw-hook (nodeconf.ResolvedPath), and a temporary one an interrupted
 	# write may have left: not package files either, and they would keep

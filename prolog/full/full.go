@@ -224,7 +224,7 @@ func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (s
 	// verifies against the same one.
 	path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: m.Source, SHA256: m.WantSHA256(), Size: m.Size}, progress)
 	if err != nil {
-		return "", pinMismatch(m.Name, m.Source, m.SHA256, m.Pinned, err)
+		return "", pinMismatch(m.Name, m.Source, m.SHA256, m.Pinned, m.PinnedETag, err)
 	}
 	if m.NeedsPin() {
 		if err := p.pin(ctx, job, m.Name, m.Source, path); err != nil {
@@ -267,7 +267,7 @@ func (p *Prolog) ensureSet(ctx context.Context, job prolog.Job, m catalog.Model,
 	for i, f := range m.Files {
 		path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: f.Source, SHA256: f.WantSHA256(), Size: f.Size, Set: set}, progress)
 		if err != nil {
-			err = pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, err)
+			err = pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, f.PinnedETag, err)
 			// The job record redacts the model's own source in its error
 			// (catalog.WriteJobRecord), not the other files': a signed
 			// URL's signature must not reach the job's owner through it.
@@ -299,10 +299,10 @@ func (e *redacted) Unwrap() error { return e.err }
 // its pin into catalog.PinMismatch: a verification failure names the
 // pinned digest and the one it got; nothing else that can fail does both.
 // Any other error is returned as it is.
-func pinMismatch(model, source, declared, pinned string, err error) error {
+func pinMismatch(model, source, declared, pinned, origin string, err error) error {
 	if msg := err.Error(); declared == "" && pinned != "" && strings.Contains(msg, pinned) {
 		if got := catalog.OtherSHA256(msg, pinned); got != "" {
-			return errors.New(catalog.PinMismatch(model, api.RedactSource(source), pinned, got))
+			return errors.New(catalog.PinMismatch(model, api.RedactSource(source), pinned, origin, got))
 		}
 	}
 	return err
@@ -325,7 +325,11 @@ func (p *Prolog) pin(ctx context.Context, job prolog.Job, model, source, path st
 	}
 	cctx, cancel := context.WithTimeout(ctx, coordinatorWait)
 	defer cancel()
-	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: source, SHA256: sum, Node: job.Node})
+	// How the origin named the version it served, noted on the file by
+	// whichever process fetched it (the agent, or this one), is recorded
+	// beside the pin for the admin.
+	origin := fetch.RecordedOrigin(path)
+	_, err = p.Coordinator.Pin(cctx, api.PinRequest{Source: source, SHA256: sum, ETag: origin, Node: job.Node})
 	var ae *api.Error
 	switch {
 	case errors.As(err, &ae) && ae.Code == api.CodeConflict:
@@ -338,7 +342,11 @@ func (p *Prolog) pin(ctx context.Context, job prolog.Job, model, source, path st
 	case err != nil:
 		p.logf(job.ID, "could not pin %s (%s) to sha256 %s at %s: %v; the next fetch pins", model, api.RedactSource(source), sum, p.Coordinator.BaseURL, err)
 	default:
-		p.logf(job.ID, "pinned %s (%s) to sha256 %s", model, api.RedactSource(source), sum)
+		if origin != "" {
+			p.logf(job.ID, "pinned %s (%s) to sha256 %s (the origin served it as %s)", model, api.RedactSource(source), sum, origin)
+		} else {
+			p.logf(job.ID, "pinned %s (%s) to sha256 %s", model, api.RedactSource(source), sum)
+		}
 	}
 	return nil
 }

@@ -148,7 +148,7 @@ func (o *origin) add(path string, size int) (url, sum string) {
 }
 
 // coordinator starts `llmgw coordinator` on a free port on 127.0.0.1 and
-// returns its URL and the admin (and agent) token file.
+// returns its URL and the admin token file.
 func (c *cluster) coordinator() (url, token string, stop func()) {
 	dir := c.t.TempDir()
 	token = filepath.Join(dir, "token")
@@ -160,7 +160,7 @@ func (c *cluster) coordinator() (url, token string, stop func()) {
 	addr := l.Addr().String()
 	l.Close()
 	cmd := exec.Command(c.bin, "coordinator", "--listen", addr, "--db", filepath.Join(dir, "coord.db"),
-		"--admin-token-file", token, "--agent-token-file", token, "--report-interval", "2s", "--log-level", "warn")
+		"--admin-token-file", token, "--report-interval", "2s", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
@@ -193,9 +193,12 @@ func (c *cluster) llmgw(args ...string) string {
 	return string(out)
 }
 
-// agent starts `llmgw agent` for a node and waits for its socket and its
+// agent starts `llmgw agent` for a node, with the node's own token made
+// with adminToken as an admin makes it, and waits for its socket and its
 // catalog copy; stop stops it.
-func (c *cluster) agent(name, dir, coordinator, token string) (stop func()) {
+func (c *cluster) agent(name, dir, coordinator, adminToken string) (stop func()) {
+	token := filepath.Join(dir, "node.token")
+	c.llmgw("nodes", "token", name, "--out", token, "--coordinator", coordinator, "--token-file", adminToken)
 	cmd := exec.Command(c.bin, "agent", "--node", name, "--fabric", "ib-a", "--coordinator", coordinator, "--token-file", token,
 		"--cache-dir", dir+"/cache", "--state-dir", dir+"/state", "--run-dir", dir+"/run", "--socket", dir+"/run/agent.sock",
 		"--report-interval", "2s")

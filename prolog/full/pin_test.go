@@ -38,12 +38,12 @@ type pinCluster struct {
 	origin *httptest.Server
 	body   atomic.Pointer[[]byte]
 	hits   atomic.Int64
+	// tokens are the nodes' own tokens, made once per node: making one
+	// again revokes the one before.
+	tokens map[string]string
 }
 
-const (
-	pinAgentToken = "agent-token-for-the-pin-test"
-	pinAdminToken = "admin-token-for-the-pin-test"
-)
+const pinAdminToken = "admin-token-for-the-pin-test"
 
 func newPinCluster(t *testing.T, first []byte) *pinCluster {
 	ctx := context.Background()
@@ -51,14 +51,18 @@ func newPinCluster(t *testing.T, first []byte) *pinCluster {
 	c.body.Store(&first)
 	c.origin = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.hits.Add(1)
-		http.ServeContent(w, r, "w.gguf", time.Time{}, bytes.NewReader(*c.body.Load()))
+		body := *c.body.Load()
+		// A validator per version, as a real origin sends: the pin
+		// records it beside the digest.
+		w.Header().Set("ETag", etagOf(body))
+		http.ServeContent(w, r, "w.gguf", time.Time{}, bytes.NewReader(body))
 	}))
 	t.Cleanup(c.origin.Close)
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "coordinator.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := coordinator.New(ctx, coordinator.Config{}, coordinator.Tokens{Agent: pinAgentToken, Admin: pinAdminToken}, db, nil)
+	srv, err := coordinator.New(ctx, coordinator.Config{}, coordinator.Tokens{Admin: pinAdminToken}, db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +73,28 @@ func newPinCluster(t *testing.T, first []byte) *pinCluster {
 	return c
 }
 
-// node is a node's Prolog, with its own cache, resolving through the
-// coordinator with the agent's token.
-func (c *pinCluster) node() (*Prolog, *bytes.Buffer) {
+// node is node's Prolog, with its own cache, resolving through the
+// coordinator with the node's own token.
+func (c *pinCluster) node(node string) (*Prolog, *bytes.Buffer) {
 	p, log, _ := newProlog(c.t)
-	p.Coordinator = &api.Client{BaseURL: c.coord, Token: pinAgentToken}
+	p.Coordinator = &api.Client{BaseURL: c.coord, Token: c.token(node)}
 	return p, log
+}
+
+// token is node's own token, made by an admin as `llmgw nodes token` does.
+func (c *pinCluster) token(node string) string {
+	if tok, ok := c.tokens[node]; ok {
+		return tok
+	}
+	made, err := c.admin.NewNodeToken(context.Background(), node)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if c.tokens == nil {
+		c.tokens = map[string]string{}
+	}
+	c.tokens[node] = made.Token
+	return made.Token
 }
 
 func (c *pinCluster) model(name string) catalog.Model {
@@ -122,7 +142,7 @@ func (c *pinCluster) agentFor(node string, p *Prolog) {
 func (c *pinCluster) newAgent(node string, p *Prolog) *agent.Agent {
 	dir := c.t.TempDir()
 	tok := filepath.Join(dir, "agent.token")
-	if err := os.WriteFile(tok, []byte(pinAgentToken+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte(c.token(node)+"\n"), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
 	log := logrus.New()
@@ -141,6 +161,9 @@ func (c *pinCluster) report(node string, p *Prolog) {
 		c.t.Fatalf("agent report for %s: sent %v, %v", node, sent, err)
 	}
 }
+
+// etagOf is the pin test origin's ETag for body.
+func etagOf(body []byte) string { return `"v-` + hexSum(body)[:8] + `"` }
 
 func hexSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
@@ -166,16 +189,16 @@ func TestPinnedBytesForTheWholeCluster(t *testing.T) {
 	}
 
 	// The first verified fetch pins what it got.
-	n1, log1 := c.node()
+	n1, log1 := c.node("n1")
 	if rec, err := run(t, n1, "n1", "1", "m"); err != nil || rec.Path == "" {
 		t.Fatalf("first fetch: record %+v, task prolog %v; log:\n%s", rec, err, log1)
 	}
-	if m := c.model("m"); m.Pinned != hexSum(a) || m.SHA256 != "" {
-		t.Fatalf("after the first fetch the catalog has %+v; want pinned %s", m, hexSum(a))
+	if m := c.model("m"); m.Pinned != hexSum(a) || m.SHA256 != "" || m.PinnedETag != "ETag: "+etagOf(a) {
+		t.Fatalf("after the first fetch the catalog has %+v; want pinned %s, served as ETag: %s", m, hexSum(a), etagOf(a))
 	}
 
 	// A second node verifies against the pin and gets the same bytes.
-	n2, log2 := c.node()
+	n2, log2 := c.node("n2")
 	rec, err := run(t, n2, "n2", "2", "m")
 	if err != nil {
 		t.Fatalf("second node: %v; log:\n%s", err, log2)
@@ -187,9 +210,9 @@ func TestPinnedBytesForTheWholeCluster(t *testing.T) {
 	// The origin changes its bytes: a new fetch fails, naming the model,
 	// both digests and the command that accepts the new bytes.
 	c.body.Store(&b)
-	n3, log3 := c.node()
+	n3, log3 := c.node("n3")
 	rec, err = run(t, n3, "n3", "3", "m")
-	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m"} {
+	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m", "served as ETag: " + etagOf(a)} {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(rec.Error, want) {
 			t.Errorf("fetch of changed bytes: task prolog %v, record %q; want it to name %q; log:\n%s", err, rec.Error, want, log3)
 		}
@@ -261,8 +284,8 @@ func TestAConflictingFirstFetchFailsItsJob(t *testing.T) {
 	if _, err := c.admin.PutModel(ctx, api.Model{Name: "m", Source: src}); err != nil {
 		t.Fatal(err)
 	}
-	n1, _ := c.node()
-	n2, log2 := c.node()
+	n1, _ := c.node("n1")
+	n2, log2 := c.node("n2")
 	// n2 resolves the model before n1 pins it, as when both jobs start
 	// together; its fetch then meets the changed origin.
 	m := c.model("m")
@@ -271,7 +294,9 @@ func TestAConflictingFirstFetchFailsItsJob(t *testing.T) {
 	}
 	c.body.Store(&b)
 	_, err := n2.ensure(ctx, prolog.Job{ID: "2", Node: "n2", Model: "m"}, m)
-	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m"} {
+	// The coordinator's refusal names how the origin served the pinned
+	// version, which it recorded from n1's pin.
+	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m", "served as ETag: " + etagOf(a)} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("conflicting first fetch: %v; want it to name %q; log:\n%s", err, want, log2)
 		}
@@ -325,18 +350,18 @@ func TestAManInTheMiddleCannotChangePinnedBytes(t *testing.T) {
 	if _, err := c.admin.PutModel(ctx, api.Model{Name: "m", Source: src}); err != nil {
 		t.Fatal(err)
 	}
-	viaMITM := func() (*Prolog, *bytes.Buffer) {
-		p, log := c.node()
+	viaMITM := func(node string) (*Prolog, *bytes.Buffer) {
+		p, log := c.node(node)
 		p.Fetcher = &fetch.Fetcher{CacheDir: p.Config.CacheDir, LockDir: p.Config.LockDir(), RetryWait: time.Millisecond, Retries: 1,
 			Client: &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableCompression: true}}}
 		return p, log
 	}
-	n1, log1 := viaMITM()
+	n1, log1 := viaMITM("n1")
 	if _, err := run(t, n1, "n1", "1", "m"); err != nil {
 		t.Fatalf("fetch through an honest proxy: %v; log:\n%s", err, log1)
 	}
 	rewrite.Store(true)
-	n2, log2 := viaMITM()
+	n2, log2 := viaMITM("n2")
 	rec, err := run(t, n2, "n2", "2", "m")
 	if err == nil || rec.Path != "" || !strings.Contains(rec.Error, "llmgw models repin m") {
 		t.Fatalf("fetch through a rewriting proxy: record %+v, task prolog %v; want the job failed by the pin; log:\n%s", rec, err, log2)
@@ -359,7 +384,7 @@ func TestPinThroughTheAgent(t *testing.T) {
 	if _, err := c.admin.PutModel(ctx, api.Model{Name: "m", Source: c.origin.URL + "/w.gguf"}); err != nil {
 		t.Fatal(err)
 	}
-	n1, log1 := c.node()
+	n1, log1 := c.node("n1")
 	c.agentFor("n1", n1)
 	if _, err := run(t, n1, "n1", "1", "m"); err != nil || strings.Contains(log1.String(), "no agent") {
 		t.Fatalf("first fetch through the agent: %v; log:\n%s", err, log1)
@@ -368,7 +393,7 @@ func TestPinThroughTheAgent(t *testing.T) {
 		t.Fatalf("pin after a fetch through the agent: %q; want %s", m.Pinned, hexSum(a))
 	}
 	c.body.Store(&b)
-	n2, log2 := c.node()
+	n2, log2 := c.node("n2")
 	c.agentFor("n2", n2)
 	_, err := run(t, n2, "n2", "2", "m")
 	for _, want := range []string{"model m", hexSum(a), hexSum(b), "llmgw models repin m"} {

@@ -27,7 +27,7 @@ func TestSetThroughTheAgent(t *testing.T) {
 	if _, err := c.admin.PutModel(ctx, set); err != nil {
 		t.Fatal(err)
 	}
-	n1, log1 := c.node()
+	n1, log1 := c.node("n1")
 	c.agentFor("n1", n1)
 	rec, err := run(t, n1, "n1", "1", "m")
 	if err != nil || strings.Contains(log1.String(), "no agent") {
@@ -49,7 +49,7 @@ func TestSetThroughTheAgent(t *testing.T) {
 		}
 	}
 	c.body.Store(&b)
-	n2, log2 := c.node()
+	n2, log2 := c.node("n2")
 	c.agentFor("n2", n2)
 	_, err = run(t, n2, "n2", "2", "m")
 	for _, want := range []string{"w-00001-of-00002.gguf", hexSum(a), hexSum(b), "llmgw models repin m"} {

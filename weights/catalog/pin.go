@@ -27,12 +27,18 @@ func (m Model) NeedsPin() bool {
 // than the cluster pinned": the coordinator answers a conflicting pin with
 // it and the Prolog fails a job with it, so that the job's owner and the
 // admin read the same model, both digests and the command that accepts the
-// new bytes.
-func PinMismatch(model, source, pinned, got string) string {
-	return fmt.Sprintf("model %s is pinned to sha256 %s (its first verified fetch), but %s now serves sha256 %s; "+
+// new bytes. origin is how the origin named the pinned version when it
+// served it (Model.PinnedETag: an ETag, or the hub's commit), "" when it
+// named none: with it, the admin can ask the origin what changed since.
+func PinMismatch(model, source, pinned, origin, got string) string {
+	first := "its first verified fetch"
+	if origin != "" {
+		first += ", served as " + origin
+	}
+	return fmt.Sprintf("model %s is pinned to sha256 %s (%s), but %s now serves sha256 %s; "+
 		"nodes that hold the pinned bytes keep them and no node takes the new ones; "+
 		"if the new bytes are meant, an admin runs 'llmgw models repin %s'",
-		model, pinned, source, got, model)
+		model, pinned, first, source, got, model)
 }
 
 // OtherSHA256 returns the first 64-hex-digit word in msg that is not

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -55,6 +56,41 @@ func recordSum(fh *os.File, sum string) {
 		return
 	}
 	_ = unix.Fsetxattr(int(fh.Fd()), sumXattr, []byte(sumTag(sum, &st)), 0)
+}
+
+// recordOrigin notes on the open file how the origin named the version it
+// served (originOf), with the file's size and mtime as they are now, like
+// recordSum, so that whoever pins the file later (the Prolog, which may not
+// be the process that fetched it) can tell the coordinator. Best effort.
+func recordOrigin(fh *os.File, origin string) {
+	var st unix.Stat_t
+	if unix.Fstat(int(fh.Fd()), &st) != nil {
+		return
+	}
+	_ = unix.Fsetxattr(int(fh.Fd()), originXattr, []byte(fmt.Sprintf("%d %d %s", st.Size, st.Mtim.Nano(), origin)), 0)
+}
+
+// originXattr carries recordOrigin's note: "SIZE MTIME_NS ORIGIN".
+const originXattr = "user.llmgw.origin"
+
+// RecordedOrigin is the origin's validator recordOrigin noted on path, or
+// "" when none is or the file changed since (its size or mtime differ).
+func RecordedOrigin(path string) string {
+	buf := make([]byte, 64+maxOrigin)
+	n, err := unix.Getxattr(path, originXattr, buf)
+	if err != nil {
+		return ""
+	}
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return ""
+	}
+	prefix := fmt.Sprintf("%d %d ", st.Size, st.Mtim.Nano())
+	tag := string(buf[:n])
+	if !strings.HasPrefix(tag, prefix) {
+		return ""
+	}
+	return tag[len(prefix):]
 }
 
 func sumTag(sum string, st *unix.Stat_t) string {

@@ -40,6 +40,7 @@ type download struct {
 	// single is set once the origin was found to ignore bounded ranges:
 	// the rest of this download is one stream (errNoRanges).
 	single bool
+	origin string // how the origin named the version served (originOf)
 
 	done  atomic.Int64 // bytes on disk, for progress
 	total atomic.Int64 // -1 until known
@@ -182,6 +183,7 @@ func (d *download) attempt(ctx context.Context) (string, error) {
 	)
 	if st != nil {
 		validator = st.validator()
+		d.origin = st.Origin
 		if st.Parallel {
 			gaps := st.missing()
 			if len(gaps) == 0 {
@@ -207,6 +209,7 @@ func (d *download) attempt(ctx context.Context) (string, error) {
 		}
 	}
 	fresh := newState(d.rem.source, resp)
+	d.origin = fresh.Origin
 
 	if resp.StatusCode == http.StatusOK {
 		// The server ignored the range, or If-Range said the remote changed.
@@ -416,6 +419,9 @@ func (d *download) finish(ctx context.Context, size int64, sum string) (string, 
 	}
 	if sum != "" {
 		recordSum(d.fh, sum)
+	}
+	if d.origin != "" {
+		recordOrigin(d.fh, d.origin)
 	}
 	if !sameFile(d.fh, d.part) {
 		return fail("rename", fmt.Errorf("%s is no longer the file this fetch wrote and verified; not renaming it", d.part))

@@ -220,6 +220,61 @@ func hubSHA256(resp *http.Response) string {
 	return ""
 }
 
+// maxOrigin bounds the origin's validator as recorded: it is shown to
+// admins and sent to the coordinator, and an origin chooses its length.
+const maxOrigin = 256
+
+// originOf is how the origin named the version of the bytes it served, for
+// the coordinator to record beside a pin (api.PinRequest.ETag): the hub's
+// X-Repo-Commit (the revision's commit) and X-Linked-Etag (the LFS file's
+// sha256, or a git blob id), found on the hub's own response before its
+// redirect to storage; else the ETag; else Last-Modified. "" when there is
+// none. A digest alone says which bytes; this says which version of the
+// repository or file they were, which is what an admin deciding whether to
+// repin asks the origin about.
+func originOf(resp *http.Response) string {
+	var commit, linked string
+	for r := resp; r != nil; {
+		if commit == "" {
+			commit = r.Header.Get("X-Repo-Commit")
+		}
+		if linked == "" {
+			linked = r.Header.Get("X-Linked-Etag")
+		}
+		if r.Request == nil {
+			break
+		}
+		r = r.Request.Response
+	}
+	var parts []string
+	switch {
+	case commit != "" || linked != "":
+		if commit != "" {
+			parts = append(parts, "X-Repo-Commit: "+commit)
+		}
+		if linked != "" {
+			parts = append(parts, "X-Linked-Etag: "+linked)
+		}
+	case resp.Header.Get("ETag") != "":
+		parts = append(parts, "ETag: "+resp.Header.Get("ETag"))
+	case resp.Header.Get("Last-Modified") != "":
+		parts = append(parts, "Last-Modified: "+resp.Header.Get("Last-Modified"))
+	}
+	o := strings.Join(parts, ", ")
+	// Header values may hold any byte but control characters; keep it
+	// one printable line of bounded length.
+	o = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, o)
+	if len(o) > maxOrigin {
+		o = o[:maxOrigin]
+	}
+	return o
+}
+
 // hintFor adds what a person can do about a status, for the common ones.
 func hintFor(rem remote, code int) string {
 	switch {

@@ -46,6 +46,7 @@ type fakeOrigin struct {
 	override      http.HandlerFunc
 	hub           bool   // act as the hub: /org/repo/resolve/REV/FILE redirects to the file
 	linkedEtag    string // the digest the hub publishes in X-Linked-Etag
+	repoCommit    string // the commit the hub names in X-Repo-Commit
 	redirectTo    string // the hub redirects to this base URL instead of its own
 	// smallSendBuf gives each new connection a 64 KiB send buffer, so that
 	// "served" counts little that is still in the kernel, not yet received.
@@ -144,7 +145,7 @@ func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ignoreRange, ignoreIfRange, noLength, override := o.ignoreRange, o.ignoreIfRange, o.noLength, o.override
 	retryAfter, delay := o.retryAfter, o.writeDelay
-	hub, linkedEtag, redirectTo := o.hub, o.linkedEtag, o.redirectTo
+	hub, linkedEtag, redirectTo, repoCommit := o.hub, o.linkedEtag, o.redirectTo, o.repoCommit
 	idx := len(o.reqs)
 	o.reqs = append(o.reqs, rec)
 	o.mu.Unlock()
@@ -176,6 +177,9 @@ func (o *fakeOrigin) serve(w http.ResponseWriter, r *http.Request) {
 		// storage backend, carrying the file's sha256.
 		if linkedEtag != "" {
 			w.Header().Set("X-Linked-Etag", `"`+linkedEtag+`"`)
+		}
+		if repoCommit != "" {
+			w.Header().Set("X-Repo-Commit", repoCommit)
 		}
 		setStatus(http.StatusFound)
 		http.Redirect(w, r, redirectTo+"/cdn/model.gguf", http.StatusFound)

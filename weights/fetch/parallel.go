@@ -34,6 +34,9 @@ type rangeState struct {
 	Size         int64  `json:"size"` // -1 when the origin gave none
 	ETag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`
+	// Origin is how the origin named the version it served (originOf),
+	// kept so that a fetch finished from a resumed .part still records it.
+	Origin string `json:"origin,omitempty"`
 	// Parallel .part files are preallocated to Size, so their length says
 	// nothing; Done does. A stream's .part is done up to its length.
 	Parallel bool       `json:"parallel"`
@@ -44,7 +47,7 @@ type rangeState struct {
 // If-Range requires a strong one, since a weak one may name bytes that
 // differ.
 func newState(source string, resp *http.Response) *rangeState {
-	st := &rangeState{Source: source, Size: -1}
+	st := &rangeState{Source: source, Size: -1, Origin: originOf(resp)}
 	if et := resp.Header.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
 		st.ETag = et
 	} else {

@@ -122,7 +122,6 @@ type demoRun struct {
 
 	coordURL   string
 	adminToken string
-	agentToken string
 	client     *api.Client
 
 	procs  []*demoProc
@@ -202,26 +201,22 @@ func (d *demoRun) run(ctx context.Context) error {
 
 func (d *demoRun) stepCoordinator(ctx context.Context) error {
 	d.step(1, "The coordinator",
-		"the service that keeps the catalog and every node's report, on a sqlite file, with tokens for agents and admins.")
+		"the service that keeps the catalog and every node's report, on a sqlite file, with an admin token; each node gets a token of its own in step 2.")
 	dir := filepath.Join(d.dir, "coordinator")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	d.adminToken = filepath.Join(dir, "admin.token")
-	d.agentToken = filepath.Join(dir, "agent.token")
-	for _, f := range []string{d.adminToken, d.agentToken} {
-		if err := writeToken(f); err != nil {
-			return err
-		}
+	if err := writeToken(d.adminToken); err != nil {
+		return err
 	}
 	conf := filepath.Join(dir, "coordinator.toml")
 	text := fmt.Sprintf(`# llmgw demo: the coordinator
 listen = "127.0.0.1:0"
 db = %q
-agent_token_file = %q
 admin_token_file = %q
 report_interval = %q
-`, filepath.Join(dir, "coordinator.db"), d.agentToken, d.adminToken, demoInterval)
+`, filepath.Join(dir, "coordinator.db"), d.adminToken, demoInterval)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return err
 	}
@@ -323,6 +318,19 @@ func (d *demoRun) stepAgents(ctx context.Context) error {
 		for i, dd := range dirs {
 			quoted[i] = strconv.Quote(dd)
 		}
+		// Each node reports with a token of its own, which speaks for it
+		// alone, installed as a site installs a host key (without munge;
+		// with it, no token at all).
+		token := filepath.Join(nd, "node.token")
+		tokenArgs := []string{"nodes", "token", n.Name, "--out", token}
+		if n.Name == Nodes[0].Name {
+			_, err = d.show(ctx, d.clientEnv(), tokenArgs...)
+		} else {
+			_, err = d.output(ctx, d.clientEnv(), tokenArgs...)
+		}
+		if err != nil {
+			return err
+		}
 		conf := filepath.Join(nd, "agent.toml")
 		text := fmt.Sprintf(`# llmgw demo: node %s
 coordinator = %q
@@ -336,7 +344,7 @@ run_dir = %q
 socket = %q
 scan_interval = %q
 report_interval = %q
-`, n.Name, d.coordURL, d.agentToken, n.Name, n.Fabric, strings.Join(quoted, ", "),
+`, n.Name, d.coordURL, token, n.Name, n.Fabric, strings.Join(quoted, ", "),
 			filepath.Join(nd, "cache"), filepath.Join(nd, "state"), filepath.Join(nd, "run"),
 			filepath.Join(nd, "agent.sock"), demoInterval, demoInterval)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {

@@ -709,13 +709,13 @@ func checkCoordinator(ctx context.Context, o Options) []Finding {
 	if o.TokenFile == "" {
 		return append(fs, Finding{Check: "agent token", Severity: Warn,
 			Message: "agent.toml names no token_file: the coordinator refuses this node's reports",
-			Fix:     "set token_file = \"/etc/llmgw/agent.token\" and copy the coordinator's agent token there"})
+			Fix:     "make this node's own token with 'llmgw nodes token NODE --out /etc/llmgw/node.token' (an admin, mode 0600) and set token_file = \"/etc/llmgw/node.token\", or set munge_socket"})
 	}
 	tok, err := api.ReadToken(o.TokenFile)
 	if err != nil {
 		return append(fs, Finding{Check: "agent token", Severity: Warn,
 			Message: fmt.Sprintf("%v: the coordinator refuses this node's reports", err),
-			Fix:     "copy /etc/llmgw/agent.token from the coordinator's host to " + o.TokenFile + " (mode 0600)"})
+			Fix:     "make this node's own token with 'llmgw nodes token NODE --out " + o.TokenFile + "' (an admin, mode 0600)"})
 	}
 	// An empty report is refused as invalid only after the token has been
 	// accepted, so this asks about the token and records nothing.
@@ -728,7 +728,7 @@ func checkCoordinator(ctx context.Context, o Options) []Finding {
 	case errors.As(err, &ae) && (ae.Code == api.CodeUnauthorized || ae.Code == api.CodeForbidden):
 		return append(fs, Finding{Check: "agent token", Severity: Warn,
 			Message: fmt.Sprintf("the coordinator refuses the token in %s: %s", o.TokenFile, ae.Message),
-			Fix:     "copy /etc/llmgw/agent.token from the coordinator's host to " + o.TokenFile + " (mode 0600); the agent rereads it at each report"})
+			Fix:     "make this node's own token again with 'llmgw nodes token NODE --out " + o.TokenFile + "' (an admin, mode 0600); the agent rereads it at each report"})
 	case err == nil:
 		return append(fs, Finding{Check: "agent token", Severity: Warn,
 			Message: "the coordinator accepted an empty report; it is not the llmgw coordinator this llmgw expects",

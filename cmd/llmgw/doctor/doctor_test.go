@@ -243,7 +243,7 @@ func TestCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv, err := coordinator.New(ctx, coordinator.Config{}, coordinator.Tokens{Agent: "right", Admin: "admin"}, db, nil)
+	srv, err := coordinator.New(ctx, coordinator.Config{}, coordinator.Tokens{Admin: "admin"}, db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,8 +251,13 @@ func TestCoordinator(t *testing.T) {
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 
+	// The node's own token, as `llmgw nodes token` makes it.
+	made, err := (&api.Client{BaseURL: ts.URL, Token: "admin"}).NewNodeToken(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tokens := t.TempDir()
-	write(t, filepath.Join(tokens, "right"), "right\n", 0o600)
+	write(t, filepath.Join(tokens, "right"), made.Token+"\n", 0o600)
 	write(t, filepath.Join(tokens, "wrong"), "wrong\n", 0o600)
 	cases := []struct {
 		name, url, token string
