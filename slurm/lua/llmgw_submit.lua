@@ -7,7 +7,8 @@ For users who submit with plain sbatch:
     sbatch --comment='llmgw:model=M' ...
 it does what `llmgw sbatch --model M` does (slurm/prefer.go, Compose): it adds
 --prefer=llmgw.M (the user's --constraint and --prefer folded in, llmgw.M*k
-when the job wants more nodes than hold it) only when the nodes can satisfy
+when the job wants more nodes than hold it, [(<constraint>&llmgw.M)*k&...]
+beside a constraint) only when the nodes can satisfy
 it, because Slurm 22.05 rejects a job whose preference no node set can meet,
 and lets a satisfiable preference replace --constraint (docs/slurm/behaviour.md §1, §6).
 
