@@ -326,8 +326,8 @@ func joinAnd(parts ...string) string {
 // 26.05, and llmgw sbatch's retry without it let the job go to either
 // fabric. Inside brackets the counted parts are picked one after the other,
 // each from the nodes not picked yet (slurmctld's _get_req_features), and
-// their counts must add up to the job's nodes; this form is placed on the holders'
-// fabric, the holder included, on 22.05, 24.11 and 26.05
+// their counts must add up to the job's nodes; this form is placed on the
+// holders' fabric, the holder included, on 22.05, 24.11 and 26.05
 // (docs/slurm/RELEASES.md). The alternative is named rather than kept as a
 // matching OR, since a bracket cannot hold another.
 func countedPrefer(ands []string, feature string, k, n int) string {
