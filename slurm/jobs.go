@@ -102,10 +102,19 @@ func jobField(line, key string) (string, bool) {
 
 var preferTermRe = regexp.MustCompile(`^([^&|()\[\]*!]+)(?:\*([0-9]+))?$`)
 
+// countedRe is the bracketed form Compose gives a job whose nodes cannot
+// all hold the model ("[(ib-b&llmgw.m3)*1&ib-b*1]", slurm/prefer.go
+// countedPrefer): the user's part, the llmgw feature and its count.
+var countedRe = regexp.MustCompile(`^\[\((.+)&([^&|()\[\]*!]+)\)\*([0-9]+)&.+\*[0-9]+\]$`)
+
 // PreferTerms are the terms of the AND expression prefer that name a
 // feature starting with prefix, with their counts.
 func PreferTerms(prefer, prefix string) []PreferTerm {
 	var terms []PreferTerm
+	if m := countedRe.FindStringSubmatch(strings.TrimSpace(prefer)); m != nil && strings.HasPrefix(m[2], prefix) {
+		k, _ := strconv.Atoi(m[3])
+		return []PreferTerm{{Feature: m[2], Count: max(k, 1), counted: true}}
+	}
 	for _, t := range strings.Split(prefer, "&") {
 		m := preferTermRe.FindStringSubmatch(strings.TrimSpace(t))
 		if m == nil || !strings.HasPrefix(m[1], prefix) {
@@ -123,7 +132,12 @@ func PreferTerms(prefer, prefix string) []PreferTerm {
 // WithoutTerms is prefer with its top-level terms naming a feature that
 // starts with prefix taken out: what is left is the user's own constraint
 // and preference, which Slurm accepted at submit.
+// For the bracketed form that is the user's part alone, the fabric chosen
+// at submit kept: every node the job may get meets it.
 func WithoutTerms(prefer, prefix string) string {
+	if m := countedRe.FindStringSubmatch(strings.TrimSpace(prefer)); m != nil && strings.HasPrefix(m[2], prefix) {
+		return m[1]
+	}
 	var keep []string
 	for _, t := range strings.Split(prefer, "&") {
 		if m := preferTermRe.FindStringSubmatch(strings.TrimSpace(t)); m != nil && strings.HasPrefix(m[1], prefix) {

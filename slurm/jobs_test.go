@@ -19,6 +19,10 @@ func TestPreferTerms(t *testing.T) {
 		{"[ib-a|ib-b]&(big)&llmgw.m-2.5", []PreferTerm{{"llmgw.m-2.5", 1, false}}, "[ib-a|ib-b]&(big)"},
 		{"(ib-a|llmgw.m1)", nil, "(ib-a|llmgw.m1)"}, // inside the user's part: not ours to drop
 		{"ib-a", nil, "ib-a"},
+		// Compose's count beside other features, in brackets (from 23.02).
+		{"[(ib-b&llmgw.m3)*1&ib-b*1]", []PreferTerm{{"llmgw.m3", 1, true}}, "ib-b"},
+		{"[(ib-b&gpu&llmgw.m3)*2&(ib-b&gpu)*1]", []PreferTerm{{"llmgw.m3", 2, true}}, "ib-b&gpu"},
+		{"[(ib-b&other.m3)*2&(ib-b)*1]", nil, "[(ib-b&other.m3)*2&(ib-b)*1]"},
 		{"", nil, ""},
 	} {
 		if got := PreferTerms(c.prefer, "llmgw."); !reflect.DeepEqual(got, c.want) {

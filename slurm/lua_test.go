@@ -208,7 +208,7 @@ n4 debug llmgw.m2,llmgw.m3
 		{"constraint met by no holder", `{comment="llmgw:model=m1", features="ib-b"}`, "",
 			"||llmgw:model=m1|no node in the job's partition holds m1"},
 		{"two nodes in the fabric of one holder", `{comment="llmgw:model=m2", features="ib-b", min_nodes=2}`, "",
-			"(ib-b)&llmgw.m2*1||llmgw:model=m2|prefer=(ib-b)&llmgw.m2*1"},
+			"[(ib-b&llmgw.m2)*1&ib-b*1]||llmgw:model=m2|prefer=[(ib-b&llmgw.m2)*1&ib-b*1]"},
 		{"constraint names a feature no node has", `{comment="llmgw:model=m1", features="gpu&ib-a"}`, "",
 			"||llmgw:model=m1|no node in the job's partition holds m1"},
 		{"older file: constraint cannot be checked", `{comment="llmgw:model=m1", features="ib-a"}`, older,

@@ -170,20 +170,27 @@ func Compose(in ComposeInput) Composition {
 
 	// count gives, for the expression x and the excluded nodes, the most
 	// eligible nodes in one matching-OR alternative, and the most holders in
-	// one alternative with room for the whole job. The job may run in any of
-	// its partitions, so each must allow it: the smallest over them counts.
-	count := func(x *featureExpr, excl map[string]bool) (eligible, holders int) {
+	// one alternative with room for the whole job, with that alternative.
+	// The job may run in any of its partitions, so each must allow it: the
+	// smallest over them counts. The holders are counted per alternative
+	// first, because a counted preference names one alternative (see
+	// countedPrefer) and must then hold in every partition.
+	count := func(x *featureExpr, excl map[string]bool) (eligible, holders, alt int) {
 		parts := in.Partitions
 		if len(parts) == 0 {
 			parts = []string{""}
 		}
-		eligible, holders = -1, -1
+		eligible = -1
+		perAlt := make([]int, x.alternatives())
+		for a := range perAlt {
+			perAlt[a] = -1
+		}
 		for _, p := range parts {
-			bestE, bestH := 0, 0
-			for alt := 0; alt < x.alternatives(); alt++ {
+			bestE := 0
+			for a := range perAlt {
 				e, h := 0, 0
 				for _, nd := range in.Cluster {
-					if (p != "" && !slices.Contains(nd.Partitions, p)) || excl[nd.Name] || !x.match(nd.Features, alt) {
+					if (p != "" && !slices.Contains(nd.Partitions, p)) || excl[nd.Name] || !x.match(nd.Features, a) {
 						continue
 					}
 					e++
@@ -192,18 +199,23 @@ func Compose(in ComposeInput) Composition {
 					}
 				}
 				bestE = max(bestE, e)
-				if e >= n {
-					bestH = max(bestH, h)
+				if e < n {
+					h = 0
+				}
+				if perAlt[a] < 0 || h < perAlt[a] {
+					perAlt[a] = h
 				}
 			}
 			if eligible < 0 || bestE < eligible {
 				eligible = bestE
 			}
-			if holders < 0 || bestH < holders {
-				holders = bestH
+		}
+		for a, h := range perAlt {
+			if h > holders {
+				holders, alt = h, a
 			}
 		}
-		return eligible, holders
+		return eligible, holders, alt
 	}
 
 	// An exclusion that leaves too few nodes would have Slurm reject the
@@ -220,10 +232,10 @@ func Compose(in ComposeInput) Composition {
 			for _, x := range ours {
 				trial[x] = true
 			}
-			if e, _ := count(expr, trial); e >= n {
+			if e, _, _ := count(expr, trial); e >= n {
 				excl = trial
 			} else {
-				if base, _ := count(expr, userExcl); base >= n {
+				if base, _, _ := count(expr, userExcl); base >= n {
 					note("not excluding %s (no room for %s): too few nodes would be left for %d", Compress(ours), in.Model, n)
 				}
 				ours = nil
@@ -241,16 +253,25 @@ func Compose(in ComposeInput) Composition {
 		note("no preference for %s: %v", feature, exprErr)
 		return out
 	}
-	_, k := count(expr, excl)
+	_, k, alt := count(expr, excl)
 	if k == 0 {
 		note("no preference: no node in the job's partition holds %s (a preference nobody can meet would reject the job)", in.Model)
 		return out
 	}
-	term := feature
-	if n > k {
-		term += "*" + strconv.Itoa(k)
+	var prefer string
+	switch {
+	case n <= k:
+		prefer = joinAnd(in.Constraint, in.Prefer, feature)
+	case expr.root == nil:
+		prefer = feature + "*" + strconv.Itoa(k)
+	default:
+		ands, err := expr.flatten(alt)
+		if err != nil {
+			note("no preference: %d of the job's %d nodes hold %s, and Slurm (from 23.02) takes a count beside other features only inside [...], where the job's expression cannot go (%v)", k, n, in.Model, err)
+			return out
+		}
+		prefer = countedPrefer(ands, feature, k, n)
 	}
-	prefer := joinAnd(in.Constraint, in.Prefer, term)
 	if len(prefer) > MaxExpression {
 		note("no preference: --prefer=%s… would be %d characters, over Slurm's limit of %d", prefer[:40], len(prefer), MaxExpression)
 		return out
@@ -291,6 +312,32 @@ func joinAnd(parts ...string) string {
 	return b.String()
 }
 
+// countedPrefer is the preference for a job of n nodes of which only k can
+// hold feature, when the job's own expression is the AND of ands (one
+// matching-OR alternative already chosen): k holders and n-k other nodes,
+// every one meeting ands, as
+//
+//	[(ib-b&llmgw.m3)*1&ib-b*1]
+//
+// Slurm from 23.02 refuses a count outside brackets in an expression of
+// more than one feature (slurmctld's _feature_string2list, SchedMD commit
+// 7f915cc63d: "'*' outside of brackets with more than one feature"), so the
+// 22.05 form [ib-a|ib-b]&llmgw.m3*1 is rejected at submit on 24.11 and
+// 26.05, and llmgw sbatch's retry without it let the job go to either
+// fabric. Inside brackets the counted parts are picked one after the other,
+// each from the nodes not picked yet (slurmctld's _get_req_features), and
+// their counts must add up to the job's nodes; this form is placed on the
+// holders' fabric, the holder included, on 22.05, 24.11 and 26.05
+// (docs/slurm/RELEASES.md). The alternative is named rather than kept as a
+// matching OR, since a bracket cannot hold another.
+func countedPrefer(ands []string, feature string, k, n int) string {
+	rest := strings.Join(ands, "&")
+	if len(ands) > 1 {
+		rest = "(" + rest + ")"
+	}
+	return fmt.Sprintf("[(%s&%s)*%d&%s*%d]", strings.Join(ands, "&"), feature, k, rest, n-k)
+}
+
 // mentions reports whether the expression expr names feature as a term.
 func mentions(expr, feature string) bool {
 	for _, t := range strings.FieldsFunc(expr, func(r rune) bool { return strings.ContainsRune("&|()[]*!", r) }) {
@@ -318,6 +365,40 @@ type exprNode struct {
 
 // alternatives is how many ways the matching OR can be chosen (1 without one).
 func (e *featureExpr) alternatives() int { return max(e.alts, 1) }
+
+// flatten is the expression with the matching OR taken as alternative alt,
+// as the features it ANDs (each once, in order), or an error when it holds
+// an OR, which countedPrefer cannot put inside brackets.
+func (e *featureExpr) flatten(alt int) ([]string, error) {
+	var out []string
+	var walk func(x *exprNode) error
+	walk = func(x *exprNode) error {
+		switch x.op {
+		case 'f':
+			if !slices.Contains(out, x.name) {
+				out = append(out, x.name)
+			}
+		case '&':
+			for _, c := range x.children {
+				if err := walk(c); err != nil {
+					return err
+				}
+			}
+		case '[':
+			return walk(x.children[alt])
+		default:
+			return fmt.Errorf("it has an OR (|) outside a matching OR")
+		}
+		return nil
+	}
+	if e.root == nil {
+		return nil, nil
+	}
+	if err := walk(e.root); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // match reports whether a node with these features satisfies the
 // expression when the matching OR takes alternative alt.

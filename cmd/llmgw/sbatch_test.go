@@ -167,11 +167,11 @@ func TestSbatchScriptDirectivesAndSpank(t *testing.T) {
 		t.Errorf("--parsable output %q", stdout)
 	}
 	// The script's constraint is folded in (a preference would otherwise
-	// replace it); -N 2 with 1 holder gives the count form; the plugin is
+	// replace it); -N 2 with 1 holder gives the count form, in brackets beside the constraint; the plugin is
 	// loaded, so the model goes in --llmgw-model, not the comment (which
 	// only says llmgw sbatch composed the job). What
 	// follows the script is the script's.
-	want := "--parsable --prefer=(ib-a)&llmgw.m1*1 --comment=llmgw:composed --llmgw-model=m1 " + script + " arg1 --model x\n"
+	want := "--parsable --prefer=[(ib-a&llmgw.m1)*1&ib-a*1] --comment=llmgw:composed --llmgw-model=m1 " + script + " arg1 --model x\n"
 	if got := readArgs(t, argsLog); got != want {
 		t.Errorf("sbatch args:\n got %q\nwant %q", got, want)
 	}

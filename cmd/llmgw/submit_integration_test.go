@@ -506,6 +506,22 @@ func (e *e2e) waitIdle(t *testing.T) {
 	t.Fatalf("nodes not all idle 30 s after a job ended: %s", states)
 }
 
+// holders are the nodes whose active features include feature now.
+func (e *e2e) holders(t *testing.T, feature string) []string {
+	t.Helper()
+	nodes, err := e.sl.Nodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range nodes {
+		if slices.Contains(n.Active, feature) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
 // prologSaw checks the dev cluster's hook log: the Prolog of job id on node
 // was told the model (SPANK_LLMGW_MODEL, from the plugin).
 func (e *e2e) prologSaw(t *testing.T, id, node, model string) {
@@ -649,17 +665,42 @@ func TestSubmitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a 2-node job stays in the fabric holding the model", func(t *testing.T) {
-		// From 24.11 Slurm falls back from a preference that joins a
-		// matching OR with a counted term ([ib-a|ib-b]&llmgw.m3*1) in most
-		// runs, and the job lands in either fabric (docs/slurm/RELEASES.md).
-		// The composition that 24.11 honours is not built yet: this case
-		// runs on 22.05 only until it is, rather than fail by chance.
-		if v, err := e.sl.Version(ctx); err != nil || v.AtLeast(24, 11) {
-			t.Skipf("Slurm %v (%v): a matching OR with a counted llmgw term is not honoured as a preference from 24.11; see docs/slurm/RELEASES.md", v, err)
-		}
-		id, _ := e.sbatch(t, "--model", "m3", "-N", "2", "--constraint=[ib-a|ib-b]", "--wrap", "true")
-		if j := e.wait(t, id); j.NodeList != "n[3-4]" {
-			t.Errorf("2-node job on %s (Features=%s); want n[3-4]: one fabric, the one holding m3", j.NodeList, j.Features)
+		// Fewer nodes hold m3 than the job wants, so the count goes in
+		// brackets beside the holders' fabric
+		// ([(ib-b&llmgw.m3)*1&ib-b*1]). The 22.05 form
+		// [ib-a|ib-b]&llmgw.m3*1 is refused at submit from 23.02 ("'*'
+		// outside of brackets with more than one feature"), and llmgw
+		// sbatch's retry without it sent the job to either fabric
+		// (docs/slurm/RELEASES.md).
+		for _, submit := range []struct {
+			how string
+			run func() (id, said string)
+		}{
+			{"llmgw sbatch", func() (string, string) {
+				return e.sbatch(t, "--model", "m3", "-N", "2", "--constraint=[ib-a|ib-b]", "--wrap", "true")
+			}},
+			{"plain sbatch through job_submit.lua", func() (string, string) {
+				return e.plainSbatch(t, "--comment=llmgw:model=m3", "-N2", "--constraint=[ib-a|ib-b]", "--wrap", "true"), ""
+			}},
+		} {
+			e.waitIdle(t)
+			// m3 may have been fetched elsewhere by a job above: the
+			// holders are what Slurm has now.
+			holders := e.holders(t, "llmgw.m3")
+			id, said := submit.run()
+			j := e.wait(t, id)
+			nodes, err := slurm.Expand(j.NodeList)
+			if err != nil || len(nodes) != 2 {
+				t.Fatalf("%s: job %s ran on %q (%v); want 2 nodes", submit.how, id, j.NodeList, err)
+			}
+			if e2eFabric[nodes[0]] != e2eFabric[nodes[1]] || !slices.ContainsFunc(nodes, func(n string) bool { return slices.Contains(holders, n) }) {
+				t.Errorf("%s: 2-node job on %s (Features=%s); want one fabric, with a holder of m3 (%s)", submit.how, j.NodeList, j.Features, holders)
+			}
+			// Slurm shows a met preference as the job's Features; a job
+			// that landed right by its constraint alone shows [ib-a|ib-b].
+			if !strings.HasPrefix(j.Features, "[(ib-") || !strings.Contains(j.Features, "&llmgw.m3)*") || strings.Contains(said, "refused the preference") {
+				t.Errorf("%s: Features=%s (AdminComment %q, llmgw sbatch said %q); want the bracketed preference, accepted and met", submit.how, j.Features, j.AdminComment, said)
+			}
 		}
 	})
 

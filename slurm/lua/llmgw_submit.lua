@@ -7,7 +7,8 @@ For users who submit with plain sbatch:
     sbatch --comment='llmgw:model=M' ...
 it does what `llmgw sbatch --model M` does (slurm/prefer.go, Compose): it adds
 --prefer=llmgw.M (the user's --constraint and --prefer folded in, llmgw.M*k
-when the job wants more nodes than hold it) only when the nodes can satisfy
+when the job wants more nodes than hold it, [(<constraint>&llmgw.M)*k&...]
+beside a constraint) only when the nodes can satisfy
 it, because Slurm 22.05 rejects a job whose preference no node set can meet,
 and lets a satisfiable preference replace --constraint (docs/slurm/behaviour.md §1, §6).
 
@@ -325,6 +326,43 @@ local function join_and(parts, count)
 	return table.concat(out, "&")
 end
 
+-- flatten: slurm/prefer.go featureExpr.flatten; nil when x holds an OR.
+local function flatten(x, alt)
+	local out, seen = {}, {}
+	local function walk(y)
+		if y.op == "f" then
+			if not seen[y.name] then
+				out[#out + 1], seen[y.name] = y.name, true
+			end
+			return true
+		elseif y.op == "&" then
+			for _, c in ipairs(y.children) do
+				if not walk(c) then
+					return false
+				end
+			end
+			return true
+		elseif y.op == "[" then
+			return walk(y.children[alt])
+		end
+		return false
+	end
+	if not walk(x) then
+		return nil
+	end
+	return out
+end
+
+-- counted_prefer: slurm/prefer.go countedPrefer (why the brackets).
+local function counted_prefer(ands, feature, k, n)
+	local all = table.concat(ands, "&")
+	local rest = all
+	if #ands > 1 then
+		rest = "(" .. all .. ")"
+	end
+	return "[(" .. all .. "&" .. feature .. ")*" .. k .. "&" .. rest .. "*" .. (n - k) .. "]"
+end
+
 -- A node, as compose keeps it: {name=, parts=<partitions, comma-separated>,
 -- feats=",<feature>,<feature>,"}, strings as the feature file has them,
 -- since splitting 10,000 lines into tables costs slurmctld more than the
@@ -509,16 +547,18 @@ function llmgw.compose(input)
 		expr, why = parse_job_expr(input.constraint, input.prefer, input.complete)
 	end
 
+	-- count: slurm/prefer.go's count; holders per alternative first.
 	local function count(x, excl)
 		local parts = input.partitions or {}
 		if #parts == 0 then
 			parts = { false }
 		end
-		local eligible, holders = -1, -1
+		local eligible, per_alt = -1, {}
+		local nalts = math.max(x.alts, 1)
 		for _, p in ipairs(parts) do
 			local groups = project(ix, p, feature, x.features)
-			local best_e, best_h = 0, 0
-			for alt = 1, math.max(x.alts, 1) do
+			local best_e = 0
+			for alt = 1, nalts do
 				local e, h = 0, 0
 				for _, g in ipairs(groups) do
 					if x.root == nil or eval(x.root, g.set, alt) then
@@ -540,18 +580,24 @@ function llmgw.compose(input)
 					end
 				end
 				best_e = math.max(best_e, e)
-				if e >= n then
-					best_h = math.max(best_h, h)
+				if e < n then
+					h = 0
+				end
+				if per_alt[alt] == nil or h < per_alt[alt] then
+					per_alt[alt] = h
 				end
 			end
 			if eligible < 0 or best_e < eligible then
 				eligible = best_e
 			end
-			if holders < 0 or best_h < holders then
-				holders = best_h
+		end
+		local holders, best_alt = 0, 1
+		for alt = 1, nalts do
+			if per_alt[alt] > holders then
+				holders, best_alt = per_alt[alt], alt
 			end
 		end
-		return eligible, holders
+		return eligible, holders, best_alt
 	end
 
 	-- slurm/prefer.go: no exclusion that could make Slurm reject the job.
@@ -599,16 +645,25 @@ function llmgw.compose(input)
 		note("no preference for " .. feature .. ": " .. why)
 		return out
 	end
-	local _, k = count(expr, excl)
+	local _, k, alt = count(expr, excl)
 	if k == 0 then
 		note("no preference: no node in the job's partition holds " .. model)
 		return out
 	end
-	local term = feature
-	if n > k then
-		term = term .. "*" .. k
+	local prefer
+	if n <= k then
+		prefer = join_and({ input.constraint, input.prefer, feature }, 3)
+	elseif expr.root == nil then
+		prefer = feature .. "*" .. k
+	else
+		local ands = flatten(expr.root, alt)
+		if not ands then
+			note("no preference: " .. k .. " of the job's " .. n .. " nodes hold " .. model
+				.. ", and Slurm (from 23.02) takes a count beside other features only inside [...], where the job's expression cannot go (it has an OR (|) outside a matching OR)")
+			return out
+		end
+		prefer = counted_prefer(ands, feature, k, n)
 	end
-	local prefer = join_and({ input.constraint, input.prefer, term }, 3)
 	if #prefer > MAX_EXPRESSION then
 		note("no preference: it would be " .. #prefer .. " characters, over Slurm's limit of " .. MAX_EXPRESSION)
 		return out

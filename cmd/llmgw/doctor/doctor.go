@@ -297,6 +297,7 @@ func checkSlurm(v slurmView, o Options) []Finding {
 	fs = append(fs, checkTimeout(v, o)...)
 	fs = append(fs, checkSpank(v, o)...)
 	fs = append(fs, checkJobSubmit(v)...)
+	fs = append(fs, checkPreferValidation(v)...)
 	return fs
 }
 
