@@ -17,10 +17,11 @@ import (
 )
 
 // siteHookDirs returns the directories the dev cluster's Prolog and Epilog
-// globs run (scripts/dev-cluster's default layout: prolog.d/* and
-// epilog.d/* holding llmgw's hooks as the link 00-llmgw, as the README
-// installs them beside a site's scripts), or skips when the cluster names
-// llmgw's hooks directly.
+// globs run, or skips when the cluster names llmgw's hooks directly.
+// scripts/dev-cluster's default layout is the README's install: prolog.d/*
+// and epilog.d/* holding llmgw's hooks as the link 00-llmgw. Its "lines"
+// layout (24.05 and later) is the other: the glob on one Prolog= line,
+// llmgw's hook on the next.
 func siteHookDirs(t *testing.T) (prologDir, epilogDir string) {
 	t.Helper()
 	conf, err := slurm.ReadConf(os.Getenv("SLURM_CONF"))
@@ -128,13 +129,15 @@ func nodeField(sl *slurm.Runner, node, key string) string {
 }
 
 // TestSiteHooksBeside: llmgw's Prolog and Epilog installed the README's
-// way, as a link in the site's prolog.d and epilog.d, beside a site's own
-// scripts, on the real dev cluster of each release.
+// way, beside a site's own scripts, on the real dev cluster of each
+// release: as a link in the site's prolog.d and epilog.d, or (run with
+// LLMGW_DEV_HOOK_LAYOUT=lines, 24.05 and later) as a Prolog= line after the
+// site's.
 //
 // The site's health check (50-site-health) and GPU setup (10-site-gpu) run
-// before llmgw's 00-llmgw, and the site's epilog before llmgw's gc: slurmd
-// runs a directory glob in reverse byte order (docs/slurm/behaviour.md
-// §10). When the site's health check fails on one node, that node is
+// before llmgw's hook, and the site's epilog before llmgw's gc: slurmd
+// runs a directory glob in reverse byte order, and Prolog= lines in turn
+// (docs/slurm/behaviour.md §10). When the site's health check fails on one node, that node is
 // drained and the job requeued held, as Slurm does for any failing Prolog,
 // and llmgw's hook on that node never runs, so it cannot make the Prolog
 // succeed.
