@@ -367,6 +367,11 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 	}, same)
 	fs := differs(key, vs)
 	fix := fmt.Sprintf("set %s=%s in slurm.conf, then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)", key, ours)
+	if key != "TaskProlog" {
+		// Beside the site's own scripts, as the README installs it.
+		fix = fmt.Sprintf("link %s into the %s directory slurm.conf globs (ln -s %s /etc/slurm/%s.d/00-llmgw with %s=/etc/slurm/%s.d/*), or set %s=%s when the site has no %s of its own; then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)",
+			ours, name, ours, name, key, name, key, ours, key)
+	}
 	for _, s := range vs {
 		if s.val == "" {
 			fs = append(fs, Finding{Check: key, Severity: Error,
