@@ -635,6 +635,20 @@ end
 	}
 }
 
+// moduleState is the start of a Lua driver that runs llmgw's module in one
+// Lua state, as slurmctld keeps it: its clock at 1000 (set clock to move
+// it), the partition debug with a record pointer, one submission made so
+// that the module has seen slurmctld's tables.
+func moduleState(t *testing.T) string {
+	return luaPrelude + `
+local clock = 1000
+os.time = function() return clock end
+local llmgw = dofile(` + absLua(t, submitModule) + `)
+local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
+llmgw.submit({comment="first"}, parts, 0)
+`
+}
+
 // TestLuaModuleParsesOnlyChangedFiles runs one Lua state through rewrites of
 // the feature file: the parsed nodes are kept while the header's lines=
 // digest stays the same (the coordinator rewrites the file every interval
@@ -642,12 +656,7 @@ end
 // the digest (an older coordinator) is read whole every time.
 func TestLuaModuleParsesOnlyChangedFiles(t *testing.T) {
 	features := filepath.Join(t.TempDir(), "features")
-	out := runLua(t, luaPrelude+`
-local clock = 1000
-os.time = function() return clock end
-local llmgw = dofile(`+absLua(t, submitModule)+`)
-local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
-llmgw.submit({comment="first"}, parts, 0)
+	out := runLua(t, moduleState(t)+`
 local function step(at, lines, body)
 	clock = at
 	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
@@ -678,12 +687,7 @@ step(1060, "", "n1 debug -\n")
 // new header line (a later sync) is parsed again, so its synced= decides.
 func TestLuaModuleKeepsOnlyDigestedHeaders(t *testing.T) {
 	features := filepath.Join(t.TempDir(), "features")
-	out := runLua(t, luaPrelude+`
-local clock = 1000
-os.time = function() return clock end
-local llmgw = dofile(`+absLua(t, submitModule)+`)
-local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
-llmgw.submit({comment="first"}, parts, 0)
+	out := runLua(t, moduleState(t)+`
 clock = 1010
 local function step(header, body)
 	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
