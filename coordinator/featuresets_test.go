@@ -31,6 +31,16 @@ func randomCluster(n, models int, seed uint64) ([]slurm.Node, map[string][]strin
 // featureSets counts the distinct sets a plan leaves on the nodes: those it
 // updates and those it leaves as they are.
 func featureSets(nodes []slurm.Node, desired map[string][]string) int {
+	seen := map[string]bool{}
+	for _, fs := range plannedFeatures(nodes, desired) {
+		seen[strings.Join(fs, ",")] = true
+	}
+	return len(seen)
+}
+
+// plannedFeatures is each node's features, sorted, once the plan for
+// desired is applied: what it updates and what it leaves as it is.
+func plannedFeatures(nodes []slurm.Node, desired map[string][]string) [][]string {
 	plan := slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired)
 	after := map[string][]string{}
 	for _, u := range plan.Updates {
@@ -38,17 +48,17 @@ func featureSets(nodes []slurm.Node, desired map[string][]string) int {
 			after[n] = u.Active
 		}
 	}
-	seen := map[string]bool{}
-	for _, n := range nodes {
+	out := make([][]string, len(nodes))
+	for i, n := range nodes {
 		fs, ok := after[n.Name]
 		if !ok {
 			fs = n.Active
 		}
 		fs = slices.Clone(fs)
 		slices.Sort(fs)
-		seen[strings.Join(fs, ",")] = true
+		out[i] = fs
 	}
-	return len(seen)
+	return out
 }
 
 // TestBoundFeatureSets: 1,000 nodes holding random mixes of 50 models

@@ -14,7 +14,8 @@ import (
 )
 
 const doctorAbout = `Checks that this host is set up for llmgw and says, for each problem, how to
-fix it: PrologFlags=Alloc; Prolog, Epilog and TaskProlog running llmgw's hooks;
+fix it: PrologFlags=Alloc; Prolog, Epilog and TaskProlog running llmgw's hooks
+(beside the site's own, in the order slurmd runs them: llmgw's last);
 PrologEpilogTimeout above the fetch deadline; the SPANK plugin in plugstack.conf;
 job_submit/lua; the agent's socket; the coordinator and the agent's token; the
 fetch cache (writable, node-local).

@@ -28,7 +28,7 @@ func TestDoctorCmd(t *testing.T) {
 	for _, want := range []string{
 		"OK PrologFlags",
 		"ERROR Prolog Prolog is not set",
-		"fix: set Prolog=/usr/libexec/llmgw/prolog",
+		"fix: link /usr/libexec/llmgw/prolog into the prolog directory slurm.conf globs",
 		"ERROR agent config config " + cfg + ": unknown key cache_dirr",
 		"OK cache dir",
 	} {

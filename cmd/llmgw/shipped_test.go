@@ -215,7 +215,8 @@ func TestShippedUnits(t *testing.T) {
 
 // TestSnippetPassesDoctor checks the slurm.conf lines the package documents
 // with the doctor's own rules: the PrologEpilogTimeout there must stay above
-// the fetch deadline, and the hooks must be the installed ones.
+// the fetch deadline. Its Prolog and Epilog are the site's directories,
+// which hold llmgw's hooks only on a node set up as the snippet says.
 func TestSnippetPassesDoctor(t *testing.T) {
 	b, err := os.ReadFile("../../packaging/slurm.conf.snippet")
 	if err != nil {
@@ -227,8 +228,8 @@ func TestSnippetPassesDoctor(t *testing.T) {
 	}
 	want := map[string]string{
 		"prologflags":      "Alloc",
-		"prolog":           doctor.DefaultHookDir + "/prolog",
-		"epilog":           doctor.DefaultHookDir + "/epilog",
+		"prolog":           "/etc/slurm/prolog.d/*",
+		"epilog":           "/etc/slurm/epilog.d/*",
 		"taskprolog":       doctor.DefaultHookDir + "/task-prolog",
 		"plugstackconfig":  "/etc/slurm/plugstack.conf",
 		"jobsubmitplugins": "lua",

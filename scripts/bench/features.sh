@@ -31,17 +31,35 @@
 # (BenchmarkFeatureSets, coordinator/featuresets_test.go). Every distinct set
 # is a node config record slurmctld's scheduler walks for every job.
 #
-# Usage: scripts/bench/features.sh [--runs N] | --plan
+# --records BOUND needs the cluster with 1000 extra nodes, freshly up: it
+# applies to x0001..x1000 the features the plan leaves on the same random
+# cluster (BOUND is max=-1, unbounded, or max=64, the default
+# feature_sets_max; TestWriteFeatureSets, coordinator/
+# featuresets_dump_test.go, writes them), one scontrol update per distinct
+# set, and reports slurmctld's node config records before, after, and after
+# the features are wiped again. Slurm shows the count nowhere (not in
+# scontrol show config, nor sdiag); its scheduler logs, at debug2, one line
+# per config record for each job it places (_build_node_list in Slurm's
+# src/slurmctld/node_scheduler.c, 22.05 to 26.05: "matched 0 nodes (HOSTS)",
+# "filtered all nodes (HOSTS)" or "found N usable nodes from config
+# containing HOSTS"), so the script raises slurmctld's log level for a
+# moment, submits two jobs to the extra partition and counts the distinct
+# HOSTS in those lines. Bring the cluster down and up between bounds: 22.05
+# never merges a record once split.
+#
+# Usage: scripts/bench/features.sh [--runs N] | --plan | --records BOUND
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
 RUNS=5
 PLAN=
+RECORDS=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) RUNS=$2; shift 2 ;;
 	--plan) PLAN=1; shift ;;
+	--records) RECORDS=${2:-}; shift 2 || { echo "features.sh: --records needs max=-1 or max=64" >&2; exit 2; } ;;
 	-h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//; /^set -e/d'; exit 0 ;;
 	*) echo "features.sh: unknown argument $1; try --help" >&2; exit 2 ;;
 	esac
@@ -63,6 +81,50 @@ fi
 all=$(scontrol show hostlist "$(IFS=,; echo "${xs[*]}")")
 wipe() { scontrol update NodeName="$all" AvailableFeatures= ActiveFeatures=; }
 trap wipe EXIT
+
+# records: slurmctld's node config records, counted from its debug2 lines
+# for two jobs it tries to place (see --help).
+records() {
+	local log size a b i
+	log=$(scontrol show config | awk '$1 == "SlurmctldLogFile" { print $3 }')
+	[[ -r $log ]] || { echo "features.sh: cannot read slurmctld's log ($log)" >&2; exit 1; }
+	size=$(stat -c %s "$log")
+	scontrol setdebug debug2
+	a=$(sbatch --parsable -p extra -N1 -o /dev/null --wrap true)
+	b=$(sbatch --parsable -p extra -N1 -o /dev/null --wrap true)
+	# The scheduler places one job at a time: once it logs b's records,
+	# it has logged all of a's.
+	for ((i = 0; i < 600; i++)); do
+		tail -c +"$((size + 1))" "$log" | grep -q "JobId=$b matched 0 nodes\|JobId=$b filtered" && break
+		sleep 0.1
+	done
+	scontrol setdebug info
+	scancel "$a" "$b"
+	# Every attempt of either job names the same records: count each once.
+	tail -c +"$((size + 1))" "$log" |
+		sed -n -e 's/.*JobId=[0-9]* \(matched 0 nodes\|filtered all nodes\) (\([^)]*\)).*/\2/p' \
+			-e 's/.*found [0-9]* usable nodes from config containing \(.*\)/\1/p' |
+		sort -u | wc -l
+}
+if [[ -n $RECORDS ]]; then
+	sets=$(mktemp -d)
+	trap 'wipe; rm -rf "$sets"' EXIT
+	LLMGW_FEATURE_SETS_DIR=$sets go test -count=1 -run '^TestWriteFeatureSets$' ./coordinator/ >/dev/null
+	[[ -r $sets/$RECORDS ]] || { echo "features.sh: --records $RECORDS: not one of $(ls "$sets")" >&2; exit 2; }
+	echo "Slurm $(sinfo --version | cut -d' ' -f2); 1000 nodes, random mixes of 50 models, 8 fabrics, $RECORDS"
+	before=$(records)
+	calls=0
+	while read -r set nodes; do
+		scontrol update NodeName="$(scontrol show hostlist "$nodes")" AvailableFeatures="$set" ActiveFeatures="$set"
+		calls=$((calls + 1))
+	done < <(awk '{ n[$2] = n[$2] (n[$2] ? "," : "") $1 } END { for (s in n) print s, n[s] }' "$sets/$RECORDS")
+	after=$(records)
+	wipe
+	wiped=$(records)
+	printf '%-10s %8s %14s %14s %14s\n' bound "sets" "records before" "records after" "after a wipe"
+	printf '%-10s %8s %14s %14s %14s\n' "$RECORDS" "$calls" "$before" "$after" "$wiped"
+	exit 0
+fi
 
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); Slurm $(sinfo --version | cut -d' ' -f2)"
 echo "1000 nodes, 10 distinct feature sets, from wiped features"

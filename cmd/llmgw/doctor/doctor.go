@@ -368,32 +368,34 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 	}, same)
 	fs := differs(key, vs)
 	fix := fmt.Sprintf("set %s=%s in slurm.conf, then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)", key, ours)
+	if key != "TaskProlog" {
+		// Beside the site's own scripts, as the README installs it.
+		fix = fmt.Sprintf("link %s into the %s directory slurm.conf globs (ln -s %s /etc/slurm/%s.d/00-llmgw with %s=/etc/slurm/%s.d/*), or set %s=%s when the site has no %s of its own; then restart slurmd (see /usr/share/doc/llmgw/slurm.conf.snippet)",
+			ours, name, ours, name, key, name, key, ours, key)
+	}
 	for _, s := range vs {
 		if s.val == "" {
 			fs = append(fs, Finding{Check: key, Severity: Error,
 				Message: fmt.Sprintf("%s is not set in %s: llmgw's %s never runs, so jobs get no weights", key, s.from, name), Fix: fix})
 			continue
 		}
-		var paths []string
-		for _, p := range strings.Split(s.val, "\n") {
-			if key != "TaskProlog" { // Prolog and Epilog may be globs (slurm.conf(5))
-				if m, err := filepath.Glob(p); err == nil && len(m) > 0 {
-					paths = append(paths, m...)
-					continue
-				}
-			}
-			paths = append(paths, p)
-		}
+		paths, empty := runOrder(key, strings.Split(s.val, "\n"))
 		shown := strings.ReplaceAll(s.val, "\n", " "+key+"=")
+		if len(empty) > 0 {
+			fs = append(fs, Finding{Check: key, Severity: Error,
+				Message: fmt.Sprintf("%s=%s (%s): %s matches no file here; slurmd then fails the %s of every job and drains the node", key, shown, s.from, strings.Join(empty, ", "), key),
+				Fix:     "link " + ours + " into that directory (ln -s " + ours + " DIR/00-llmgw), or " + fix})
+			continue
+		}
 		var bad []string
-		found := false
-		for _, p := range paths {
+		last := -1 // llmgw's hook's place in the run order
+		for i, p := range paths {
 			if err := executable(p, key == "TaskProlog"); err != nil {
 				bad = append(bad, err.Error())
 				continue
 			}
 			if runsOurs(p, ours) {
-				found = true
+				last = i
 			}
 		}
 		if len(bad) > 0 {
@@ -406,15 +408,59 @@ func checkHook(v slurmView, o Options, key, name string) []Finding {
 				Fix:     "install the llmgw package on this host, or " + fix})
 			continue
 		}
-		if !found {
+		if last < 0 {
 			fs = append(fs, Finding{Check: key, Severity: Error,
 				Message: fmt.Sprintf("%s=%s (%s) does not run llmgw's %s, so jobs get no weights", key, shown, s.from, name),
 				Fix:     fix + "; or call " + ours + " from your own " + key})
 			continue
 		}
-		fs = append(fs, Finding{Check: key, Message: fmt.Sprintf("%s=%s runs llmgw's %s (%s)", key, shown, name, s.from)})
+		if len(paths) == 1 {
+			// What was found, said plainly: whether the site had scripts of
+			// its own before llmgw's took their place cannot be told here.
+			fs = append(fs, Finding{Check: key, Message: fmt.Sprintf("%s=%s runs llmgw's %s and nothing else (%s); a site with %s scripts of its own runs them beside it: a directory glob or, from Slurm 24.05, another %s= line (README)", key, shown, name, s.from, name, key)})
+			continue
+		}
+		ran := make([]string, len(paths))
+		for i, p := range paths {
+			ran[i] = filepath.Base(p)
+		}
+		if after := ran[last+1:]; len(after) > 0 {
+			why := "a site health check there runs only after llmgw's prolog, which may wait minutes for weights on a node the check would have failed"
+			if key == "Epilog" {
+				why = "llmgw's gc then runs before the site's epilog has cleaned up after the job"
+			}
+			fs = append(fs, Finding{Check: key, Severity: Warn,
+				Message: fmt.Sprintf("%s=%s (%s) runs %s in this order: %s runs after llmgw's %s; %s", key, shown, s.from, strings.Join(ran, ", "), strings.Join(after, ", "), name, why),
+				Fix:     fmt.Sprintf("slurmd runs a directory glob in reverse byte order and %s= lines in turn (docs/slurm/behaviour.md §10): name llmgw's link so it sorts before every site script in its directory (00-llmgw), or put llmgw's %s= line last", key, key)})
+			continue
+		}
+		fs = append(fs, Finding{Check: key, Message: fmt.Sprintf("%s=%s runs llmgw's %s last, after the site's (in this order: %s) (%s)", key, shown, name, strings.Join(ran, ", "), s.from)})
 	}
 	return fs
+}
+
+// runOrder lists the scripts slurmd runs for key's values, in the order it
+// runs them (docs/slurm/behaviour.md §10): each value in turn, a glob's
+// matches in reverse byte order (glob(3) sorts them, slurmd, which never
+// sets a locale, pushes each to the front of its list). empty are the globs
+// that match nothing, which slurmd takes for a failed Prolog. TaskProlog
+// takes one program, no glob.
+func runOrder(key string, values []string) (paths, empty []string) {
+	for _, p := range values {
+		if key == "TaskProlog" || !strings.ContainsAny(p, "*?[") {
+			paths = append(paths, p)
+			continue
+		}
+		m, err := filepath.Glob(p)
+		if err != nil || len(m) == 0 {
+			empty = append(empty, p)
+			continue
+		}
+		slices.Sort(m)
+		slices.Reverse(m)
+		paths = append(paths, m...)
+	}
+	return paths, empty
 }
 
 // executable says why slurmd could not run the hook at p. byUsers: the

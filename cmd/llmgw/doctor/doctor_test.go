@@ -315,3 +315,61 @@ func TestFeatureFindings(t *testing.T) {
 		}
 	}
 }
+
+// TestHookOrder: llmgw's Prolog and Epilog beside a site's scripts. The
+// doctor lists them in the order slurmd runs them (a directory glob in
+// reverse byte order, Prolog= lines in turn from 24.05; docs/slurm/
+// behaviour.md §10), is content when llmgw's runs last, warns when a site
+// script it can see would run after it, says plainly when llmgw's is all
+// there is, and calls a glob that matches nothing an error: slurmd fails
+// the Prolog and drains the node.
+func TestHookOrder(t *testing.T) {
+	h := newHost(t)
+	site := func(p string) { write(t, filepath.Join(h.dir, p), "#!/bin/sh\n/usr/sbin/site-check\n", 0o755) }
+	link := func(dir, name, hook string) {
+		os.MkdirAll(filepath.Join(h.dir, dir), 0o755)
+		if err := os.Symlink(h.hooks+"/"+hook, filepath.Join(h.dir, dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// llmgw's link sorts first, so it runs last.
+	site("last.d/90-health")
+	site("last.d/10-gpu")
+	link("last.d", "00-llmgw", "prolog")
+	// A site script sorts before llmgw's link, so it runs after it.
+	site("early.d/00-health")
+	link("early.d", "50-llmgw", "prolog")
+	site("epilog.d/00-cleanup")
+	link("epilog.d", "50-llmgw", "epilog")
+	os.MkdirAll(filepath.Join(h.dir, "empty.d"), 0o755)
+	site("site.d/50-health")
+
+	v2211 := slurm.Version{Major: 24, Minor: 11, Micro: 5}
+	cases := []struct {
+		name    string
+		version slurm.Version
+		file    slurm.Config
+		check   string
+		want    Severity
+		say     string
+	}{
+		{"llmgw's alone", v2211, h.good(), "Prolog", OK, "runs llmgw's prolog and nothing else"},
+		{"llmgw's last in the glob", v2211, with(h.good(), "prolog", h.dir+"/last.d/*"), "Prolog", OK, "last, after the site's (in this order: 90-health, 10-gpu, 00-llmgw)"},
+		{"a site script after llmgw's", v2211, with(h.good(), "prolog", h.dir+"/early.d/*"), "Prolog", Warn, "00-health runs after llmgw's prolog"},
+		{"the site's epilog after llmgw's gc", v2211, with(h.good(), "epilog", h.dir+"/epilog.d/*"), "Epilog", Warn, "llmgw's gc then runs before"},
+		{"a glob matching nothing", v2211, with(h.good(), "prolog", h.dir+"/empty.d/*"), "Prolog", Error, "matches no file here"},
+		{"an added line after the site's", v2211, with(h.good(), "prolog", h.dir+"/site.d/*", "prolog[1]", h.hooks+"/prolog"), "Prolog", OK, "in this order: 50-health, prolog"},
+		{"an added line before the site's", v2211, with(h.good(), "prolog", h.hooks+"/prolog", "prolog[1]", h.dir+"/site.d/*"), "Prolog", Warn, "50-health runs after llmgw's prolog"},
+		// 22.05 runs the last line alone: the site's.
+		{"an added line on 22.05", slurm.Version{Major: 22, Minor: 5, Micro: 8}, with(h.good(), "prolog", h.dir+"/site.d/*", "prolog[1]", h.hooks+"/prolog"), "Prolog", OK, "runs llmgw's prolog and nothing else"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := CheckSettingsOf(tc.version, tc.file, h.conf, nil, h.opts())
+			sev, msgs := worst(fs, tc.check)
+			if sev != tc.want || !strings.Contains(msgs, tc.say) {
+				t.Errorf("%s: %s %q; want %s with %q", tc.check, sev, msgs, tc.want, tc.say)
+			}
+		})
+	}
+}

@@ -44,7 +44,7 @@ func releaseOf(t *testing.T, dir string) slurm.Version {
 // captureHooks lays out, in a temporary directory, the hooks the captured
 // configurations name under /var/tmp/llmgw-fixtures/hooks (llmgw's prolog
 // and epilog, a site's prolog, prolog.d/ and epilog.d/ with links to
-// llmgw's), and returns it; showConfig puts it in place of the captured
+// llmgw's, named 00-llmgw so that slurmd runs it last), and returns it; showConfig puts it in place of the captured
 // paths.
 func captureHooks(t *testing.T) string {
 	t.Helper()
@@ -54,7 +54,7 @@ func captureHooks(t *testing.T) string {
 	}
 	write(t, filepath.Join(d, "site-prolog"), "#!/bin/sh\n/usr/bin/site-thing\n", 0o755)
 	write(t, filepath.Join(d, "prolog.d/10-site"), "#!/bin/sh\n/usr/bin/site-thing\n", 0o755)
-	for _, l := range [][2]string{{"prolog", "prolog.d/50-llmgw"}, {"epilog", "epilog.d/50-llmgw"}} {
+	for _, l := range [][2]string{{"prolog", "prolog.d/00-llmgw"}, {"epilog", "epilog.d/00-llmgw"}} {
 		os.MkdirAll(filepath.Dir(filepath.Join(d, l[1])), 0o755)
 		if err := os.Symlink(filepath.Join(d, l[0]), filepath.Join(d, l[1])); err != nil {
 			t.Fatal(err)
@@ -108,7 +108,7 @@ func TestDoctorEveryRelease(t *testing.T) {
 			{"multi", "Prolog", OK, "runs llmgw's prolog"},
 			{"multi", "Epilog", OK, "runs llmgw's epilog"},
 			{"multi", "PrologFlags", OK, "alloc,contain"},
-			{"glob", "Prolog", OK, "prolog.d/* runs llmgw's prolog"},
+			{"glob", "Prolog", OK, "prolog.d/* runs llmgw's prolog last, after the site's (in this order: 10-site, 00-llmgw)"},
 			{"timeouts", "PrologEpilogTimeout", Error, "PrologTimeout=60 in the running slurmctld is below the fetch deadline"},
 		} {
 			t.Run(rel.Release()+"/"+tc.variant+"/"+tc.check, func(t *testing.T) {
@@ -289,8 +289,8 @@ func TestTimeoutDiffers(t *testing.T) {
 }
 
 // TestSeveralPrologLines: slurm.conf with llmgw's Prolog= line before a
-// site's. From 24.05 both run; before, only the last one does, and llmgw's
-// never runs.
+// site's. From 24.05 both run, in turn, so the site's runs after llmgw's;
+// before, only the last one does, and llmgw's never runs.
 func TestSeveralPrologLines(t *testing.T) {
 	h := newHost(t)
 	write(t, filepath.Join(h.dir, "site-prolog"), "#!/bin/sh\n/usr/bin/site-thing\n", 0o755)
@@ -304,7 +304,7 @@ func TestSeveralPrologLines(t *testing.T) {
 		want Severity
 		say  string
 	}{
-		{slurm.Version{Major: 24, Minor: 11, Micro: 5}, OK, "runs llmgw's prolog"},
+		{slurm.Version{Major: 24, Minor: 11, Micro: 5}, Warn, "site-prolog runs after llmgw's prolog"},
 		{slurm.Version{Major: 22, Minor: 5, Micro: 8}, Error, "site-prolog (" + h.conf + ") does not run llmgw's prolog"},
 	} {
 		sev, msg := worst(CheckSettingsOf(tc.v, with(h.good(), "prolog", file["prolog"], "prolog[1]", file["prolog[1]"]), h.conf, nil, h.opts()), "Prolog")
