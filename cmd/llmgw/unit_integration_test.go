@@ -246,7 +246,7 @@ func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'
 func credsDir() string { return "/run/credentials/" + filepath.Base(coordUnitFile) }
 
 // script is the sh script that builds the unit's sandbox in a new mount
-// namespace (the caller unshares it; Go makes / private there first) and
+// namespace (the caller unshares it) and
 // execs argv as the unit's user with env only. standIn maps each
 // StateDirectory to the directory standing for it; creds holds the
 // credentials; keep are paths PrivateTmp would hide that stand for a
@@ -256,6 +256,11 @@ func (sb sandbox) script(standIn map[string]string, creds string, keep, env, arg
 	var s strings.Builder
 	line := func(f string, a ...any) { fmt.Fprintf(&s, f+"\n", a...) }
 	line("set -eu")
+	// Nothing below may reach the test's namespace: every mount private.
+	// Inside a release's root (a chroot) / is no mount point, so the
+	// recursive form fails there (as Go's Unshareflags does, which is why
+	// util-linux's unshare, with propagation unchanged, runs this).
+	line("mount -n --make-rprivate / 2>/dev/null || awk '{print $5}' /proc/self/mountinfo | while read -r m; do mount -n --make-private \"$m\" 2>/dev/null || true; done")
 	for _, d := range sb.stateDirs {
 		line("mount -n --bind %s %s", shq(standIn[d]), shq(d))
 	}
@@ -353,9 +358,8 @@ func startSandboxed(t *testing.T, script, logf string) *sandboxed {
 		t.Fatal(err)
 	}
 	s := &sandboxed{done: make(chan struct{}), log: logf}
-	s.cmd = exec.Command("/bin/sh", "-c", script)
+	s.cmd = exec.Command("unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", script)
 	s.cmd.Stdout, s.cmd.Stderr = f, f
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
