@@ -549,6 +549,14 @@ func TestCoordinatorUnitAsSlurmUser(t *testing.T) {
 	if su, _, _ := strings.Cut(v, "("); su != sb.user {
 		t.Skipf("the dev cluster's SlurmUser is %q, not the unit's User %q: bring it up with LLMGW_DEV_SLURM_USER=%s", su, sb.user, sb.user)
 	}
+	// Whatever the test leaves on the nodes goes with a reconfigure, which
+	// keeps slurm.conf's features; registered first, it runs last, once the
+	// coordinator that could set them again has stopped.
+	t.Cleanup(func() {
+		if _, err := sl.Run(context.Background(), "scontrol", "reconfigure"); err != nil {
+			t.Errorf("scontrol reconfigure: %v", err)
+		}
+	})
 	conf := os.Getenv("SLURM_CONF")
 	rig := newUnitRig(t, sb, conf)
 	adminSrc := rig.credSrc["admin.token"]
@@ -559,11 +567,12 @@ func TestCoordinatorUnitAsSlurmUser(t *testing.T) {
 	// The sandbox is what the unit says, seen from inside as its user.
 	t.Run("sandbox", func(t *testing.T) {
 		probe := `id -un; id -gn
-for p in / /etc /usr /var /run /var/tmp/llmgw-probe-dir; do mkdir "$p/llmgw-probe" 2>/dev/null && echo "wrote $p"; done
+for p in / /etc /usr /var /var/lib /run; do mkdir "$p/llmgw-probe" 2>/dev/null && echo "wrote $p"; done
 for p in /home /root; do if [ -d "$p" ]; then ls "$p" >/dev/null 2>&1 && echo "read $p"; fi; done
 ls -A /tmp | grep -v '^$' | sed 's/^/in tmp: /'
 for p in ` + strings.Join(sb.writable(), " ") + `; do touch "$p/llmgw-probe" && rm "$p/llmgw-probe" && echo "writable $p"; done
 for c in ` + credsDir() + `/*; do [ -r "$c" ] && echo "credential $(basename "$c")"; done
+touch /tmp/llmgw-probe /var/tmp/llmgw-probe 2>/dev/null && echo "private tmp writable"
 `
 		out := filepath.Join(t.TempDir(), "probe.log")
 		p := startSandboxed(t, rig.sb.script(rig.standIn, rig.creds, rig.keep, rig.env(), []string{"/bin/sh", "-c", probe}), out)
@@ -580,7 +589,10 @@ for c in ` + credsDir() + `/*; do [ -r "$c" ] && echo "credential $(basename "$c
 		}
 		slices.Sort(ids) // as the shell's glob lists them
 		want = append(want, ids...)
-		if got := strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), " ", "_")); !slices.Equal(got, strings.Fields(strings.ReplaceAll(strings.Join(want, "\n"), " ", "_"))) {
+		if sb.privateTmp {
+			want = append(want, "private tmp writable")
+		}
+		if got := strings.Split(strings.TrimSpace(string(b)), "\n"); !slices.Equal(got, want) {
 			t.Errorf("in the sandbox, as %s: got\n%s\nwant\n%s", sb.user, b, strings.Join(want, "\n"))
 		}
 	})
@@ -686,13 +698,6 @@ for c in ` + credsDir() + `/*; do [ -r "$c" ] && echo "credential $(basename "$c
 		}
 		return true
 	}
-	// Whatever the test leaves on the nodes goes with a reconfigure, which
-	// keeps slurm.conf's features.
-	t.Cleanup(func() {
-		if _, err := sl.Run(context.Background(), "scontrol", "reconfigure"); err != nil {
-			t.Errorf("scontrol reconfigure: %v", err)
-		}
-	})
 	featureFile := featureFilePath(rig)
 	if featureFile == "" {
 		t.Fatalf("%s has no StateDirectory for %s, where the packaged coordinator.toml keeps the feature file and the database", coordUnitFile, filepath.Dir(coordinator.DefaultFeatureFile))
@@ -733,6 +738,13 @@ for c in ` + credsDir() + `/*; do [ -r "$c" ] && echo "credential $(basename "$c
 	}
 	if c.exited() {
 		t.Fatalf("the sandboxed coordinator exited: %v", c.cmd.ProcessState)
+	}
+	if ents, err := os.ReadDir(filepath.Dir(featureFile)); err == nil {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Logf("the coordinator wrote in its state directory: %s", strings.Join(names, " "))
 	}
 	b, _ := os.ReadFile(c.log)
 	for _, bad := range []string{"read-only file system", "permission denied", "Invalid user id", "Access/permission denied"} {
