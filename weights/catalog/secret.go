@@ -22,7 +22,12 @@ func CheckPrivate(what, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+	// A POSIX ACL shows its mask in the group bits: systemd's
+	// LoadCredential gives a service user a root-owned 0400 copy plus an
+	// ACL entry for that user (on the tmpfs it uses since v256), and stat
+	// then says 0440 although no group can read it. Such a file is private
+	// when the ACL grants nobody but the reader.
+	if perm := st.Mode().Perm(); perm&0o077 != 0 && !(perm&0o007 == 0 && aclOnlyFor(path, os.Geteuid())) {
 		return fmt.Errorf("%s %s is readable or writable by group or others (mode %04o); only its owner may read it: chmod 600 %s", what, path, perm, path)
 	}
 	if uid, ok := fileOwner(st); ok {
