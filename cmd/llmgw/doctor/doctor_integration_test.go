@@ -53,12 +53,13 @@ func edit(t *testing.T, conf []byte, key, val string) []byte {
 
 func clusterOpts(conf string) Options {
 	return Options{
-		Runner:        &slurm.Runner{},
-		SlurmConf:     conf,
-		Socket:        "/run/llmgw/agent.sock",
-		CacheDir:      "/var/cache/llmgw",
-		Coordinator:   os.Getenv("LLMGW_COORDINATOR"),
-		TokenFile:     "/etc/llmgw/agent.token",
+		Runner:      &slurm.Runner{},
+		SlurmConf:   conf,
+		Socket:      "/run/llmgw/agent.sock",
+		CacheDir:    "/var/cache/llmgw",
+		Coordinator: os.Getenv("LLMGW_COORDINATOR"),
+		// test-package installs n1's own token here (llmgw nodes token).
+		TokenFile:     "/etc/llmgw/node.token",
 		FetchDeadline: 30 * time.Minute,
 	}
 }
