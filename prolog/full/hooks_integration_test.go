@@ -290,9 +290,17 @@ func TestPrologFetchesThroughAgent(t *testing.T) {
 	if got := o.sent.Load(); got != 3<<20 {
 		t.Errorf("after a second job the origin sent %d bytes, want %d: the weights were present", got, 3<<20)
 	}
-	// The Epilog cleared the job's record.
-	if _, err := catalog.ReadJobRecord(dir+"/run", j.id); !os.IsNotExist(err) {
-		t.Errorf("job %s's record after its Epilog: %v; want none", j.id, err)
+	// The Epilog cleared the job's record. sbatch --wait returns when the
+	// batch script ends, before slurmd has run the Epilog (the job is
+	// COMPLETING meanwhile), so the record may outlive sbatch briefly.
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err = catalog.ReadJobRecord(dir+"/run", j.id); os.IsNotExist(err) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !os.IsNotExist(err) {
+		t.Errorf("job %s's record 20 s after its batch script ended: %v; want none (the Epilog clears it)", j.id, err)
 	}
 }
 
