@@ -96,7 +96,15 @@ func (s *Server) desiredFeatures(now, since time.Time) map[string][]string {
 // hand, "llmgw.a b"): no llmgw job asks for it. A job whose constraint
 // names a left-out feature then finds no node with it and gets no
 // preference, which is the safe side.
-func FeatureFile(nodes []slurm.Node, synced time.Time, interval time.Duration) []byte {
+//
+// fallback, when set, adds " prefer=fallback" to the header: the running
+// slurmctld, asked after the sync began, had
+// SchedulerParameters=ignore_prefer_validation, so it falls back to the
+// constraint by itself when a single-node job's preference names a feature
+// no node has (docs/slurm/RELEASES.md, "ignore_prefer_validation").
+// job_submit.lua then adds a single-node preference from a file that is
+// merely old; see llmgw.fresh for why only then.
+func FeatureFile(nodes []slurm.Node, synced time.Time, interval time.Duration, fallback bool) []byte {
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b slurm.Node) int {
 		switch {
@@ -121,8 +129,12 @@ func FeatureFile(nodes []slurm.Node, synced time.Time, interval time.Duration) [
 	}
 	digest := sha256.Sum256(lines.Bytes())
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s synced=%d interval=%s features=all lines=%x\n", FeatureFileHeader, synced.Unix(),
+	fmt.Fprintf(&b, "%s synced=%d interval=%s features=all lines=%x", FeatureFileHeader, synced.Unix(),
 		strconv.FormatFloat(interval.Seconds(), 'f', -1, 64), digest[:8])
+	if fallback {
+		b.WriteString(" prefer=fallback")
+	}
+	b.WriteString("\n")
 	b.Write(lines.Bytes())
 	return b.Bytes()
 }
@@ -411,7 +423,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		f.setStates(current)
 		err = res.Err()
 	}
-	if ferr := f.publish(current, now, f.defaultPartition(ctx)); ferr != nil {
+	if ferr := f.publish(current, now, f.defaultPartition(ctx), f.preferFallback(ctx)); ferr != nil {
 		f.m.errors.WithLabelValues("file").Inc()
 		err = errors.Join(err, ferr)
 	}
@@ -430,13 +442,28 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 // The same nodes, with the default partition, become the view llmgw sbatch
 // asks for (GET /v1/placement?view=1), so that a submission does not ask
 // slurmctld for every node as the submitting user.
-func (f *features) publish(nodes []slurm.Node, synced time.Time, defaultPartition string) error {
+func (f *features) publish(nodes []slurm.Node, synced time.Time, defaultPartition string, fallback bool) error {
 	f.keepView(nodes, synced, defaultPartition)
-	data := FeatureFile(nodes, synced, f.interval)
+	data := FeatureFile(nodes, synced, f.interval, fallback)
 	if err := catalog.WriteAtomic(f.file, data, 0o644); err != nil {
 		return fmt.Errorf("writing the feature file %s: %w", f.file, err)
 	}
 	return nil
+}
+
+// preferFallback asks the running slurmctld whether it ignores prefer
+// validation. It asks on every run rather than once: an admin turns the
+// option on or off with a reconfigure or a restart, and job_submit.lua
+// trusts the header's flag only from a sync that began after slurmctld last
+// rebuilt its tables, which holds only if the flag was read after the sync
+// began too. A failed read says no, the side on which nothing is rejected.
+func (f *features) preferFallback(ctx context.Context) bool {
+	conf, err := f.run.ShowConfig(ctx)
+	if err != nil {
+		f.s.log.WithError(err).Debug("reading SchedulerParameters for the feature file")
+		return false
+	}
+	return slurm.IgnoresPreferValidation(conf)
 }
 
 func (f *features) setStates(nodes []slurm.Node) {

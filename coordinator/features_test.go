@@ -87,30 +87,38 @@ func TestFeatureFile(t *testing.T) {
 		"n2 debug,gpu ib-a,llmgw.llama,llmgw.qwen\n" +
 		"n10 debug ib-b\n" +
 		"n11 gpu -\n"
-	got := string(FeatureFile(nodes, synced, 30*time.Second))
+	got := string(FeatureFile(nodes, synced, 30*time.Second, false))
 	if withoutDigest(got) != want {
 		t.Errorf("FeatureFile =\n%s\nwant\n%s", got, want)
 	}
 	// A sub-second interval (tests use them) stays exact, for
 	// job_submit.lua's tonumber.
-	if got, want := withoutDigest(string(FeatureFile(nil, synced, 1500*time.Millisecond))), FeatureFileHeader+" synced=1796288377 interval=1.5 features=all lines=<digest>\n"; got != want {
+	if got, want := withoutDigest(string(FeatureFile(nil, synced, 1500*time.Millisecond, false))), FeatureFileHeader+" synced=1796288377 interval=1.5 features=all lines=<digest>\n"; got != want {
 		t.Errorf("FeatureFile(nil) = %q, want %q", got, want)
 	}
 
 	// The digest follows the node lines and nothing else: job_submit.lua
 	// keeps its parsed index while it stays the same.
 	digest := func(b []byte) string { return linesDigest.FindStringSubmatch(string(b))[1] }
-	same := digest(FeatureFile(nodes, synced.Add(time.Hour), time.Minute))
+	same := digest(FeatureFile(nodes, synced.Add(time.Hour), time.Minute, false))
 	changed := slices.Clone(nodes)
 	changed[0].Active = []string{"ib-a"}
-	other := digest(FeatureFile(changed, synced, 30*time.Second))
+	other := digest(FeatureFile(changed, synced, 30*time.Second, false))
 	if d := digest([]byte(got)); d != same || d == other {
 		t.Errorf("lines= digest %s; with a new sync time and interval %s (want the same), with a node's features changed %s (want another)", d, same, other)
+	}
+
+	// Under ignore_prefer_validation the header says so after the digest;
+	// the lines and their digest are the same.
+	fb := string(FeatureFile(nodes, synced, 30*time.Second, true))
+	head, rest, _ := strings.Cut(fb, "\n")
+	if !strings.HasSuffix(head, " lines="+digest([]byte(got))+" prefer=fallback") || rest+"\n" != strings.SplitN(got, "\n", 2)[1]+"\n" {
+		t.Errorf("FeatureFile(fallback) =\n%s\nwant the same lines, the header ending in prefer=fallback", fb)
 	}
 }
 
 // linesDigest is the header's digest of the node lines.
-var linesDigest = regexp.MustCompile(` lines=([0-9a-f]{16})\n`)
+var linesDigest = regexp.MustCompile(` lines=([0-9a-f]{16})[ \n]`)
 
 // withoutDigest writes the header's digest as <digest>, for comparing the
 // rest of a feature file.
@@ -127,7 +135,7 @@ func TestFeatureFileRewrittenEverySync(t *testing.T) {
 	f := &features{file: file, interval: 30 * time.Second}
 	nodes := []slurm.Node{{Name: "n1", Active: []string{"llmgw.m1"}, Partitions: []string{"debug"}}}
 	for _, at := range []int64{1000, 1031} {
-		if err := f.publish(nodes, time.Unix(at, 0), "debug"); err != nil {
+		if err := f.publish(nodes, time.Unix(at, 0), "debug", false); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(file)

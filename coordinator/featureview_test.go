@@ -31,7 +31,7 @@ func TestPlacementView(t *testing.T) {
 		{Name: "n2", Active: []string{"ib-a", "llmgw.m1"}, Partitions: []string{"debug", "p2"}},
 	}
 	synced := time.Unix(1796288377, 0)
-	if err := e.srv.features.publish(nodes, synced, "debug"); err != nil {
+	if err := e.srv.features.publish(nodes, synced, "debug", false); err != nil {
 		t.Fatal(err)
 	}
 	p, err := e.anon.Placement(ctx, q)

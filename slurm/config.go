@@ -456,3 +456,18 @@ func readIncluding(path string, depth int, parse func(file string, b []byte) []s
 	}
 	return nil
 }
+
+// IgnoresPreferValidation says whether SchedulerParameters holds
+// ignore_prefer_validation (from 22.05.6): Slurm then accepts a --prefer
+// no node can meet and falls back to the constraint (docs/slurm/RELEASES.md,
+// "ignore_prefer_validation"). Parameters are case-insensitive to Slurm.
+func IgnoresPreferValidation(c Config) bool {
+	for _, v := range c.All("SchedulerParameters") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "ignore_prefer_validation") {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -202,3 +202,25 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestIgnoresPreferValidation(t *testing.T) {
+	for _, tc := range []struct {
+		params string
+		want   bool
+	}{
+		{"", false},
+		{"(null)", false},
+		{"bf_continue,batch_sched_delay=0", false},
+		{"bf_continue,ignore_prefer_validation", true},
+		{"Ignore_Prefer_Validation", true},
+		{"no_ignore_prefer_validation_here", false},
+	} {
+		c, err := ParseShowConfig([]byte("Configuration data as of 2026-12-04T10:00:00\nSchedulerParameters     = " + tc.params + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := IgnoresPreferValidation(c); got != tc.want {
+			t.Errorf("SchedulerParameters=%s: IgnoresPreferValidation = %v, want %v", tc.params, got, tc.want)
+		}
+	}
+}

@@ -270,24 +270,31 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 		gen    string // the partition records' generation: "" for records without a pointer
 		job    string // the job's comment
 		want   string // the preference, or a substring of AdminComment when none
+		nodes  int    // the job's min_nodes; 0 leaves it unset
 	}
 	steps := []step{
-		{"first submission after the load", 1000, " synced=999 interval=30", "1", "llmgw:model=m1", "rebuilt its tables (scontrol reconfigure, a restart or a new script) at 1000, and the feature file was last synced at 999"},
-		{"a sync in the same second is not after", 1000, " synced=1000 interval=30", "1", "llmgw:model=m1", "last synced at 1000 (0 s ago), not after"},
-		{"a sync after it", 1002, " synced=1001 interval=30", "1", "llmgw:model=m1", "prefer=llmgw.m1"},
-		{"scontrol reconfigure: new records", 1010, " synced=1001 interval=30", "2", "llmgw:model=m1", "at 1010, and the feature file was last synced at 1001"},
-		{"a sync between the rebuild and its sighting is not trusted", 1011, " synced=1005 interval=30", "2", "llmgw:model=m1", "at 1010"},
-		{"the next sync", 1012, " synced=1011 interval=30", "2", "llmgw:model=m1", "prefer=llmgw.m1"},
-		{"over two intervals old", 1100, " synced=1011 interval=30", "2", "llmgw:model=m1", "last synced 89 s ago, over twice the coordinator's interval of 30 s"},
-		{"a fractional interval", 1100, " synced=1096 interval=1.5", "2", "llmgw:model=m1", "last synced 4 s ago, over twice the coordinator's interval of 1.5 s"},
-		{"a header without the sync time", 1101, "", "2", "llmgw:model=m1", "has no synced= and interval="},
-		{"records without pointers teach nothing", 1102, " synced=1101 interval=30", "", "llmgw:model=m1", "prefer=llmgw.m1"},
-		{"a job without a model sees a rebuild too", 1200, " synced=1199 interval=30", "3", "hello", ""},
-		{"so the next has to wait", 1201, " synced=1200 interval=30", "3", "llmgw:model=m1", "at 1200, and the feature file was last synced at 1200"},
-		{"and the sync after takes it", 1202, " synced=1201 interval=30", "3", "llmgw:model=m1", "prefer=llmgw.m1"},
+		{"first submission after the load", 1000, " synced=999 interval=30", "1", "llmgw:model=m1", "rebuilt its tables (scontrol reconfigure, a restart or a new script) at 1000, and the feature file was last synced at 999", 0},
+		{"a sync in the same second is not after", 1000, " synced=1000 interval=30", "1", "llmgw:model=m1", "last synced at 1000 (0 s ago), not after", 0},
+		{"a sync after it", 1002, " synced=1001 interval=30", "1", "llmgw:model=m1", "prefer=llmgw.m1", 0},
+		{"scontrol reconfigure: new records", 1010, " synced=1001 interval=30", "2", "llmgw:model=m1", "at 1010, and the feature file was last synced at 1001", 0},
+		{"a sync between the rebuild and its sighting is not trusted", 1011, " synced=1005 interval=30", "2", "llmgw:model=m1", "at 1010", 0},
+		{"the next sync", 1012, " synced=1011 interval=30", "2", "llmgw:model=m1", "prefer=llmgw.m1", 0},
+		{"over two intervals old", 1100, " synced=1011 interval=30", "2", "llmgw:model=m1", "last synced 89 s ago, over twice the coordinator's interval of 30 s", 0},
+		{"a fractional interval", 1100, " synced=1096 interval=1.5", "2", "llmgw:model=m1", "last synced 4 s ago, over twice the coordinator's interval of 1.5 s", 0},
+		{"a header without the sync time", 1101, "", "2", "llmgw:model=m1", "has no synced= and interval=", 0},
+		{"records without pointers teach nothing", 1102, " synced=1101 interval=30", "", "llmgw:model=m1", "prefer=llmgw.m1", 0},
+		{"a job without a model sees a rebuild too", 1200, " synced=1199 interval=30", "3", "hello", "", 0},
+		{"so the next has to wait", 1201, " synced=1200 interval=30", "3", "llmgw:model=m1", "at 1200, and the feature file was last synced at 1200", 0},
+		{"and the sync after takes it", 1202, " synced=1201 interval=30", "3", "llmgw:model=m1", "prefer=llmgw.m1", 0},
 		// slurmctld was down long enough for the file to be stale as well:
 		// the rebuild is named, with the file's age.
-		{"a restart with a stale file names the restart", 1300, " synced=1201 interval=30", "4", "llmgw:model=m1", "at 1300, and the feature file was last synced at 1201 (99 s ago), not after"},
+		{"a restart with a stale file names the restart", 1300, " synced=1201 interval=30", "4", "llmgw:model=m1", "at 1300, and the feature file was last synced at 1201 (99 s ago), not after", 0},
+		// Under ignore_prefer_validation (prefer=fallback) a file that is
+		// only old still serves a single-node job: Slurm falls back by
+		// itself if the node lost the feature meanwhile.
+		{"ignore_prefer_validation: an old file serves a single-node job", 1400, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "prefer=llmgw.m1", 1},
+		{"but not a 2-node job, which 24.11 would park", 1400, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "last synced 99 s ago", 2},
+		{"nor anything after a rebuild, which may have turned it off", 1500, " synced=1301 interval=30 prefer=fallback", "5", "llmgw:model=m1", "at 1500, and the feature file was last synced at 1301", 1},
 	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)
@@ -298,18 +305,22 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 	end
 	return { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@" .. gen}) }
 end
-local function step(at, header, gen, comment)
+local function step(at, header, gen, comment, nodes)
 	clock = at
 	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
 	f:write("# llmgw features (generated by the coordinator; do not edit)", header, "\n", ` + luaString(body) + `)
 	f:close()
-	local job = {comment=comment}
+	local job = {comment=comment, min_nodes=nodes}
 	local rc = slurm_job_submit(job, parts(gen), 1000)
 	io.write(rc, "|", job.prefer or "", "|", job.admin_comment or "", "\n")
 end
 `)
 	for _, s := range steps {
-		fmt.Fprintf(&b, "step(%d, %s, %s, %s)\n", s.clock, luaString(s.header), luaString(s.gen), luaString(s.job))
+		nodes := "nil"
+		if s.nodes > 0 {
+			nodes = fmt.Sprint(s.nodes)
+		}
+		fmt.Fprintf(&b, "step(%d, %s, %s, %s, %s)\n", s.clock, luaString(s.header), luaString(s.gen), luaString(s.job), nodes)
 	}
 	out := strings.Split(strings.TrimSuffix(runLua(t, b.String(), "LLMGW_FEATURE_FILE="+features, scriptEnv(t)), "\n"), "\n")
 	if len(out) != len(steps) {
@@ -326,7 +337,8 @@ end
 				t.Errorf("%s: a job without a model got prefer %q, AdminComment %q", s.name, prefer, admin)
 			}
 		case strings.HasPrefix(s.want, "prefer="):
-			if "prefer="+prefer != s.want || !strings.Contains(admin, s.want) {
+			if "prefer="+prefer != s.want || !strings.Contains(admin, s.want) ||
+				strings.Contains(s.header, "fallback") && !strings.Contains(admin, "a single-node job falls back by itself") {
 				t.Errorf("%s: prefer %q, AdminComment %q; want %s", s.name, prefer, admin, s.want)
 			}
 		default:

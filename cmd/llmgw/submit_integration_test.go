@@ -778,6 +778,142 @@ func TestSubmitEndToEnd(t *testing.T) {
 			restartSlurmctld(t, e.sl)
 		})
 	})
+
+	t.Run("under ignore_prefer_validation an old feature file still serves a single-node job", func(t *testing.T) {
+		e.preferFallback(t)
+	})
+}
+
+// preferFallback turns SchedulerParameters=ignore_prefer_validation on
+// (slurm.conf and a reconfigure), stops the coordinator for over two sync
+// intervals, and takes llmgw.m1 off its holder behind the coordinator's
+// back: the feature file is old and wrong, as when a coordinator is down
+// and a node lost its weights. A single-node job still gets the preference
+// (the header says slurmctld falls back by itself), is accepted and runs; a
+// 2-node job gets none (24.11 and 26.05 would park it). It puts slurm.conf
+// back and reconfigures when done.
+func (e *e2e) preferFallback(t *testing.T) {
+	ctx := context.Background()
+	conf := os.Getenv("SLURM_CONF")
+	orig, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^SchedulerParameters=(.*)$`)
+	if !re.Match(orig) {
+		t.Fatalf("%s has no SchedulerParameters line to add ignore_prefer_validation to", conf)
+	}
+	reconfigure := func(what string) {
+		if _, err := e.sl.Run(ctx, "scontrol", "reconfigure"); err != nil {
+			t.Fatalf("scontrol reconfigure (%s): %v", what, err)
+		}
+		// From 24.11 a reconfigure starts a new slurmctld.
+		waitFor(t, 30*time.Second, "slurmctld to answer after the reconfigure", func() bool {
+			_, err := e.sl.Run(ctx, "sinfo", "-h")
+			return err == nil
+		})
+	}
+	if err := os.WriteFile(conf, re.ReplaceAll(orig, []byte("SchedulerParameters=$1,ignore_prefer_validation")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	awake := true
+	t.Cleanup(func() {
+		if !awake {
+			e.coord.Process.Signal(syscall.SIGCONT)
+		}
+		if err := os.WriteFile(conf, orig, 0o644); err != nil {
+			t.Error(err)
+		}
+		reconfigure("putting slurm.conf back")
+	})
+	reconfigure("ignore_prefer_validation on")
+	header := func() string {
+		data, _ := os.ReadFile(e.featureFile)
+		head, _, _ := strings.Cut(string(data), "\n")
+		return head
+	}
+	slurmHas := func(node, feature string) bool {
+		nodes, err := e.sl.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if n.Name == node {
+				return slices.Contains(n.Active, feature)
+			}
+		}
+		return false
+	}
+	waitFor(t, 4*e2eFeatureInterval, "a sync after the reconfigure that says prefer=fallback, with llmgw.m1 back on n2", func() bool {
+		return strings.HasSuffix(header(), " prefer=fallback") && slurmHas("n2", "llmgw.m1")
+	})
+	// job_submit.lua has seen the rebuild and a sync after it.
+	submit := func(what string, extra ...string) (id, prefer, admin string) {
+		args := append([]string{"-H"}, extra...)
+		if e.spank {
+			args = append(args, "--llmgw-model=m1")
+		} else {
+			args = append(args, "--comment=llmgw:model=m1")
+		}
+		id = e.plainSbatch(t, append(args, "--wrap", "true")...)
+		t.Cleanup(func() { e.sl.Run(context.Background(), "scancel", id) })
+		job, err := e.sl.Run(ctx, "scontrol", "show", "job", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`(?m)\sPrefer=(\S*)`).FindSubmatch(job); m != nil && string(m[1]) != "(null)" {
+			prefer = string(m[1])
+		}
+		if m := reAdmin.FindSubmatch(job); m != nil {
+			admin = strings.TrimSpace(string(m[1]))
+		}
+		t.Logf("%s: job %s Prefer=%q AdminComment=%q", what, id, prefer, admin)
+		return id, prefer, admin
+	}
+	waitFor(t, 4*e2eFeatureInterval, "job_submit.lua to trust the file again", func() bool {
+		_, prefer, _ := submit("a fresh file")
+		return prefer == "llmgw.m1"
+	})
+
+	if err := e.coord.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	awake = false
+	// n2 loses llmgw.m1 while nobody tells the file.
+	nodes, err := e.sl.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == "n2" {
+			keep := slices.DeleteFunc(slices.Clone(n.Active), func(f string) bool { return f == "llmgw.m1" })
+			fs := strings.Join(keep, ",")
+			if _, err := e.sl.Run(ctx, "scontrol", "update", "NodeName=n2", "AvailableFeatures="+fs, "ActiveFeatures="+fs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	synced := e.fileSynced(t)
+	waitFor(t, 4*e2eFeatureInterval, "the feature file to be over two intervals old", func() bool {
+		return time.Now().Unix()-synced > int64(2*e2eFeatureInterval/time.Second)+1
+	})
+
+	id, prefer, admin := submit("an old file, one node, a vanished feature")
+	if prefer != "llmgw.m1" || !strings.Contains(admin, "a single-node job falls back by itself") {
+		t.Errorf("job %s: Prefer=%q, AdminComment %q; want llmgw.m1 from the old file, and the note that Slurm falls back by itself", id, prefer, admin)
+	}
+	if _, err := e.sl.Run(ctx, "scontrol", "release", id); err != nil {
+		t.Fatal(err)
+	}
+	if j := e.wait(t, id); j.State != "COMPLETED" {
+		t.Errorf("job %s preferring a feature no node has: %s on %q; want it run by its constraint", id, j.State, j.NodeList)
+	}
+	if _, prefer, admin := submit("an old file, two nodes", "-N2"); prefer != "" || !strings.Contains(admin, "over twice the coordinator's interval") {
+		t.Errorf("a 2-node job from an old file: Prefer=%q, AdminComment %q; want no preference and why", prefer, admin)
+	}
+	e.coord.Process.Signal(syscall.SIGCONT)
+	awake = true
+	waitFor(t, 4*e2eFeatureInterval, "the coordinator to put llmgw.m1 back on n2", func() bool { return slurmHas("n2", "llmgw.m1") })
 }
 
 // neverRejectedAfter checks job_submit.lua through disrupt, which wipes

@@ -739,6 +739,9 @@ local function parse_header(line)
 		interval = tonumber(rest:match("%sinterval=([%d.]+)")),
 		all = rest:match("%sfeatures=all%s") ~= nil,
 		lines = rest:match("%slines=(%x+)%s"),
+		-- slurmctld had SchedulerParameters=ignore_prefer_validation when
+		-- the coordinator synced: see llmgw.fresh.
+		fallback = rest:match("%sprefer=fallback%s") ~= nil,
 	}
 end
 
@@ -851,7 +854,12 @@ function llmgw.forget_tables()
 end
 
 -- fresh says whether the feature file's lines can be trusted now: true, or
--- nil and why not.
+-- nil, why not, and true as a third value when the only doubt is the file's
+-- age: no rebuild of slurmctld's tables since the sync (which is what wipes
+-- features and what applies a changed SchedulerParameters), only a
+-- coordinator that has not synced for a while. A node may have lost a
+-- feature since then, but the header's prefer=fallback still describes the
+-- running slurmctld.
 function llmgw.fresh(header, now)
 	if not rebuilt_at then
 		return nil, "slurmctld's partition records are not visible here, so a reconfigure that wiped the features would go unseen"
@@ -871,7 +879,7 @@ function llmgw.fresh(header, now)
 	end
 	if now - synced > 2 * interval then
 		return nil, string.format("the feature file was last synced %d s ago, over twice the coordinator's interval of %s s (is the coordinator running?)",
-			now - synced, tostring(interval))
+			now - synced, tostring(interval)), true
 	end
 	return true
 end
@@ -957,15 +965,25 @@ local function apply(job_desc, part_list)
 		slurm.log_info("llmgw: job for %s: no preference: feature file: %s", model, tostring(header))
 		return
 	end
-	local fresh, why = llmgw.fresh(header, llmgw.now())
-	if not fresh then
-		note_admin(job_desc, named .. ": no preference: " .. why)
-		slurm.log_info("llmgw: job for %s: no preference: %s", model, why)
-		return
-	end
 	local nodes = job_desc.min_nodes
 	if type(nodes) ~= "number" or nodes >= NO_VAL then
 		nodes = 1
+	end
+	local fresh, why, only_old = llmgw.fresh(header, llmgw.now())
+	local stale_note
+	if not fresh then
+		-- With ignore_prefer_validation a single-node job whose preference
+		-- no node meets any more falls back to its constraint on every
+		-- release; a counted multi-node one is parked instead on 24.11 and
+		-- 26.05 (docs/slurm/RELEASES.md, "ignore_prefer_validation"), so it
+		-- keeps the gate. After a rebuild the flag itself may be out of
+		-- date (the rebuild may have turned the option off): gate.
+		if not (only_old and header.fallback and nodes == 1) then
+			note_admin(job_desc, named .. ": no preference: " .. why)
+			slurm.log_info("llmgw: job for %s: no preference: %s", model, why)
+			return
+		end
+		stale_note = why .. ", but slurmctld ignores prefer validation and a single-node job falls back by itself"
 	end
 	local parts = partitions_of(job_desc, part_list)
 	local r = llmgw.compose({
@@ -992,6 +1010,9 @@ local function apply(job_desc, part_list)
 	end
 	local where = #parts > 0 and (" in " .. table.concat(parts, ",")) or ""
 	local what = named .. where .. ": " .. table.concat(r.notes, "; ")
+	if stale_note then
+		what = what .. " (" .. stale_note .. ")"
+	end
 	note_admin(job_desc, what)
 	slurm.log_info("llmgw: %s", what)
 end

@@ -25,7 +25,7 @@ func checkPreferValidation(v slurmView) []Finding {
 		}
 		fs = append(fs, Finding{Check: "prefer validation",
 			Message: fmt.Sprintf("SchedulerParameters=ignore_prefer_validation in %s: Slurm accepts a --prefer no node can meet and falls back to the job's constraint, for every job, not only llmgw's; "+
-				"a single-node job is never rejected or parked by a vanished llmgw feature, but from 24.11 a multi-node job whose preference fewer nodes meet may be parked (BadConstraints) and is scheduled only at a later pass; llmgw's coordinator frees what its features park", s.from)})
+				"a single-node job is never rejected or parked by a vanished llmgw feature (job_submit.lua then adds its preference even from a feature file the coordinator has not refreshed for a while), but from 24.11 a multi-node job whose preference fewer nodes meet may be parked (BadConstraints) and is scheduled only at a later pass; llmgw's coordinator frees what its features park", s.from)})
 	}
 	return fs
 }
