@@ -139,9 +139,32 @@ type Config struct {
 	// Only with MungeSocket, which reads the list.
 	ForgetAfter time.Duration `toml:"forget_after"`
 
+	// SwarmLeaseTimeout: a fabric's origin lease holder that has not
+	// reported for this long loses the lease (default
+	// DefaultSwarmLeaseTimeout). See docs/design.md, "The swarm".
+	SwarmLeaseTimeout time.Duration `toml:"swarm_lease_timeout"`
+	// SwarmReportEvery is how often members are told to report (default
+	// DefaultSwarmReportEvery).
+	SwarmReportEvery time.Duration `toml:"swarm_report_every"`
+	// SwarmMinChunk is the smallest chunk size a swarm accepts (default
+	// DefaultSwarmMinChunk; tests lower it for small files).
+	SwarmMinChunk int64 `toml:"swarm_min_chunk"`
+
 	// Nodes, when set, replaces Slurm's node list (tests).
 	Nodes NodeSource `toml:"-"`
 }
+
+// Swarm defaults. The lease timeout is long on purpose: a seed silent for
+// 2.15 s on a loaded machine lost a 1.5 s lease in an earlier attempt and the
+// origin served 3.125 copies instead of 3. A seed that really died is caught
+// faster by its peers (Unreachable plus 500 ms of silence, swarm.go).
+const (
+	DefaultSwarmLeaseTimeout = 5 * time.Second
+	DefaultSwarmReportEvery  = 250 * time.Millisecond
+	DefaultSwarmMinChunk     = 16 << 20
+	// SwarmMaxChunk is the largest chunk size a swarm accepts.
+	SwarmMaxChunk = 64 << 20
+)
 
 // DefaultForgetAfter: a day, so that a node out of Slurm's list for
 // maintenance is still shown while it is worked on, and one removed for
@@ -202,6 +225,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ForgetAfter <= 0 {
 		c.ForgetAfter = DefaultForgetAfter
+	}
+	if c.SwarmLeaseTimeout <= 0 {
+		c.SwarmLeaseTimeout = DefaultSwarmLeaseTimeout
+	}
+	if c.SwarmReportEvery <= 0 {
+		c.SwarmReportEvery = DefaultSwarmReportEvery
+	}
+	if c.SwarmMinChunk <= 0 {
+		c.SwarmMinChunk = DefaultSwarmMinChunk
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch

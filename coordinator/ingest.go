@@ -239,6 +239,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 			// A gc request waiting for this node rides on the answer: the
 			// coordinator has no other way to reach it.
 			ans.GC = s.gcAsk(r.Context(), rep.Node)
+			s.swarms.notePeerAddr(rep.Node, rep.PeerAddr)
 		}
 		writeJSON(w, http.StatusAccepted, ans)
 		return nil

@@ -56,6 +56,8 @@ type Server struct {
 	batches, batched atomic.Int64
 	// gc holds the gc requests not yet handed to every node they ask.
 	gc gcPending
+	// swarms are the fabrics' swarms (swarm.go).
+	swarms *swarms
 	// dbOK is false after a write failed, until one succeeds: readiness
 	// then answers 503 so a load balancer or operator sees it.
 	dbOK atomic.Bool
@@ -102,6 +104,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	s := &Server{
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
 		staleAfter: placement.StaleAfter(cfg.ReportInterval),
+		swarms:     newSwarms(),
 		now:        time.Now,
 		queue:      make(chan *queued, 4*cfg.MaxBatch),
 		stop:       make(chan struct{}),
@@ -156,6 +159,7 @@ func (s *Server) Close() {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.route(mux, "POST /v1/reports", roleAgent, s.postReport)
+	s.route(mux, "POST /v1/swarm", roleAgent, s.postSwarm)
 	s.route(mux, "GET /v1/models", roleRead, s.getModels)
 	s.route(mux, "PUT /v1/models/{name}", roleAdmin, s.putModel)
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)

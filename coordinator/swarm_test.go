@@ -1,0 +1,264 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+)
+
+const swarmSHA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+// swarmEnv is a coordinator whose nodes n1-n4 (ib-a) and m1 (ib-b) have
+// reported, each with a chunk server address.
+func swarmEnv(t *testing.T) *testEnv {
+	t.Helper()
+	e := newEnv(t, Config{ReportInterval: 30 * time.Second, StallAfter: time.Minute}, testTokens)
+	for _, n := range []struct{ node, fabric string }{{"n1", "ib-a"}, {"n2", "ib-a"}, {"n3", "ib-a"}, {"n4", "ib-a"}, {"m1", "ib-b"}} {
+		r := report(n.node, n.fabric, 1)
+		r.PeerAddr = "127.0.0.1:" + fmt.Sprint(40000+len(n.node)+int(n.node[1]))
+		if _, err := e.agent.PostReport(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+func sreport(node string, have ...int) api.SwarmReport {
+	r := api.SwarmReport{Node: node, Source: "https://origin/m.gguf", SHA256: swarmSHA, Size: 4 * DefaultSwarmMinChunk, ChunkSize: DefaultSwarmMinChunk}
+	for _, i := range have {
+		r.Have = api.SetChunk(r.Have, i)
+	}
+	return r
+}
+
+func ask(t *testing.T, e *testEnv, r api.SwarmReport) api.SwarmPlan {
+	t.Helper()
+	p, err := e.agent.Swarm(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSwarmLeaseExclusive(t *testing.T) {
+	e := swarmEnv(t)
+	var mu sync.Mutex
+	holders := map[string]bool{}
+	var wg sync.WaitGroup
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := e.agent.Swarm(context.Background(), sreport(n))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if p.Lease {
+				mu.Lock()
+				holders[n] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(holders) != 1 {
+		t.Fatalf("lease holders %v, want exactly one", holders)
+	}
+}
+
+func TestSwarmLeasePasses(t *testing.T) {
+	e := swarmEnv(t)
+	r1 := sreport("n1", 0, 1)
+	r1.Validator = `"etag-1"`
+	if p := ask(t, e, r1); !p.Lease {
+		t.Fatal("first asker has no lease")
+	}
+	if p := ask(t, e, sreport("n2")); p.Lease || p.Holder != "n1" {
+		t.Fatalf("second asker: lease %v holder %q", p.Lease, p.Holder)
+	}
+	ask(t, e, sreport("n3", 0))
+	// Gone: the lease is kept for the member furthest ahead (n3), and n2,
+	// asking first, does not get it.
+	r1.Gone = true
+	ask(t, e, r1)
+	if p := ask(t, e, sreport("n2")); p.Lease {
+		t.Fatal("n2 took the lease kept for n3, which is further ahead")
+	}
+	p := ask(t, e, sreport("n3", 0))
+	if !p.Lease || p.Validator != `"etag-1"` {
+		t.Fatalf("n3: lease %v validator %q, want the lease and the first holder's validator", p.Lease, p.Validator)
+	}
+
+	// Timeout: n3 silent for the lease timeout while n2 keeps reporting.
+	for d := 250 * time.Millisecond; d < DefaultSwarmLeaseTimeout; d += 250 * time.Millisecond {
+		e.clock.set(t0.Add(d))
+		if p := ask(t, e, sreport("n2")); p.Lease {
+			t.Fatalf("n2 got the lease after %v; the timeout is %v", d, DefaultSwarmLeaseTimeout)
+		}
+	}
+	e.clock.set(t0.Add(DefaultSwarmLeaseTimeout + 250*time.Millisecond))
+	if p := ask(t, e, sreport("n2")); !p.Lease {
+		t.Fatal("n2 has no lease after the holder was silent past the timeout")
+	}
+}
+
+func TestSwarmLeaseUnreachableHolder(t *testing.T) {
+	e := swarmEnv(t)
+	ask(t, e, sreport("n1"))
+	ask(t, e, sreport("n2"))
+	// Unreachable but reporting recently: kept.
+	e.clock.set(t0.Add(200 * time.Millisecond))
+	r := sreport("n2")
+	r.Unreachable = []string{"n1"}
+	if p := ask(t, e, r); p.Lease {
+		t.Fatal("lease passed on one unreachable report while the holder reported 200 ms ago")
+	}
+	e.clock.set(t0.Add(600 * time.Millisecond))
+	if p := ask(t, e, r); !p.Lease {
+		t.Fatal("lease not passed: holder unreachable and silent 600 ms")
+	}
+}
+
+func TestSwarmSumsOnlyFromHolderOrComplete(t *testing.T) {
+	e := swarmEnv(t)
+	d1, d2 := strings.Repeat("1", 64), strings.Repeat("2", 64)
+	r1 := sreport("n1")
+	r1.Sums = map[int]string{0: d1}
+	if p := ask(t, e, r1); p.SumsKnown != 1 || p.Sums[0] != d1 {
+		t.Fatalf("holder's sum not taken: %+v", p)
+	}
+	r2 := sreport("n2")
+	r2.Sums = map[int]string{1: d2}
+	if p := ask(t, e, r2); p.SumsKnown != 0 || p.Sums[1] != "" {
+		t.Fatalf("a non-holder's sum was taken: %+v", p)
+	}
+	r3 := sreport("n3")
+	r3.Complete = true
+	r3.Sums = map[int]string{0: d2}
+	if p := ask(t, e, r3); p.Sums[0] != d2 {
+		t.Fatalf("a complete member's sum did not replace the holder's: %q", p.Sums[0])
+	}
+	r1.Sums = map[int]string{0: d1}
+	if p := ask(t, e, r1); p.Sums[0] != d2 || p.SumsKnown != 0 {
+		t.Fatalf("the holder overrode a complete member's sum: %+v", p)
+	}
+}
+
+func peerNames(p api.SwarmPlan) []string {
+	var out []string
+	for _, x := range p.Peers {
+		out = append(out, x.Node)
+	}
+	return out
+}
+
+func TestSwarmPeersSameFabricAndBad(t *testing.T) {
+	e := swarmEnv(t)
+	ask(t, e, sreport("n1", 0, 1))
+	ask(t, e, sreport("n2", 0))
+	ask(t, e, sreport("n3", 0))
+	// m1 (ib-b) fetches the same file: its own swarm, never offered n1-n4.
+	if p := ask(t, e, sreport("m1")); len(p.Peers) != 0 || !p.Lease {
+		t.Fatalf("m1 of ib-b: peers %v lease %v; want none, and its own fabric's lease", peerNames(p), p.Lease)
+	}
+	if got := peerNames(ask(t, e, sreport("n4"))); fmt.Sprint(got) != "[n1 n2 n3]" {
+		t.Fatalf("n4's peers %v, want [n1 n2 n3]", got)
+	}
+	// n2 accuses n1: n1 leaves n2's plan only.
+	r := sreport("n2", 0)
+	r.Bad = []string{"n1"}
+	if got := peerNames(ask(t, e, r)); fmt.Sprint(got) != "[n3]" {
+		t.Fatalf("n2's peers after accusing n1: %v", got)
+	}
+	if got := peerNames(ask(t, e, sreport("n4"))); fmt.Sprint(got) != "[n1 n2 n3]" {
+		t.Fatalf("one accusation cut n1 out for n4: %v", got)
+	}
+	r = sreport("n3", 0)
+	r.Bad = []string{"n1"}
+	ask(t, e, r)
+	if got := peerNames(ask(t, e, sreport("n4"))); fmt.Sprint(got) != "[n2 n3]" {
+		t.Fatalf("two accusations did not drop n1 for n4: %v", got)
+	}
+	// Unreachable leaves a peer out of that member's plan for a while.
+	r = sreport("n4")
+	r.Unreachable = []string{"n3"}
+	if got := peerNames(ask(t, e, r)); fmt.Sprint(got) != "[n2]" {
+		t.Fatalf("n4's peers with n3 unreachable: %v", got)
+	}
+	e.clock.set(t0.Add(unreachableFor + time.Second))
+	for _, n := range []string{"n2", "n3"} {
+		ask(t, e, sreport(n, 0))
+	}
+	if got := peerNames(ask(t, e, sreport("n4"))); fmt.Sprint(got) != "[n2 n3]" {
+		t.Fatalf("n3 not offered again after %v: %v", unreachableFor, got)
+	}
+}
+
+func TestSwarmCompleteStaysPeer(t *testing.T) {
+	e := swarmEnv(t)
+	r := sreport("n1", 0, 1, 2, 3)
+	r.Complete, r.Gone = true, true
+	ask(t, e, sreport("n1"))
+	ask(t, e, r)
+	p := ask(t, e, sreport("n2"))
+	if len(p.Peers) != 1 || !p.Peers[0].Complete || !p.Lease {
+		t.Fatalf("n2: peers %+v lease %v; want n1 complete, and the lease", p.Peers, p.Lease)
+	}
+}
+
+func TestSwarmRefusals(t *testing.T) {
+	e := swarmEnv(t)
+	ctx := context.Background()
+	bad := func(what string, mod func(*api.SwarmReport), want string) {
+		t.Helper()
+		r := sreport("n1")
+		mod(&r)
+		_, err := e.agent.Swarm(ctx, r)
+		if st, _ := apiCode(err); st != 400 || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want 400 naming %s", what, err, want)
+		}
+	}
+	bad("no sha256", func(r *api.SwarmReport) { r.SHA256 = "" }, "sha256")
+	bad("size 0", func(r *api.SwarmReport) { r.Size = 0 }, "size_bytes")
+	bad("small chunks", func(r *api.SwarmReport) { r.ChunkSize = 1 << 20 }, "chunk_size")
+	bad("big chunks", func(r *api.SwarmReport) { r.ChunkSize = 128 << 20 }, "chunk_size")
+	bad("long bitmap", func(r *api.SwarmReport) { r.Have = []byte{1, 1} }, "have")
+	bad("bits past the end", func(r *api.SwarmReport) { r.Have = []byte{0x10} }, "have")
+	bad("sum out of range", func(r *api.SwarmReport) { r.Sums = map[int]string{9: swarmSHA} }, "sums")
+
+	// n1's token speaking for n2.
+	body := sreport("n2")
+	_, err := e.nodeClient(t, "n1").Swarm(ctx, body)
+	if st, _ := apiCode(err); st != 403 && st != 401 {
+		t.Fatalf("n1 speaking for n2: %v, want refused", err)
+	}
+}
+
+func TestSwarmBounds(t *testing.T) {
+	e := swarmEnv(t)
+	for i := range swarmsPerNode {
+		r := sreport("n1")
+		r.Source = fmt.Sprintf("https://origin/f%d", i)
+		ask(t, e, r)
+	}
+	r := sreport("n1")
+	r.Source = "https://origin/one-too-many"
+	if _, err := e.agent.Swarm(context.Background(), r); err == nil {
+		t.Fatalf("node joined %d swarms", swarmsPerNode+1)
+	}
+	// Idle swarms go: after swarmIdle, n1 may join again.
+	e.clock.set(t0.Add(swarmIdle + time.Minute))
+	ask(t, e, r)
+	e.srv.swarms.mu.Lock()
+	n := len(e.srv.swarms.m)
+	e.srv.swarms.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d swarms kept after the others were idle %v", n, swarmIdle)
+	}
+}
