@@ -35,6 +35,7 @@ const (
 	DefaultReportInterval = nodeconf.DefaultReportInterval
 	DefaultScanInterval   = nodeconf.DefaultScanInterval
 	DefaultConnections    = nodeconf.DefaultConnections
+	DefaultPeerPort       = nodeconf.DefaultPeerPort
 	DefaultNvidiaSMI      = nodeconf.DefaultNvidiaSMI
 	DefaultFetchDeadline  = nodeconf.DefaultFetchDeadline
 	DefaultGCInterval     = nodeconf.DefaultGCInterval
