@@ -308,6 +308,37 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 	}
 	from, _ := s.bounds(first)
 	_, to := s.bounds(last)
+	// The stream is never broken to report: the reports (keeping the lease,
+	// publishing digests) go out beside it, and a lost lease ends it.
+	ctx, cancel := context.WithCancel(ctx)
+	every := until.Sub(time.Now())
+	reported := make(chan struct{})
+	defer func() {
+		cancel()
+		<-reported
+	}()
+	go func() {
+		defer close(reported)
+		t := time.NewTicker(max(every, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			p, err := s.coord.Swarm(ctx, s.report(false, false))
+			if err != nil {
+				continue
+			}
+			s.takePlan(p)
+			if !p.Lease {
+				s.log.Warn("swarm: the origin lease passed to another node; stopping the origin read")
+				cancel()
+				return
+			}
+		}
+	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.source, nil)
 	if err != nil {
 		return err
@@ -353,7 +384,9 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		if err != nil {
 			// The bytes of a partial chunk are dropped; the next request
 			// starts at this chunk.
-			s.log.WithError(err).Warn("swarm: origin read broke off; resuming")
+			if ctx.Err() == nil {
+				s.log.WithError(err).Warn("swarm: origin read broke off; resuming")
+			}
 			return nil
 		}
 		sum := hexSum(buf)
@@ -369,9 +402,6 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		s.h.mark(i)
 		s.saveSidecar()
 		s.progress()
-		if time.Now().After(until) {
-			return nil
-		}
 	}
 	return nil
 }
