@@ -112,8 +112,8 @@ func (s *standIn) plan(r api.SwarmReport, addr string) api.SwarmPlan {
 		s.holder = ""
 	}
 	anyComplete := false
-	for _, o := range s.members {
-		anyComplete = anyComplete || o.complete
+	for n, o := range s.members {
+		anyComplete = anyComplete || (o.complete && !s.bad[n])
 	}
 	if s.holder == "" && !anyComplete && !r.Complete {
 		ahead := true
