@@ -265,7 +265,10 @@ func (n *testNode) kill() {
 	n.coord.killed.Store(true)
 	n.srv.Close()
 	n.cancel()
-	<-n.done
+	select {
+	case <-n.done:
+	case <-time.After(5 * time.Second):
+	}
 }
 
 func (n *testNode) wait(t *testing.T, d time.Duration) {
@@ -318,4 +321,54 @@ func TestSwarmOneOriginCopyForThreeNodes(t *testing.T) {
 		t.Errorf("non-seeds read the origin: %d, %d bytes", nodes[1].fromOrigin.Load(), nodes[2].fromOrigin.Load())
 	}
 	t.Logf("origin %d bytes; n12 from peers %d, n13 from peers %d", o.sent.Load(), nodes[1].fromPeers.Load(), nodes[2].fromPeers.Load())
+}
+
+// flipping serves like a peer but flips one byte of every body.
+type flipping struct{ h http.Handler }
+
+func (f flipping) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.h.ServeHTTP(&flipWriter{ResponseWriter: w}, r)
+}
+
+type flipWriter struct {
+	http.ResponseWriter
+	done bool
+}
+
+func (f *flipWriter) Write(p []byte) (int, error) {
+	if !f.done && len(p) > 0 {
+		q := append([]byte(nil), p...)
+		q[len(q)/2] ^= 0xff
+		f.done = true
+		return f.ResponseWriter.Write(q)
+	}
+	return f.ResponseWriter.Write(p)
+}
+
+func TestSwarmDropsABadPeer(t *testing.T) {
+	realm := mungetest.New(t)
+	data, sum := testData(t, 8*testChunk+7)
+	o := newSwOrigin(t, data, 32<<20)
+	si := newStandIn(t, testChunk, 9)
+	seed, bad, n3 := startNode(t, realm, 31, si), startNode(t, realm, 32, si), startNode(t, realm, 33, si)
+	seed.fetch(t, o, sum)
+	seed.wait(t, 30*time.Second)
+	bad.fetch(t, o, sum)
+	bad.wait(t, 30*time.Second)
+	// The only holder left is one that corrupts what it sends.
+	seed.kill()
+	si.mu.Lock()
+	delete(si.members, seed.name)
+	si.mu.Unlock()
+	bad.srv.Handler = flipping{bad.srv.Handler}
+	n3.fetch(t, o, sum)
+	n3.wait(t, 30*time.Second)
+	n3.check(t, data)
+	si.mu.Lock()
+	dropped := si.bad[bad.name]
+	si.mu.Unlock()
+	if !dropped {
+		t.Errorf("the peer that flipped a byte was not reported bad")
+	}
+	t.Logf("origin %d bytes (2 copies expected: no honest holder left), n33 from peers %d", o.sent.Load(), n3.fromPeers.Load())
 }

@@ -77,9 +77,6 @@ func Validate(c Agent) error {
 			errs = append(errs, err)
 		}
 	}
-	if c.PeerAddr != "" && c.PeerInterface != "" {
-		errs = append(errs, fmt.Errorf("peer_addr %q and peer_interface %q are both set: give one", c.PeerAddr, c.PeerInterface))
-	}
 	if c.PeerAddr != "" {
 		if h, p, err := net.SplitHostPort(c.PeerAddr); err != nil || h == "" || p == "" || p == "0" {
 			errs = append(errs, fmt.Errorf("peer_addr %q: want HOST:PORT, the node's own address on its fabric, e.g. 10.1.0.5:8421", c.PeerAddr))

@@ -142,7 +142,7 @@ type Agent struct {
 	PeerAddr string `toml:"peer_addr"`
 	// PeerInterface names the fabric's network interface ("ib0"): its first
 	// IPv4 address (else IPv6), resolved when the agent starts, with
-	// PeerPort, is the peer address.
+	// PeerPort, is the peer address. PeerAddr, when set, wins.
 	PeerInterface string `toml:"peer_interface"`
 	// PeerPort is the port served on PeerInterface's address (default
 	// DefaultPeerPort).
