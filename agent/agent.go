@@ -70,6 +70,8 @@ type Agent struct {
 	failures    int
 	catalogFail string
 	dirState    map[string]string // path → "", "missing" or the scan error
+	swarm       swarmState
+	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
 }
 
@@ -115,6 +117,14 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		kickc:        make(chan kick, 16),
 		cfg:          cfg,
 		flights:      map[string]*flight{},
+		seeding:      map[string]bool{},
+	}
+	a.swarm.calls = map[string]*swarmCall{}
+	a.swarm.said = map[string]bool{}
+	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
+	a.swarm.peer = peerClient()
+	if a.swarm.addr, err = resolvePeerAddr(cfg); err != nil {
+		return nil, err
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
@@ -317,6 +327,7 @@ func (a *Agent) buildReport() *api.Report {
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
+	r.PeerAddr = a.swarm.addr
 	a.last = &r
 	return &r
 }
@@ -396,6 +407,9 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 		// the catalog as it is now.
 		if ans.GC != nil {
 			a.answerGC(ctx, c, cfg, *ans.GC)
+		}
+		if len(ans.Seed) > 0 {
+			a.seed(ans.Seed)
 		}
 	}
 	return r, result, err
@@ -498,6 +512,27 @@ func (a *Agent) Run(ctx context.Context) error {
 			srv.Shutdown(sctx)
 		})
 		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
+	}
+
+	if a.swarm.addr != "" {
+		pl, err := net.Listen("tcp", a.swarm.addr)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("peer chunk server on %s (peer_addr/peer_interface): %w", a.swarm.addr, err)
+		}
+		if cfg.MungeSocket == "" {
+			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
+			pl.Close()
+		} else {
+			srv := &http.Server{Handler: newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files), ReadHeaderTimeout: 10 * time.Second}
+			wg.Go(func() { srv.Serve(pl) })
+			wg.Go(func() {
+				<-ctx.Done()
+				srv.Close()
+			})
+			a.log.WithField("addr", a.swarm.addr).Info("serving verified chunks to the fabric at /v1/chunks/")
+		}
 	}
 
 	a.scan(ctx)

@@ -22,6 +22,7 @@ const (
 	DefaultReportInterval = config.DefaultReportInterval
 	DefaultScanInterval   = config.DefaultScanInterval
 	DefaultConnections    = config.DefaultConnections
+	DefaultPeerPort       = config.DefaultPeerPort
 )
 
 // Config is the agent's configuration. It lives in package config because

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,6 +106,7 @@ func (s *subscriber) take() (api.Fetch, bool) {
 // its progress out to all of them.
 func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscriber) (string, error) {
 	a.mu.Lock()
+	cfg := a.cfg
 	f := a.fetcherLocked()
 	fl := a.flights[req.Source]
 	if fl == nil {
@@ -130,8 +132,23 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	if req.Set != "" {
 		// One file of a model of several: into its set directory.
 		path, err = f.EnsureIn(ctx, req.Set, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+	} else if why := a.whyNoSwarm(cfg, req); why == "" {
+		// One copy per fabric: through the swarm (issue 18).
+		path, err = a.ensureSwarm(ctx, cfg, f, req)
 	} else {
+		if why != "-" {
+			a.swarm.mu.Lock()
+			said := a.swarm.said[why]
+			a.swarm.said[why] = true
+			a.swarm.mu.Unlock()
+			if !said {
+				a.log.WithField("source", req.Source).Info("not fetching through the fabric's swarm: " + why)
+			}
+		}
 		path, err = f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+		if err == nil && a.swarm.addr != "" && req.SHA256 != "" && req.Size > 0 {
+			a.holdComplete(fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
+		}
 	}
 
 	a.mu.Lock()

@@ -29,6 +29,7 @@ type metrics struct {
 	scanDuration      prometheus.Histogram
 	weights           *prometheus.GaugeVec
 	fetchedBytes      prometheus.Counter
+	swarmBytes        *prometheus.CounterVec
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
 	lastReportSuccess prometheus.Gauge
@@ -54,6 +55,10 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "fetched_bytes_total",
 			Help: "Bytes fetched into the cache by this agent.",
 		}),
+		swarmBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "swarm_received_bytes_total",
+			Help: "Bytes a swarm fetch received, by where from (origin or peer): one copy per fabric means the origin's share is one file per fabric.",
+		}, []string{"from"}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "fetch_errors_total",
 			Help: "Fetches that failed (each counted once, however many hooks waited on it).",
@@ -87,8 +92,10 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			m.weights.WithLabelValues(kind, c)
 		}
 	}
+	m.swarmBytes.WithLabelValues("origin")
+	m.swarmBytes.WithLabelValues("peer")
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.fetchErrors, m.reports,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.fetchErrors, m.reports,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

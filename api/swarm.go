@@ -139,7 +139,9 @@ const (
 )
 
 // PeerMungePayload is what a peer request's credential carries, so that a
-// credential cannot be moved to another request, node or fabric.
-func PeerMungePayload(method, requestURI, node, fabric, rangeHeader string) []byte {
-	return MungePayload(method, requestURI+"\n"+node+"\n"+fabric+"\n"+rangeHeader, nil)
+// credential cannot be moved to another request, node, fabric or peer: host
+// is the peer's address as dialed (the request's Host), which the serving
+// agent checks is its own.
+func PeerMungePayload(method, host, requestURI, node, fabric, rangeHeader string) []byte {
+	return MungePayload(method, host+"\n"+requestURI+"\n"+node+"\n"+fabric+"\n"+rangeHeader, nil)
 }

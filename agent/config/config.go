@@ -35,6 +35,7 @@ const (
 	DefaultReportInterval = nodeconf.DefaultReportInterval
 	DefaultScanInterval   = nodeconf.DefaultScanInterval
 	DefaultConnections    = nodeconf.DefaultConnections
+	DefaultPeerPort       = nodeconf.DefaultPeerPort
 	DefaultNvidiaSMI      = nodeconf.DefaultNvidiaSMI
 	DefaultFetchDeadline  = nodeconf.DefaultFetchDeadline
 	DefaultGCInterval     = nodeconf.DefaultGCInterval
@@ -75,6 +76,14 @@ func Validate(c Agent) error {
 		if err := slurm.ValidFabricName(c.Fabric); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.PeerAddr != "" {
+		if h, p, err := net.SplitHostPort(c.PeerAddr); err != nil || h == "" || p == "" || p == "0" {
+			errs = append(errs, fmt.Errorf("peer_addr %q: want HOST:PORT, the node's own address on its fabric, e.g. 10.1.0.5:8421", c.PeerAddr))
+		}
+	}
+	if c.PeerPort < 0 || c.PeerPort > 65535 {
+		errs = append(errs, fmt.Errorf("peer_port %d: want a TCP port, 1-65535", c.PeerPort))
 	}
 	for _, d := range c.WeightDirs {
 		if err := catalog.CheckAbsPath("weight dir", d); err != nil {

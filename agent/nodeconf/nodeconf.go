@@ -54,6 +54,9 @@ const (
 	// (package api links net/http, which the hook binary must not).
 	DefaultSocket = DefaultRunDir + "/agent.sock"
 	DefaultFabric = catalog.DefaultFabric
+	// DefaultPeerPort is the port of the peer chunk server on
+	// peer_interface: the one after the coordinator's 8420.
+	DefaultPeerPort = 8421
 
 	// DefaultReportInterval matches the coordinator's default: a node whose
 	// reports stop for a few intervals is shown as stale there.
@@ -132,6 +135,18 @@ type Agent struct {
 	// from quickly (default DefaultFabric). Weights in one fabric do not
 	// serve another.
 	Fabric string `toml:"fabric"`
+	// PeerAddr is host:port this node serves its verified cache files on,
+	// to the nodes of its own fabric (issue 18: one copy per fabric). Set
+	// it, or PeerInterface; with neither the node neither serves nor joins
+	// a swarm and fetches every file from its origin.
+	PeerAddr string `toml:"peer_addr"`
+	// PeerInterface names the fabric's network interface ("ib0"): its first
+	// IPv4 address (else IPv6), resolved when the agent starts, with
+	// PeerPort, is the peer address. PeerAddr, when set, wins.
+	PeerInterface string `toml:"peer_interface"`
+	// PeerPort is the port served on PeerInterface's address (default
+	// DefaultPeerPort).
+	PeerPort int `toml:"peer_port"`
 
 	// WeightDirs are the directories the agent looks in for weights. None
 	// (the default) means the node reports no weights and ranks exactly like

@@ -218,7 +218,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 // tags; the resolved copy is written by json.Marshal).
 var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
-	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge"}
+	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge", "PeerAddr", "PeerInterface", "PeerPort"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -279,6 +279,13 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		c.CacheReserve, ok = s.Int(64)
 	case "FetchMinSpeed":
 		c.FetchMinSpeed, ok = s.Int(64)
+	case "PeerAddr":
+		c.PeerAddr, ok = s.String()
+	case "PeerInterface":
+		c.PeerInterface, ok = s.String()
+	case "PeerPort":
+		n, ok = s.Int(strconv.IntSize)
+		c.PeerPort = int(n)
 	case "GCPartMaxAge":
 		dur(&c.GCPartMaxAge)
 	case "GCMaxShare":

@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge/mungetest"
+)
+
+func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
+	realm := mungetest.New(t)
+	data, sum := testData(t, 3*testChunk)
+	dir := t.TempDir()
+	part := filepath.Join(dir, "model.bin.part")
+	if err := os.WriteFile(part, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := &holdings{}
+	// A fetch in progress with only chunk 0 verified.
+	files.put(sum, &held{path: part, size: int64(len(data)), chunkSize: testChunk, have: api.SetChunk(nil, 0)})
+	l, err := net.Listen("tcp", "127.0.0.21:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start("127.0.0.21"), dir, files)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	client := realm.Start("127.0.0.22")
+	uri := "/v1/chunks/" + sum
+	ctx := context.Background()
+
+	do := func(host, fabric, rng, auth string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+uri, nil)
+		req.Host = host
+		req.Header.Set("Range", rng)
+		req.Header.Set(api.PeerNodeHeader, "n22")
+		req.Header.Set(api.PeerFabricHeader, fabric)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	cred := func(host, fabric, rng string) string {
+		c, err := client.Encode(ctx, api.PeerMungePayload(http.MethodGet, host, uri, "n22", fabric, rng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "MUNGE " + c
+	}
+	chunk0 := fmt.Sprintf("bytes=0-%d", testChunk-1)
+	chunk1 := fmt.Sprintf("bytes=%d-%d", testChunk, 2*testChunk-1)
+
+	good := cred(addr, "ib-a", chunk0)
+	if r := do(addr, "ib-a", chunk0, good); r.StatusCode != http.StatusPartialContent {
+		t.Fatalf("a root credential for this request: %s, want 206", r.Status)
+	}
+	for name, c := range map[string]struct {
+		host, fabric, rng, auth string
+		want                    int
+	}{
+		"no credential":         {addr, "ib-a", chunk0, "", 403},
+		"forged credential":     {addr, "ib-a", chunk0, "MUNGE MUNGE:AAAA:", 403},
+		"replayed":              {addr, "ib-a", chunk0, good, 403},
+		"other fabric":          {addr, "ib-b", chunk0, cred(addr, "ib-b", chunk0), 403},
+		"made for another peer": {addr, "ib-a", chunk0, cred("127.0.0.23:8421", "ib-a", chunk0), 403},
+		"sent as another host":  {"127.0.0.23:8421", "ib-a", chunk0, cred("127.0.0.23:8421", "ib-a", chunk0), 403},
+		"other range":           {addr, "ib-a", chunk0, cred(addr, "ib-a", chunk1), 403},
+		"not a root credential": {addr, "ib-a", chunk0, "MUNGE " + mungetest.EncodeAs(t, client, 65534, 65534, api.PeerMungePayload(http.MethodGet, addr, uri, "n22", "ib-a", chunk0)), 403},
+		"unverified chunk":      {addr, "ib-a", chunk1, cred(addr, "ib-a", chunk1), 416},
+		"range past the end":    {addr, "ib-a", fmt.Sprintf("bytes=0-%d", len(data)), cred(addr, "ib-a", fmt.Sprintf("bytes=0-%d", len(data))), 416},
+	} {
+		if r := do(c.host, c.fabric, c.rng, c.auth); r.StatusCode != c.want {
+			t.Errorf("%s: %s, want %d", name, r.Status, c.want)
+		}
+	}
+	// What the 206 carries is the file's bytes.
+	rng := fmt.Sprintf("bytes=100-%d", testChunk-1)
+	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 100, testChunk-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || string(body) != string(data[100:testChunk]) {
+		t.Errorf("%s: %s with %d bytes, want 206 with the file's bytes", rng, resp.Status, len(body))
+	}
+	// A sha256 not held: nothing, whatever the cache holds under other names.
+	other := "0000000000000000000000000000000000000000000000000000000000000000"
+	if resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, other, 0, 10); err != nil || resp.StatusCode != 404 {
+		t.Errorf("unknown sha256: %v %v, want 404", resp.Status, err)
+	}
+}

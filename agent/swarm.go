@@ -1,0 +1,615 @@
+package agent
+
+// The swarm fetch (issue 18, api/swarm.go): one copy per fabric. It lives in
+// agent/, not in weights/fetch, because every step of it speaks llmgw's
+// protocol (plans from the coordinator, MUNGE credentials to peers, the
+// chunk server's registry), which weights/ must not import; it reuses the
+// Fetcher's sealing (fetch.Seal) so that a file it renames into the cache
+// is verified, synced and tagged exactly as a Fetcher's own.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
+)
+
+// swarmSuffix names the sidecar of a swarm fetch's .part: the verified
+// chunks, so that a restarted agent keeps them.
+const swarmSuffix = catalog.PartSuffix + ".swarm"
+
+// peerParallel is how many chunks a member reads from peers at once, each
+// from a different peer where it can: one slow or dying peer then holds up
+// a third of the flow, not all of it.
+const peerParallel = 3
+
+// swarmCoord is the coordinator as the swarm fetch uses it.
+type swarmCoord interface {
+	Swarm(ctx context.Context, r api.SwarmReport) (api.SwarmPlan, error)
+}
+
+// sidecar is what survives a crash of a swarm fetch.
+type sidecar struct {
+	SHA256    string         `json:"sha256"`
+	Size      int64          `json:"size"`
+	ChunkSize int64          `json:"chunk_size"`
+	Have      []byte         `json:"have"`
+	Sums      map[int]string `json:"sums,omitempty"` // chunks this node hashed from the origin
+	Validator string         `json:"validator,omitempty"`
+	// PartSize and PartMtimeNS are the .part's as they were when Have was
+	// written: a .part changed since (a write the sidecar did not see) has
+	// its chunks verified again before they count.
+	PartSize    int64 `json:"part_size"`
+	PartMtimeNS int64 `json:"part_mtime_ns"`
+}
+
+// swarm is one swarm fetch of one file.
+type swarm struct {
+	coord        swarmCoord
+	codec        munge.Codec
+	node, fabric string
+	source, sum  string
+	size         int64
+	target, part string
+	origin, peer *http.Client
+	files        *holdings
+	log          logrus.FieldLogger
+	onBytes      func(from string, n int64) // "origin" or "peer"
+	onProgress   func(done, total int64)
+
+	chunk int64
+	n     int
+	fh    *os.File
+	h     *held
+
+	mu         sync.Mutex
+	sums       []string       // known digests, by chunk
+	mine       map[int]string // digests this node computed from origin bytes
+	acked      int
+	bad        map[string]bool
+	unreach    []string
+	validator  string
+	fromOrigin atomic.Int64
+	fromPeers  atomic.Int64
+	candidates []int // chunks on disk that must be verified again
+}
+
+func (s *swarm) nChunks() int { return int((s.size + s.chunk - 1) / s.chunk) }
+
+func (s *swarm) bounds(i int) (int64, int64) {
+	from := int64(i) * s.chunk
+	to := min(from+s.chunk, s.size) - 1
+	return from, to
+}
+
+// run fetches the file and renames it into place.
+func (s *swarm) run(ctx context.Context) error {
+	s.chunk = api.DefaultChunkSize
+	if s.chunk <= 0 {
+		s.chunk = 16 << 20
+	}
+	s.mine = map[int]string{}
+	s.bad = map[string]bool{}
+	if err := os.MkdirAll(filepath.Dir(s.target), 0o755); err != nil {
+		return err
+	}
+	fh, err := os.OpenFile(s.part, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	s.fh = fh
+	var have []byte
+	if sc, ok := s.loadSidecar(); ok {
+		s.chunk, s.validator = sc.ChunkSize, sc.Validator
+		for i, v := range sc.Sums {
+			s.mine[i] = v
+		}
+		st, err := fh.Stat()
+		if err == nil && st.Size() == sc.PartSize && st.ModTime().UnixNano() == sc.PartMtimeNS {
+			have = sc.Have
+		} else {
+			for i := 0; i < s.nChunks(); i++ {
+				if api.HasChunk(sc.Have, i) {
+					s.candidates = append(s.candidates, i)
+				}
+			}
+		}
+	}
+	if err := fh.Truncate(s.size); err != nil {
+		return err
+	}
+	s.n = s.nChunks()
+	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, have: have}
+	s.files.put(s.sum, s.h)
+	done := false
+	defer func() {
+		if !done {
+			s.files.drop(s.sum, s.h)
+			// Gone: the coordinator drops this member and its lease.
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			s.coord.Swarm(gctx, s.report(false, true))
+			cancel()
+		}
+	}()
+
+	for {
+		plan, err := s.coord.Swarm(ctx, s.report(false, false))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.WithError(err).Warn("swarm: no plan from the coordinator; asking again")
+			if err := sleep(ctx, time.Second); err != nil {
+				return err
+			}
+			continue
+		}
+		s.takePlan(plan)
+		s.reverify()
+		if s.missing() < 0 {
+			break
+		}
+		every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
+		until := time.Now().Add(every)
+		if plan.Lease {
+			err = s.fromOriginRun(ctx, plan, until)
+		} else {
+			err = s.fromPeersRun(ctx, plan, until)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := fetch.Seal(ctx, fh, s.part, s.target, fetch.Want{SHA256: s.sum, Size: s.size}); err != nil {
+		// Every chunk matched its digest and the whole does not: a digest
+		// list from a bad origin read. Nothing of it can be trusted.
+		os.Remove(s.part)
+		os.Remove(s.target + swarmSuffix)
+		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
+	}
+	os.Remove(s.target + swarmSuffix)
+	s.h.mu.Lock()
+	s.h.path, s.h.complete = s.target, true
+	s.h.mu.Unlock()
+	done = true
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s.coord.Swarm(cctx, s.report(true, false))
+	return nil
+}
+
+// report is what the member tells the coordinator now.
+func (s *swarm) report(complete, gone bool) api.SwarmReport {
+	s.h.mu.Lock()
+	have := append([]byte(nil), s.h.have...)
+	s.h.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := api.SwarmReport{Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
+		Complete: complete, Gone: gone, FromOrigin: s.fromOrigin.Load(), FromPeers: s.fromPeers.Load(),
+		Unreachable: s.unreach, Validator: s.validator}
+	s.unreach = nil
+	for p := range s.bad {
+		r.Bad = append(r.Bad, p)
+	}
+	if len(s.mine) > 0 {
+		r.Sums = map[int]string{}
+		for i, v := range s.mine {
+			r.Sums[i] = v
+		}
+	}
+	return r
+}
+
+func (s *swarm) takePlan(p api.SwarmPlan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h.mu.Lock()
+	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
+		// Nothing fetched yet: take the swarm's chunk size.
+		s.chunk = p.ChunkSize
+		s.h.chunkSize = p.ChunkSize
+		s.n = s.nChunks()
+	}
+	s.h.mu.Unlock()
+	if len(s.sums) < s.n {
+		s.sums = append(s.sums, make([]string, s.n-len(s.sums))...)
+	}
+	for i, v := range p.Sums {
+		if i < s.n && v != "" {
+			s.sums[i] = v
+		}
+	}
+	for i, v := range s.mine {
+		if s.sums[i] == "" {
+			s.sums[i] = v
+		}
+	}
+	// Acknowledged digests are the coordinator's now: stop resending them,
+	// keeping those it has not stored.
+	if p.SumsKnown > 0 {
+		for i := range s.mine {
+			if i < len(p.Sums) && p.Sums[i] == s.mine[i] {
+				delete(s.mine, i)
+			}
+		}
+	}
+	if s.validator == "" {
+		s.validator = p.Validator
+	}
+}
+
+// reverify counts chunks found on disk after a crash only once they match
+// a known digest.
+func (s *swarm) reverify() {
+	var left []int
+	for _, i := range s.candidates {
+		s.mu.Lock()
+		want := s.sums[i]
+		s.mu.Unlock()
+		if want == "" {
+			left = append(left, i)
+			continue
+		}
+		from, to := s.bounds(i)
+		buf := make([]byte, to-from+1)
+		if _, err := s.fh.ReadAt(buf, from); err == nil && hexSum(buf) == want {
+			s.h.mark(i)
+		}
+	}
+	s.candidates = left
+	s.saveSidecar()
+}
+
+// missing is the first chunk not verified here, or -1 when none is.
+func (s *swarm) missing() int {
+	for i := 0; i < s.n; i++ {
+		if !s.has(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *swarm) has(i int) bool {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return api.HasChunk(s.h.have, i)
+}
+
+// fromOriginRun reads the origin, holding the lease, from the first chunk
+// not verified here through the run of missing chunks after it, hashing
+// each chunk as it arrives. It returns at until (to report, keeping the
+// lease and publishing the digests) or at the end of the run.
+func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until time.Time) error {
+	first := s.missing()
+	last := first
+	for last+1 < s.n && !s.has(last+1) {
+		last++
+	}
+	from, _ := s.bounds(first)
+	_, to := s.bounds(last)
+	// The stream is never broken to report: the reports (keeping the lease,
+	// publishing digests) go out beside it, and a lost lease ends it.
+	ctx, cancel := context.WithCancel(ctx)
+	every := until.Sub(time.Now())
+	reported := make(chan struct{})
+	defer func() {
+		cancel()
+		<-reported
+	}()
+	go func() {
+		defer close(reported)
+		t := time.NewTicker(max(every, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			p, err := s.coord.Swarm(ctx, s.report(false, false))
+			if err != nil {
+				continue
+			}
+			s.takePlan(p)
+			if !p.Lease {
+				s.log.Warn("swarm: the origin lease passed to another node; stopping the origin read")
+				cancel()
+				return
+			}
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.source, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", from, to))
+	s.mu.Lock()
+	v := s.validator
+	s.mu.Unlock()
+	if v != "" {
+		req.Header.Set("If-Range", v)
+	}
+	resp, err := s.origin.Do(req)
+	if err != nil {
+		s.log.WithError(err).Warn("swarm: origin request failed; retrying")
+		return sleep(ctx, time.Second)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent {
+		if resp.StatusCode == http.StatusOK && v != "" {
+			return fmt.Errorf("origin %s changed since this swarm began (If-Range %s answered with the whole file); the pinned sha256 no longer matches what it serves", s.source, v)
+		}
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			return sleep(ctx, time.Second)
+		}
+		return fmt.Errorf("origin %s answered %s to a range request; a swarm needs an origin that serves ranges", s.source, resp.Status)
+	}
+	if v == "" {
+		if nv := resp.Header.Get("ETag"); nv != "" && !strings.HasPrefix(nv, "W/") {
+			v = nv
+		} else {
+			v = resp.Header.Get("Last-Modified")
+		}
+		s.mu.Lock()
+		s.validator = v
+		s.mu.Unlock()
+	}
+	for i := first; i <= last; i++ {
+		cf, ct := s.bounds(i)
+		buf := make([]byte, ct-cf+1)
+		n, err := io.ReadFull(resp.Body, buf)
+		s.fromOrigin.Add(int64(n))
+		s.onBytes("origin", int64(n))
+		if err != nil {
+			// The bytes of a partial chunk are dropped; the next request
+			// starts at this chunk.
+			if ctx.Err() == nil {
+				s.log.WithError(err).Warn("swarm: origin read broke off; resuming")
+			}
+			return nil
+		}
+		sum := hexSum(buf)
+		if _, err := s.fh.WriteAt(buf, cf); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.mine[i] = sum
+		if s.sums[i] == "" {
+			s.sums[i] = sum
+		}
+		s.mu.Unlock()
+		s.h.mark(i)
+		s.saveSidecar()
+		s.progress()
+	}
+	return nil
+}
+
+// fromPeersRun reads missing chunks whose digests are known from the peers
+// that hold them, several at once from different peers, until until or
+// until nothing more can be read on this plan.
+func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time.Time) error {
+	type job struct {
+		i    int
+		peer api.SwarmPeer
+	}
+	taken := map[int]bool{}
+	down := map[string]bool{}
+	var mu sync.Mutex
+	next := func(worker int) (job, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 0; i < s.n; i++ {
+			if taken[i] || s.has(i) {
+				continue
+			}
+			s.mu.Lock()
+			known := s.sums[i] != ""
+			s.mu.Unlock()
+			if !known {
+				continue
+			}
+			// Spread the workers over the holders of this chunk.
+			var holders []api.SwarmPeer
+			for _, p := range plan.Peers {
+				s.mu.Lock()
+				bad := s.bad[p.Node]
+				s.mu.Unlock()
+				if !bad && !down[p.Addr] && p.Addr != "" && (p.Complete || api.HasChunk(p.Have, i)) {
+					holders = append(holders, p)
+				}
+			}
+			if len(holders) == 0 {
+				continue
+			}
+			taken[i] = true
+			return job{i, holders[(worker+i)%len(holders)]}, true
+		}
+		return job{}, false
+	}
+	var wg sync.WaitGroup
+	var moved atomic.Int64
+	for w := 0; w < peerParallel; w++ {
+		wg.Go(func() {
+			for time.Now().Before(until) && ctx.Err() == nil {
+				j, ok := next(w)
+				if !ok {
+					return
+				}
+				switch err := s.fromPeer(ctx, j.peer, j.i); {
+				case err == nil:
+					moved.Add(1)
+				case errors.Is(err, errBadChunk):
+					s.log.WithField("peer", j.peer.Node).Warn("swarm: a peer sent a chunk that does not match its digest; dropping it")
+					s.mu.Lock()
+					s.bad[j.peer.Node] = true
+					s.mu.Unlock()
+					mu.Lock()
+					delete(taken, j.i)
+					mu.Unlock()
+				case errors.Is(err, errNotThere):
+					// Not verified there yet (its Have in the plan is older):
+					// another holder, or the next plan.
+				default:
+					s.log.WithError(err).WithField("peer", j.peer.Node).Info("swarm: peer unreachable; moving to another holder")
+					s.mu.Lock()
+					s.unreach = append(s.unreach, j.peer.Node)
+					s.mu.Unlock()
+					mu.Lock()
+					down[j.peer.Addr] = true
+					delete(taken, j.i)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if moved.Load() == 0 {
+		// Nothing to read on this plan: wait for the next one.
+		return sleep(ctx, time.Until(until))
+	}
+	return ctx.Err()
+}
+
+var (
+	errBadChunk = errors.New("chunk does not match its digest")
+	errNotThere = errors.New("chunk not verified at the peer")
+)
+
+// fromPeer reads chunk i from peer, verifies it against the digest the
+// coordinator gave, never one from the peer, and only then writes it.
+func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
+	from, to := s.bounds(i)
+	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+	case http.StatusRequestedRangeNotSatisfiable, http.StatusNotFound, http.StatusServiceUnavailable:
+		return errNotThere
+	default:
+		return fmt.Errorf("peer %s answered %s", p.Addr, resp.Status)
+	}
+	buf := make([]byte, to-from+1)
+	n, err := io.ReadFull(resp.Body, buf)
+	s.fromPeers.Add(int64(n))
+	s.onBytes("peer", int64(n))
+	if err != nil {
+		return fmt.Errorf("peer %s: %w", p.Addr, err)
+	}
+	s.mu.Lock()
+	want := s.sums[i]
+	s.mu.Unlock()
+	if hexSum(buf) != want {
+		return errBadChunk
+	}
+	if _, err := s.fh.WriteAt(buf, from); err != nil {
+		return err
+	}
+	s.h.mark(i)
+	s.saveSidecar()
+	s.progress()
+	return nil
+}
+
+func (s *swarm) progress() {
+	if s.onProgress == nil {
+		return
+	}
+	var done int64
+	for i := 0; i < s.n; i++ {
+		if s.has(i) {
+			f, t := s.bounds(i)
+			done += t - f + 1
+		}
+	}
+	s.onProgress(done, s.size)
+}
+
+func (s *swarm) loadSidecar() (sidecar, bool) {
+	var sc sidecar
+	b, err := os.ReadFile(s.target + swarmSuffix)
+	if err != nil || json.Unmarshal(b, &sc) != nil || sc.SHA256 != s.sum || sc.Size != s.size || sc.ChunkSize <= 0 {
+		return sc, false
+	}
+	return sc, true
+}
+
+// saveSidecar writes the verified bitmap beside the .part, atomically, with
+// the .part's size and mtime as they are after the last write.
+var sidecarMu sync.Mutex
+
+func (s *swarm) saveSidecar() {
+	sidecarMu.Lock()
+	defer sidecarMu.Unlock()
+	st, err := s.fh.Stat()
+	if err != nil {
+		return
+	}
+	s.h.mu.Lock()
+	have := append([]byte(nil), s.h.have...)
+	s.h.mu.Unlock()
+	s.mu.Lock()
+	sc := sidecar{SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have, Validator: s.validator,
+		PartSize: st.Size(), PartMtimeNS: st.ModTime().UnixNano(), Sums: map[int]string{}}
+	for i, v := range s.mine {
+		sc.Sums[i] = v
+	}
+	s.mu.Unlock()
+	b, _ := json.Marshal(sc)
+	tmp := s.target + swarmSuffix + ".tmp"
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		os.Rename(tmp, s.target+swarmSuffix)
+	}
+}
+
+func hexSum(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// peerClient reads chunks from peers: a peer that does not accept a
+// connection within a second, or answer within two, is treated as gone, so
+// that a member moves to another holder within the 2 s issue 18 allows.
+func peerClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: time.Second}).DialContext,
+		ResponseHeaderTimeout: 2 * time.Second,
+		MaxIdleConnsPerHost:   peerParallel,
+		DisableCompression:    true,
+	}}
+}

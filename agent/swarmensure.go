@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
+)
+
+// swarmCall is one swarm fetch shared by every ensure of its file on this
+// node, like the Fetcher's own call: it runs on its own context, canceled
+// when the last waiter gives up.
+type swarmCall struct {
+	done    chan struct{}
+	cancel  context.CancelFunc
+	waiters int
+	err     error
+}
+
+// swarmState is the agent's side of issue 18: its chunk server's address,
+// the files it serves, and the swarm fetches under way.
+type swarmState struct {
+	addr   string // "" when the node serves no peers
+	files  holdings
+	mu     sync.Mutex
+	calls  map[string]*swarmCall
+	said   map[string]bool // reasons already logged for not using the swarm
+	origin *http.Client
+	peer   *http.Client
+}
+
+// whyNoSwarm is why req is fetched from its origin rather than through the
+// fabric's swarm, or "" when it goes through the swarm.
+func (a *Agent) whyNoSwarm(cfg Config, req api.EnsureRequest) string {
+	switch {
+	case catalog.KindOf(req.Source) != catalog.KindRemote:
+		return "-" // not fetched at all
+	case a.swarm.addr == "":
+		return "-" // no peer config: today's behaviour, nothing to say
+	case req.Set != "":
+		return "a file of a model of several is fetched from its origin (swarm fetches into set directories are not built yet)"
+	case !strings.HasPrefix(req.Source, "http://") && !strings.HasPrefix(req.Source, "https://"):
+		return "only http(s) sources are fetched through the swarm yet; hf: sources are read from the hub"
+	case req.SHA256 == "" || req.Size <= 0:
+		return "the catalog entry pins no sha256 and size, and a swarm verifies every chunk against them: fetching from the origin; pin them (llmgw models pin) to fetch once per fabric"
+	case cfg.MungeSocket == "":
+		return "no munge_socket: peers know each other by MUNGE credentials, so this node fetches from the origin; set munge_socket in agent.toml"
+	case cfg.Coordinator == "":
+		return "no coordinator to plan the swarm: fetching from the origin"
+	}
+	return ""
+}
+
+// ensureSwarm makes an http(s) source with a pinned digest present through
+// the fabric's swarm, one fetch per file per node.
+func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, req api.EnsureRequest) (string, error) {
+	target := catalog.CachePathFor(f.CacheDir, req.Source)
+	want := fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}
+	if p, err := fetch.Digest(ctx, target); err == nil && p == want.SHA256 {
+		a.holdComplete(want, target)
+		return target, nil
+	}
+	st := &a.swarm
+	st.mu.Lock()
+	c := st.calls[target]
+	if c == nil {
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		c = &swarmCall{done: make(chan struct{}), cancel: cancel}
+		st.calls[target] = c
+		client, err := a.client(cfg)
+		go func() {
+			if err == nil {
+				s := &swarm{coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
+					source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
+					origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
+					onBytes: func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
+					onProgress: func(done, total int64) {
+						a.onProgress(fetch.Progress{Source: req.Source, Done: done, Total: total})
+					}}
+				err = s.run(fctx)
+			}
+			c.err = err
+			st.mu.Lock()
+			if st.calls[target] == c {
+				delete(st.calls, target)
+			}
+			st.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	c.waiters++
+	st.mu.Unlock()
+	leave := func() {
+		st.mu.Lock()
+		c.waiters--
+		if c.waiters == 0 {
+			c.cancel()
+		}
+		st.mu.Unlock()
+	}
+	select {
+	case <-c.done:
+		leave()
+		if c.err != nil {
+			return "", &fetch.Error{Source: req.Source, Op: "get", Err: c.err}
+		}
+		return target, nil
+	case <-ctx.Done():
+		leave()
+		return "", &fetch.Error{Source: req.Source, Op: "get", Err: ctx.Err()}
+	}
+}
+
+// holdComplete serves a verified cache file to the fabric.
+func (a *Agent) holdComplete(want fetch.Want, path string) {
+	if a.swarm.addr == "" || a.swarm.files.get(want.SHA256) != nil {
+		return
+	}
+	a.swarm.files.put(want.SHA256, &held{path: path, size: want.Size, chunkSize: api.DefaultChunkSize, complete: true})
+}
+
+// seed runs the seed asks of a report's answer: each model ensured as a
+// job's Prolog would, in the background, one flight per source.
+func (a *Agent) seed(asks []api.SeedAsk) {
+	for _, s := range asks {
+		a.mu.Lock()
+		busy := a.seeding[s.Source]
+		if !busy {
+			a.seeding[s.Source] = true
+		}
+		a.mu.Unlock()
+		if busy {
+			continue
+		}
+		go func() {
+			defer func() {
+				a.mu.Lock()
+				delete(a.seeding, s.Source)
+				a.mu.Unlock()
+			}()
+			_, err := a.ensure(context.Background(), api.EnsureRequest{Source: s.Source, SHA256: s.SHA256, Size: s.Size}, nil)
+			l := a.log.WithFields(map[string]any{"model": s.Model, "source": s.Source})
+			if err != nil {
+				l.WithError(err).Warn("seed ask failed")
+			} else {
+				l.Info("seeded")
+			}
+		}()
+	}
+}
