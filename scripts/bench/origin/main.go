@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -48,16 +50,56 @@ func (p *pacer) wait(n int) {
 	}
 }
 
-// countingWriter adds the body bytes it writes to served.
+// countingWriter adds the body bytes it writes to served, and to its
+// client's own count.
 type countingWriter struct {
 	http.ResponseWriter
 	served *atomic.Int64
+	client *atomic.Int64
 }
 
 func (w countingWriter) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
 	w.served.Add(int64(n))
+	w.client.Add(int64(n))
 	return n, err
+}
+
+// clients counts body bytes per client IP address: the fan-out benchmark
+// (scripts/bench/fanout.sh) must show which nodes read the origin and how
+// much, not only the total, to tell one read per fabric from twelve.
+type clients struct {
+	mu sync.Mutex
+	by map[string]*atomic.Int64
+}
+
+func (c *clients) of(remoteAddr string) *atomic.Int64 {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.by[host]
+	if n == nil {
+		n = new(atomic.Int64)
+		c.by[host] = n
+	}
+	return n
+}
+
+// write prints "ADDRESS BYTES" per client, sorted by address.
+func (c *clients) write(w http.ResponseWriter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hosts := make([]string, 0, len(c.by))
+	for h := range c.by {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		fmt.Fprintf(w, "%s %d\n", h, c.by[h].Load())
+	}
 }
 
 type pacedWriter struct {
@@ -103,6 +145,8 @@ func main() {
 	// Body bytes written, for the resume benchmark: GET /_served answers
 	// the total, so a script can see how much a kill cost.
 	var served atomic.Int64
+	// GET /_clients answers the body bytes per client address.
+	perClient := &clients{by: map[string]*atomic.Int64{}}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)
@@ -122,11 +166,15 @@ func main() {
 				fmt.Fprintln(w, served.Load())
 				return
 			}
+			if r.URL.Path == "/_clients" {
+				perClient.write(w)
+				return
+			}
 			if r.URL.Path != name {
 				http.NotFound(w, r)
 				return
 			}
-			w = countingWriter{w, &served}
+			w = countingWriter{w, &served, perClient.of(r.RemoteAddr)}
 			if p, ok := r.Context().Value(connKey{}).(*pacer); ok {
 				w = pacedWriter{w, p}
 			}
