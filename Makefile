@@ -32,7 +32,7 @@ SPANK_CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fstack-protector-stro
 SPANK_LDFLAGS  := -shared -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--version-script=$(SPANK_LDS)
 HAVE_SPANK_H   := $(wildcard $(SLURM_INC)/slurm/spank.h)
 
-.PHONY: all build spank demo test lint unit integration package clean help
+.PHONY: all build spank demo test lint unit integration package package-spank dist-spank clean help
 
 all: build
 
@@ -132,6 +132,27 @@ package: build spank $(NFPM)
 		LLMGW_PKG_HOOK='$(PKG_HOOK)' LLMGW_PKG_SPANK='$(PKG_SPANK)' LLMGW_PKG_JOB_SUBMIT='$(PKG_JOB_SUBMIT)' \
 		$(NFPM) package --config packaging/nfpm.yaml --packager $$p --target $(DIST)/ || exit 1; \
 	done
+
+## package-spank: one llmgw-spank-slurmX.Y .deb per Debian release in dist/spank/ (RELEASES=..., default bookworm trixie sid; needs root)
+# Each plugin is built inside its release's root against that release's
+# headers and tied to its Slurm by a versioned dependency: see
+# scripts/package-spank and packaging/spank/nfpm.yaml.
+RELEASES ?= bookworm trixie sid
+package-spank: $(NFPM)
+	NFPM=$(NFPM) PKG_VERSION='$(PKG_VERSION)' PKG_ARCH='$(PKG_ARCH)' scripts/package-spank $(RELEASES)
+
+## dist-spank: dist/llmgw-spank-VERSION.tar.gz, the plugin's source for sites that build their own Slurm
+# The tarball builds with its own Makefile (SLURM=PREFIX, or pkg-config's
+# slurm) and holds an RPM spec that builds it against slurm-devel.
+SPANK_DIST := llmgw-spank-$(PKG_VERSION)
+dist-spank:
+	rm -rf $(DIST)/$(SPANK_DIST) && mkdir -p $(DIST)/$(SPANK_DIST)
+	cp $(SPANK_SRC) $(SPANK_LDS) $(DIST)/$(SPANK_DIST)/
+	cp slurm/spank/dist/Makefile slurm/spank/dist/README $(DIST)/$(SPANK_DIST)/
+	sed 's/@VERSION@/$(subst +,.,$(subst -,.,$(PKG_VERSION)))/' slurm/spank/dist/llmgw-spank.spec.in >$(DIST)/$(SPANK_DIST)/llmgw-spank.spec
+	tar -C $(DIST) -czf $(DIST)/$(SPANK_DIST).tar.gz --owner=0 --group=0 --sort=name $(SPANK_DIST)
+	rm -rf $(DIST)/$(SPANK_DIST)
+	@echo "$(DIST)/$(SPANK_DIST).tar.gz"
 
 ## clean: remove build output
 clean:
