@@ -53,7 +53,6 @@ build: $(if $(HAVE_SPANK_H),spank) munge-h
 munge-h:
 	@test -e /usr/include/munge.h -a -x /usr/sbin/munged || LLMGW_INSTALL_WHO=make scripts/install-packages libmunge-dev munge
 
-## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev)
 ## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev; SLURM=PREFIX for a Slurm built elsewhere)
 # .FORCE: a plugin built for another Slurm's headers (another SLURM=) is
 # never taken as up to date.
@@ -97,9 +96,9 @@ integration: build
 # What goes into the package besides bin/llmgw. Each is built elsewhere in
 # this Makefile; point a variable at another file to package that instead.
 # A missing input stops the build with its name: a package without its hooks
-# or plugin would install cleanly and fail on the first job.
+# would install cleanly and fail on the first job. The SPANK plugin is not
+# an input: it ships per Slurm release (make package-spank).
 PKG_HOOK       ?= bin/llmgw-hook
-PKG_SPANK      ?= $(SPANK)
 PKG_JOB_SUBMIT ?= slurm/lua/job_submit.lua
 # A tag v1.2.3 gives 1.2.3; otherwise 0.0.0+git.<commit>. '-' becomes '.',
 # since RPM versions cannot hold one.
@@ -119,17 +118,16 @@ $(NFPM):
 	GOBIN=$(CURDIR)/bin.nfpm.tmp $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	mkdir -p bin && mv bin.nfpm.tmp/nfpm $@ && rmdir bin.nfpm.tmp
 
-package: build spank $(NFPM)
+package: build $(NFPM)
 	@missing=0; \
 	check() { [ -f "$$1" ] || { echo "make package: $$2 is missing: $$1; $$3" >&2; missing=1; }; }; \
 	check '$(PKG_HOOK)' 'the hook binary (PKG_HOOK)' 'build it from cmd/llmgw-hook, or set PKG_HOOK=FILE'; \
-	check '$(PKG_SPANK)' 'the SPANK plugin (PKG_SPANK)' 'build it from slurm/spank (needs libslurm-dev), or set PKG_SPANK=FILE'; \
 	check '$(PKG_JOB_SUBMIT)' 'job_submit.lua (PKG_JOB_SUBMIT)' 'it lives in slurm/lua, or set PKG_JOB_SUBMIT=FILE'; \
 	if [ $$missing -ne 0 ]; then echo "make package: nothing packaged" >&2; exit 1; fi
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	for p in deb rpm; do \
 		LLMGW_PKG_VERSION='$(PKG_VERSION)' LLMGW_PKG_ARCH='$(PKG_ARCH)' LLMGW_PKG_BIN='$(BIN)' \
-		LLMGW_PKG_HOOK='$(PKG_HOOK)' LLMGW_PKG_SPANK='$(PKG_SPANK)' LLMGW_PKG_JOB_SUBMIT='$(PKG_JOB_SUBMIT)' \
+		LLMGW_PKG_HOOK='$(PKG_HOOK)' LLMGW_PKG_JOB_SUBMIT='$(PKG_JOB_SUBMIT)' \
 		$(NFPM) package --config packaging/nfpm.yaml --packager $$p --target $(DIST)/ || exit 1; \
 	done
 
