@@ -142,7 +142,7 @@ package-spank: $(NFPM)
 ## dist-spank: dist/llmgw-spank-VERSION.tar.gz, the plugin's source for sites that build their own Slurm
 # The tarball builds with its own Makefile (SLURM=PREFIX, or pkg-config's
 # slurm) and holds an RPM spec that builds it against slurm-devel.
-SPANK_DIST := llmgw-spank-$(PKG_VERSION)
+SPANK_DIST := llmgw-spank-$(subst +,.,$(subst -,.,$(PKG_VERSION)))
 dist-spank:
 	rm -rf $(DIST)/$(SPANK_DIST) && mkdir -p $(DIST)/$(SPANK_DIST)
 	cp $(SPANK_SRC) $(SPANK_LDS) $(DIST)/$(SPANK_DIST)/
