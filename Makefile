@@ -32,7 +32,7 @@ SPANK_CFLAGS   := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fstack-protector-stro
 SPANK_LDFLAGS  := -shared -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--version-script=$(SPANK_LDS)
 HAVE_SPANK_H   := $(wildcard $(SLURM_INC)/slurm/spank.h)
 
-.PHONY: all build spank demo test lint unit integration package clean help
+.PHONY: all build spank demo test lint unit integration package package-spank dist-spank clean help
 
 all: build
 
@@ -53,7 +53,6 @@ build: $(if $(HAVE_SPANK_H),spank) munge-h
 munge-h:
 	@test -e /usr/include/munge.h -a -x /usr/sbin/munged || LLMGW_INSTALL_WHO=make scripts/install-packages libmunge-dev munge
 
-## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev)
 ## spank: the SPANK plugin bin/llmgw_spank.so (needs libslurm-dev; SLURM=PREFIX for a Slurm built elsewhere)
 # .FORCE: a plugin built for another Slurm's headers (another SLURM=) is
 # never taken as up to date.
@@ -97,9 +96,9 @@ integration: build
 # What goes into the package besides bin/llmgw. Each is built elsewhere in
 # this Makefile; point a variable at another file to package that instead.
 # A missing input stops the build with its name: a package without its hooks
-# or plugin would install cleanly and fail on the first job.
+# would install cleanly and fail on the first job. The SPANK plugin is not
+# an input: it ships per Slurm release (make package-spank).
 PKG_HOOK       ?= bin/llmgw-hook
-PKG_SPANK      ?= $(SPANK)
 PKG_JOB_SUBMIT ?= slurm/lua/job_submit.lua
 # A tag v1.2.3 gives 1.2.3; otherwise 0.0.0+git.<commit>. '-' becomes '.',
 # since RPM versions cannot hold one.
@@ -119,19 +118,39 @@ $(NFPM):
 	GOBIN=$(CURDIR)/bin.nfpm.tmp $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	mkdir -p bin && mv bin.nfpm.tmp/nfpm $@ && rmdir bin.nfpm.tmp
 
-package: build spank $(NFPM)
+package: build $(NFPM)
 	@missing=0; \
 	check() { [ -f "$$1" ] || { echo "make package: $$2 is missing: $$1; $$3" >&2; missing=1; }; }; \
 	check '$(PKG_HOOK)' 'the hook binary (PKG_HOOK)' 'build it from cmd/llmgw-hook, or set PKG_HOOK=FILE'; \
-	check '$(PKG_SPANK)' 'the SPANK plugin (PKG_SPANK)' 'build it from slurm/spank (needs libslurm-dev), or set PKG_SPANK=FILE'; \
 	check '$(PKG_JOB_SUBMIT)' 'job_submit.lua (PKG_JOB_SUBMIT)' 'it lives in slurm/lua, or set PKG_JOB_SUBMIT=FILE'; \
 	if [ $$missing -ne 0 ]; then echo "make package: nothing packaged" >&2; exit 1; fi
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	for p in deb rpm; do \
 		LLMGW_PKG_VERSION='$(PKG_VERSION)' LLMGW_PKG_ARCH='$(PKG_ARCH)' LLMGW_PKG_BIN='$(BIN)' \
-		LLMGW_PKG_HOOK='$(PKG_HOOK)' LLMGW_PKG_SPANK='$(PKG_SPANK)' LLMGW_PKG_JOB_SUBMIT='$(PKG_JOB_SUBMIT)' \
+		LLMGW_PKG_HOOK='$(PKG_HOOK)' LLMGW_PKG_JOB_SUBMIT='$(PKG_JOB_SUBMIT)' \
 		$(NFPM) package --config packaging/nfpm.yaml --packager $$p --target $(DIST)/ || exit 1; \
 	done
+
+## package-spank: one llmgw-spank-slurmX.Y .deb per Debian release in dist/spank/ (RELEASES=..., default bookworm trixie sid; needs root)
+# Each plugin is built inside its release's root against that release's
+# headers and tied to its Slurm by a versioned dependency: see
+# scripts/package-spank and packaging/spank/nfpm.yaml.
+RELEASES ?= bookworm trixie sid
+package-spank: $(NFPM)
+	NFPM=$(NFPM) PKG_VERSION='$(PKG_VERSION)' PKG_ARCH='$(PKG_ARCH)' scripts/package-spank $(RELEASES)
+
+## dist-spank: dist/llmgw-spank-VERSION.tar.gz, the plugin's source for sites that build their own Slurm
+# The tarball builds with its own Makefile (SLURM=PREFIX, or pkg-config's
+# slurm) and holds an RPM spec that builds it against slurm-devel.
+SPANK_DIST := llmgw-spank-$(subst +,.,$(subst -,.,$(PKG_VERSION)))
+dist-spank:
+	rm -rf $(DIST)/$(SPANK_DIST) && mkdir -p $(DIST)/$(SPANK_DIST)
+	cp $(SPANK_SRC) $(SPANK_LDS) $(DIST)/$(SPANK_DIST)/
+	cp slurm/spank/dist/Makefile slurm/spank/dist/README $(DIST)/$(SPANK_DIST)/
+	sed 's/@VERSION@/$(subst +,.,$(subst -,.,$(PKG_VERSION)))/' slurm/spank/dist/llmgw-spank.spec.in >$(DIST)/$(SPANK_DIST)/llmgw-spank.spec
+	tar -C $(DIST) -czf $(DIST)/$(SPANK_DIST).tar.gz --owner=0 --group=0 --sort=name $(SPANK_DIST)
+	rm -rf $(DIST)/$(SPANK_DIST)
+	@echo "$(DIST)/$(SPANK_DIST).tar.gz"
 
 ## clean: remove build output
 clean:

@@ -262,20 +262,41 @@ func TestPackagedPaths(t *testing.T) {
 	}
 	for _, dst := range []string{
 		doctor.DefaultHookDir + "/prolog", doctor.DefaultHookDir + "/epilog", doctor.DefaultHookDir + "/task-prolog",
-		doctor.DefaultHookDir + "/llmgw-hook", doctor.DefaultSpankPlugin, "/etc/slurm/plugstack.conf.d/llmgw.conf",
+		doctor.DefaultHookDir + "/llmgw-hook",
 		agent.DefaultConfigFile, defaultCoordinatorConfig, "/usr/share/llmgw/job_submit.lua",
 	} {
 		if !bytes.Contains(nfpm, []byte("dst: "+dst+"\n")) {
 			t.Errorf("nfpm.yaml installs nothing at %s", dst)
 		}
 	}
-	line, err := os.ReadFile("../../packaging/slurm/llmgw.conf")
+	// The plugin ships per Slurm release (packaging/spank): its package
+	// installs it where the doctor looks, and its postinst and postrm write
+	// and remove one optional plugstack line naming it in the file the
+	// doctor's fix names.
+	spank, err := os.ReadFile("../../packaging/spank/nfpm.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, _, err := slurm.ParsePlugstack(line)
-	if err != nil || len(ps) != 1 || ps[0].Path != doctor.DefaultSpankPlugin || ps[0].Required {
-		t.Errorf("plugstack.conf.d/llmgw.conf = %+v, %v; want one optional line for %s", ps, err, doctor.DefaultSpankPlugin)
+	if !bytes.Contains(spank, []byte("dst: "+doctor.DefaultSpankPlugin+"\n")) {
+		t.Errorf("packaging/spank/nfpm.yaml installs nothing at %s", doctor.DefaultSpankPlugin)
+	}
+	for _, script := range []string{"postinst.sh", "postrm.sh"} {
+		b, err := os.ReadFile("../../packaging/spank/" + script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("conf=/etc/slurm/plugstack.conf.d/llmgw.conf\n")) {
+			t.Errorf("packaging/spank/%s does not edit /etc/slurm/plugstack.conf.d/llmgw.conf", script)
+		}
+		_, after, ok := bytes.Cut(b, []byte("line='"))
+		line, _, ok2 := bytes.Cut(after, []byte("'"))
+		if !ok || !ok2 {
+			t.Fatalf("packaging/spank/%s has no line='...'", script)
+		}
+		ps, _, err := slurm.ParsePlugstack(append(line, '\n'))
+		if err != nil || len(ps) != 1 || ps[0].Path != doctor.DefaultSpankPlugin || ps[0].Required {
+			t.Errorf("packaging/spank/%s writes %q = %+v, %v; want one optional line for %s", script, line, ps, err, doctor.DefaultSpankPlugin)
+		}
 	}
 	// The hooks write the resolved copy of agent.toml into /etc/llmgw at run
 	// time; purge must remove it, or /etc/llmgw outlives the package.

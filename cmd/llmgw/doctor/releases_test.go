@@ -239,6 +239,10 @@ func TestSpankPluginRelease(t *testing.T) {
 					if f.Check == "SPANK plugin" && f.Severity == Error && !strings.Contains(f.Fix, "make spank SLURM=") {
 						t.Errorf("the fix does not name the command: %q", f.Fix)
 					}
+					// The package for the running release, not the plugin's.
+					if pkg := "apt-get install llmgw-spank-slurm" + filepath.Base(runs); f.Check == "SPANK plugin" && f.Severity == Error && !strings.Contains(f.Fix, pkg) {
+						t.Errorf("the fix does not name %q: %q", pkg, f.Fix)
+					}
 				}
 			})
 		}

@@ -60,7 +60,7 @@ func spankRelease(path, file string, required bool, running slurm.Version) *Find
 	if required {
 		what = "it is required, so every sbatch, srun and salloc fails and slurmd does not start"
 	}
-	fix := fmt.Sprintf("rebuild it against Slurm %s's headers and install it: make spank SLURM=PREFIX (PREFIX holding include/slurm/spank.h of %s, /usr for Debian's libslurm-dev) && install -m 0644 bin/llmgw_spank.so %s; or install the llmgw package built for Slurm %s",
+	fix := fmt.Sprintf("rebuild it against Slurm %s's headers and install it: make spank SLURM=PREFIX (PREFIX holding include/slurm/spank.h of %s, /usr for Debian's libslurm-dev) && install -m 0644 bin/llmgw_spank.so %s; or on Debian install the package built for it: apt-get install llmgw-spank-slurm%s",
 		running.Release(), running.Release(), path, running.Release())
 	switch {
 	case err != nil:
