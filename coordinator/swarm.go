@@ -274,7 +274,10 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	// Only a chunk size the swarm agrees on makes chunk indexes mean the
 	// same bytes; the first member's is the swarm's, and the plan says so.
 	if rep.ChunkSize == g.chunkSize {
-		m.have = append(m.have[:0], rep.Have...)
+		// A new slice, never the old one rewritten: plans handed out
+		// earlier still reference the old one while they are encoded,
+		// after sw.mu is released.
+		m.have = append([]byte(nil), rep.Have...)
 		m.verified = countBits(m.have)
 	}
 	m.complete = rep.Complete
