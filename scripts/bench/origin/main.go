@@ -65,8 +65,8 @@ func (w countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// clients counts body bytes per client IP address: the fan-out benchmark
-// (scripts/bench/fanout.sh) must show which nodes read the origin and how
+// clients counts body bytes per client IP address: a fan-out benchmark
+// (issue 18) must show which nodes read the origin and how
 // much, not only the total, to tell one read per fabric from twelve.
 type clients struct {
 	mu sync.Mutex
