@@ -31,6 +31,12 @@ type Status struct {
 	Models []ModelStatus `json:"models"`
 	// Features is the Slurm feature reconciler's state; nil when it is off.
 	Features *FeatureStatus `json:"features,omitempty"`
+	// Swarms are the swarms the coordinator keeps (fetches through a
+	// fabric's peers), by fabric, model and source.
+	Swarms []SwarmStatus `json:"swarms,omitempty"`
+	// Seeds are the seed requests still asking nodes (llmgw seed), oldest
+	// first, each with only the nodes still asked.
+	Seeds []SeedStatus `json:"seeds,omitempty"`
 }
 
 // Node states. A node is stale when it has missed three report intervals:
