@@ -333,7 +333,7 @@ func seedNote(m catalog.Model, noPeers []string) string {
 			"give both (llmgw models add %s SOURCE --sha256 HEX --size BYTES) to read it once per fabric", m.Name, m.Name))
 	}
 	if len(noPeers) > 0 {
-		parts = append(parts, fmt.Sprintf("%s reported no chunk server address (peer_interface or peer_addr in agent.toml): such a node neither serves nor, without one, is offered to its fabric",
+		parts = append(parts, fmt.Sprintf("%s reported no chunk server address (peer_interface or peer_addr in agent.toml): such a node fetches from the origin itself and serves no peer",
 			slurm.Compress(noPeers)))
 	}
 	return strings.Join(parts, "; ")
