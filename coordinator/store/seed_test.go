@@ -112,3 +112,30 @@ func TestSeedRequestsBounded(t *testing.T) {
 		t.Errorf("%d requests and %d asks kept, want %d each", n, asks, seedKeepMax)
 	}
 }
+
+// seedMigration is the number of the migration that makes the seed tables
+// (migrations/0008_seed_requests.sql).
+const seedMigration = 8
+
+// A database made before seed requests gets their tables on open, and keeps
+// its catalog.
+func TestSeedMigratesAnOlderDatabase(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "c.db")
+	db := mustOpenPath(t, path)
+	if _, _, err := db.PutModel(ctx, api.Model{Name: "m", Source: "https://example.org/w.gguf"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE seed_asks; DROP TABLE seed_requests; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = mustOpenPath(t, path)
+	if err := db.CreateSeed(ctx, api.SeedStatus{ID: "s", Model: "m", Fabric: "f", Copies: 1, Created: t0, Deadline: t0.Add(time.Hour),
+		Nodes: []api.SeedNode{{Node: "n1", State: api.SeedAsked}}}); err != nil {
+		t.Fatalf("seed request on a migrated database: %v", err)
+	}
+	if ms, err := db.Models(ctx); err != nil || len(ms) != 1 {
+		t.Errorf("catalog after the migration: %+v, %v", ms, err)
+	}
+}
