@@ -1,10 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,5 +299,113 @@ func TestSeedCommand(t *testing.T) {
 	if code != 0 || time.Since(began) > 5*time.Second || !strings.Contains(errs, "n[1-2] hold big already; asked n3") ||
 		!strings.Contains(out, "n3    asked") {
 		t.Errorf("seed --copies 3 --no-wait: exit %d in %s:\n%s%s", code, time.Since(began), errs, out)
+	}
+}
+
+// lockedBuffer is a buffer two goroutines may write: an agent run
+// in-process logs from several.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSeedRealAgents: the real agent (`llmgw agent`, run in-process) acts on
+// the seed asks the coordinator hands it: the two nodes asked fetch the
+// model from the origin (they have no peer configuration, so each reads the
+// origin, which the request's note says), report it, and `llmgw seed`
+// returns once both hold it. The node not asked fetches nothing.
+func TestSeedRealAgents(t *testing.T) {
+	coordURL, nodeTok, adminTok := testCoordinatorWith(t, func(c *coordinator.Config) { c.ReportInterval = time.Second })
+	admin := map[string]string{"LLMGW_COORDINATOR": coordURL, "LLMGW_TOKEN_FILE": adminTok}
+
+	weights := bytes.Repeat([]byte("llmgw seed test weights\n"), 1<<15) // 768 KiB
+	sum := sha256.Sum256(weights)
+	var gets atomic.Int32
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			gets.Add(1)
+		}
+		http.ServeContent(w, r, "small.gguf", time.Unix(1e9, 0), bytes.NewReader(weights))
+	}))
+	t.Cleanup(origin.Close)
+	src := origin.URL + "/w/small.gguf"
+	if code, _, errs := llmgwRun(t, admin, "models", "add", "small", src, "--sha256", hex.EncodeToString(sum[:]),
+		"--size", strconv.Itoa(len(weights))); code != 0 {
+		t.Fatalf("models add: %s", errs)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	logs := map[string]*lockedBuffer{}
+	cacheOf := map[string]string{}
+	for _, node := range []string{"n1", "n2", "n3"} {
+		d := t.TempDir()
+		cacheOf[node] = filepath.Join(d, "cache")
+		os.MkdirAll(cacheOf[node], 0o755)
+		logs[node] = &lockedBuffer{}
+		args := []string{"agent", "--node", node, "--fabric", "ib-a", "--coordinator", coordURL, "--token-file", nodeTok(node),
+			"--cache-dir", cacheOf[node], "--state-dir", d, "--run-dir", filepath.Join(d, "run"), "--socket", filepath.Join(d, "s"),
+			"--report-interval", "1s", "--scan-interval", "1s", "--gpu-memory", "80G"}
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: logs[node], getenv: func(string) string { return "" }}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code := run(ctx, args, e); code != 0 && ctx.Err() == nil {
+				t.Errorf("agent %s: exit %d", node, code)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for n, l := range logs {
+				t.Logf("agent %s:\n%s", n, l)
+			}
+		}
+	})
+	// Each node has reported before the seed is asked for.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, out, _ := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": coordURL}, "status")
+		if code == 0 && strings.Contains(out, "ib-a    3      ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agents did not report:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	code, out, errs := llmgwRun(t, admin, "seed", "small", "--fabric", "ib-a", "--nodes", "n[1-2]", "--wait", "30s")
+	t.Logf("llmgw seed:\n%s%s", errs, out)
+	if code != 0 {
+		t.Fatalf("seed: exit %d", code)
+	}
+	if !strings.Contains(errs, "n[1-2] reported no chunk server address") || !strings.Contains(out, "n1    done") || !strings.Contains(out, "n2    done") {
+		t.Errorf("seed output lacks the note or the nodes done")
+	}
+	for _, n := range []string{"n1", "n2"} {
+		b, err := os.ReadFile(catalog.CachePathFor(cacheOf[n], src))
+		if err != nil || !bytes.Equal(b, weights) {
+			t.Errorf("%s's cache: %d bytes, %v; want the weights", n, len(b), err)
+		}
+	}
+	if _, err := os.Stat(catalog.CachePathFor(cacheOf["n3"], src)); !os.IsNotExist(err) {
+		t.Errorf("n3, not asked, fetched: %v", err)
+	}
+	if g := gets.Load(); g < 2 {
+		t.Errorf("the origin served %d GETs; two nodes each read it", g)
 	}
 }
