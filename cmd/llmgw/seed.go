@@ -147,7 +147,11 @@ func seedSummary(st api.SeedStatus) string {
 	if len(asked) == 0 {
 		parts = append(parts, "nothing to ask")
 	} else {
-		parts = append(parts, fmt.Sprintf("asked %s with their next reports, until %s", slurm.Compress(asked),
+		their := "their"
+		if len(asked) == 1 {
+			their = "its"
+		}
+		parts = append(parts, fmt.Sprintf("asking %s in the answers to %s reports until %s", slurm.Compress(asked), their,
 			st.Deadline.UTC().Format(time.RFC3339)))
 	}
 	return api.EscapeControl(fmt.Sprintf("request %s for %s in %s: %s", st.ID, st.Model, st.Fabric, strings.Join(parts, "; ")))

@@ -235,7 +235,7 @@ func TestSeedCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("seed: exit %d", code)
 	}
-	for _, want := range []string{"asked n[1-2] with their next reports", "n1: fetching", "n2: holds it", "every node asked holds big"} {
+	for _, want := range []string{"asking n[1-2] in the answers to their reports until", "n1: fetching", "n2: holds it", "every node asked holds big"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("seed's stderr lacks %q", want)
 		}
@@ -296,7 +296,7 @@ func TestSeedCommand(t *testing.T) {
 	// at once.
 	began = time.Now()
 	code, out, errs = llmgwRun(t, admin, "seed", "big", "--fabric", "ib-a", "--copies", "3", "--no-wait")
-	if code != 0 || time.Since(began) > 5*time.Second || !strings.Contains(errs, "n[1-2] hold big already; asked n3") ||
+	if code != 0 || time.Since(began) > 5*time.Second || !strings.Contains(errs, "n[1-2] hold big already; asking n3 in the answers to its reports") ||
 		!strings.Contains(out, "n3    asked") {
 		t.Errorf("seed --copies 3 --no-wait: exit %d in %s:\n%s%s", code, time.Since(began), errs, out)
 	}
