@@ -34,6 +34,10 @@ type Status struct {
 	// Swarms are the swarms the coordinator keeps (fetches through a
 	// fabric's peers), by fabric, model and source.
 	Swarms []SwarmStatus `json:"swarms,omitempty"`
+	// SwarmBytes is, per fabric, what swarm members received from the
+	// origin and from peers since the coordinator started, swarms that
+	// ended included: the share the site's uplink carried.
+	SwarmBytes []FabricSwarmBytes `json:"swarm_bytes,omitempty"`
 	// Seeds are the seed requests still asking nodes (llmgw seed), oldest
 	// first, each with only the nodes still asked.
 	Seeds []SeedStatus `json:"seeds,omitempty"`

@@ -33,6 +33,14 @@ type SwarmStatus struct {
 	Idle float64 `json:"idle_seconds"`
 }
 
+// FabricSwarmBytes is what one fabric's swarm members received, from the
+// origin and from peers of the fabric, as they reported it.
+type FabricSwarmBytes struct {
+	Fabric     string `json:"fabric"`
+	FromOrigin int64  `json:"from_origin_bytes"`
+	FromPeers  int64  `json:"from_peers_bytes"`
+}
+
 // SwarmBadPeer is a peer reported for a bad chunk. Dropped says it is left
 // out of every member's plan (enough distinct accusers); otherwise only its
 // accusers stop reading from it.

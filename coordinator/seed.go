@@ -328,9 +328,16 @@ func seedable(m catalog.Model) error {
 // the fabric, or "".
 func seedNote(m catalog.Model, noPeers []string) string {
 	var parts []string
-	if m.WantSHA256() == "" || m.Size <= 0 {
-		parts = append(parts, fmt.Sprintf("%s has no pinned sha256 and size, which a swarm verifies every chunk against: each node asked reads the origin; "+
-			"give both (llmgw models add %s SOURCE --sha256 HEX --size BYTES) to read it once per fabric", m.Name, m.Name))
+	var missing []string
+	if m.WantSHA256() == "" {
+		missing = append(missing, "pinned sha256")
+	}
+	if m.Size <= 0 {
+		missing = append(missing, "size")
+	}
+	if len(missing) > 0 {
+		parts = append(parts, fmt.Sprintf("%s has no %s, which a swarm verifies every chunk against: each node asked reads the origin; "+
+			"give both (llmgw models add %s SOURCE --sha256 HEX --size BYTES) to read it once per fabric", m.Name, strings.Join(missing, " and "), m.Name))
 	}
 	if len(noPeers) > 0 {
 		parts = append(parts, fmt.Sprintf("%s reported no chunk server address (peer_interface or peer_addr in agent.toml): such a node fetches from the origin itself and serves no peer",

@@ -35,6 +35,7 @@ func seedEnv(t *testing.T) (*testEnv, *seedNodes) {
 		{Name: "big", Source: seedSrc, SHA256: seedSHA, Size: seedSize},
 		{Name: "unpinned", Source: "https://origin.example/m/u.gguf"},
 		{Name: "onfiler", Source: "/lustre/models/x.gguf"},
+		{Name: "split", Files: []api.File{{Source: "https://origin.example/m/s-00001-of-00002.gguf"}, {Source: "https://origin.example/m/s-00002-of-00002.gguf"}}},
 	} {
 		if _, err := e.admin.PutModel(ctx, m); err != nil {
 			t.Fatal(err)
@@ -246,6 +247,7 @@ func TestSeedRefusals(t *testing.T) {
 		{"not in the catalog", api.SeedRequest{Model: "nope", Fabric: "ib-a"}, 404, []string{"model nope is not in the catalog", "llmgw models add"}},
 		{"bad model name", api.SeedRequest{Model: "a,b", Fabric: "ib-a"}, 400, []string{"a,b"}},
 		{"a path", api.SeedRequest{Model: "onfiler", Fabric: "ib-a"}, 400, []string{"never fetched"}},
+		{"a model of several files", api.SeedRequest{Model: "split", Fabric: "ib-a"}, 400, []string{"model split is made of 2 files", "not built yet"}},
 		{"no fabric", api.SeedRequest{Model: "big"}, 400, []string{"names no fabric"}},
 		{"unknown fabric", api.SeedRequest{Model: "big", Fabric: "ib-z"}, 404, []string{"fabric ib-z has no node", "fabrics known: ib-a, ib-b"}},
 		{"both", api.SeedRequest{Model: "big", Fabric: "ib-a", Copies: 2, Nodes: "n2"}, 400, []string{"not both"}},

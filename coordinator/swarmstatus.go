@@ -119,7 +119,22 @@ func (sw *swarms) traffic() map[string][2]int64 {
 	return out
 }
 
-// swarmStatus is the swarms as status shows them, each named by the catalog
+// fabricBytes is the per-fabric byte totals as status shows them, by
+// fabric name.
+func (sw *swarms) fabricBytes() []api.FabricSwarmBytes {
+	t := sw.traffic()
+	if len(t) == 0 {
+		return nil
+	}
+	out := make([]api.FabricSwarmBytes, 0, len(t))
+	for f, b := range t {
+		out = append(out, api.FabricSwarmBytes{Fabric: f, FromOrigin: b[0], FromPeers: b[1]})
+	}
+	slices.SortFunc(out, func(a, b api.FabricSwarmBytes) int { return cmp.Compare(a.Fabric, b.Fabric) })
+	return out
+}
+
+// nameSwarms is the swarms as status shows them, each named by the catalog
 // model whose file it fetches. The caller holds s.view.mu (read) and took
 // snap before it.
 func (s *Server) nameSwarms(snap []api.SwarmStatus) []api.SwarmStatus {

@@ -59,6 +59,9 @@ func TestSwarmStatusAndMetrics(t *testing.T) {
 	if b.Fabric != "ib-b" || b.Holder != "m1" || b.Members != 1 || b.FromOrigin != 50 || b.Bad != nil {
 		t.Errorf("ib-b's swarm = %+v", b)
 	}
+	if fmt.Sprint(st.SwarmBytes) != "[{ib-a 300 300} {ib-b 50 0}]" {
+		t.Errorf("status's bytes per fabric = %v", st.SwarmBytes)
+	}
 	if strings.Contains(signed.Source, "secret") || signed.Model != "" {
 		t.Errorf("the signed source shows as %q (model %q) to an anonymous reader", signed.Source, signed.Model)
 	}

@@ -32,6 +32,21 @@ func writeSwarms(w io.Writer, st *api.Status) error {
 			return err
 		}
 	}
+	if len(st.SwarmBytes) > 0 {
+		fmt.Fprintln(w, "\nFROM THE ORIGIN AND FROM PEERS: what swarm members received since the coordinator started")
+		tw := newTable(w)
+		fmt.Fprintln(tw, "FABRIC\tFROM ORIGIN\tFROM PEERS\tFROM PEERS %")
+		for _, f := range st.SwarmBytes {
+			share := "-"
+			if all := f.FromOrigin + f.FromPeers; all > 0 {
+				share = fmt.Sprintf("%.0f%%", 100*float64(f.FromPeers)/float64(all))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Fabric, catalog.FormatBytes(f.FromOrigin), catalog.FormatBytes(f.FromPeers), share)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(st.Seeds) > 0 {
 		fmt.Fprintln(w, "\nSEEDING: nodes asked (llmgw seed) to fetch a model, at each report until they hold it")
 		tw := newTable(w)

@@ -25,6 +25,7 @@ func TestWriteStatusSwarmsAndSeeds(t *testing.T) {
 				Bad: []api.SwarmBadPeer{{Peer: "n3", By: []string{"n2", "n5"}, Dropped: true}, {Peer: "n6", By: []string{"n2"}}}},
 			{Fabric: "ib-b", Source: "https://o/x\x1b[2J.gguf", Members: 1},
 		},
+		SwarmBytes: []api.FabricSwarmBytes{{Fabric: "ib-a", FromOrigin: 140e9, FromPeers: 420e9}, {Fabric: "ib-b"}},
 		Seeds: []api.SeedStatus{{ID: "abc", Model: "big", Fabric: "ib-a", Deadline: until,
 			Nodes: []api.SeedNode{{Node: "n7", Handed: until.Add(-time.Hour)}, {Node: "n8"}}}},
 	}
@@ -41,6 +42,9 @@ func TestWriteStatusSwarmsAndSeeds(t *testing.T) {
 		"FABRIC MODEL LEASE HOLDER MEMBERS COMPLETE FROM ORIGIN FROM PEERS BAD/UNREACHABLE",
 		"ib-a big n1 4 1 140 GB 280 GB bad n3 (by n2,n5; dropped), bad n6 (by n2), unreachable n4",
 		`ib-b https://o/x\x1b[2J.gguf - 1 0 0 B 0 B -`,
+		"FABRIC FROM ORIGIN FROM PEERS FROM PEERS %",
+		"ib-a 140 GB 420 GB 75%",
+		"ib-b 0 B 0 B -",
 		"MODEL FABRIC ASKED NOT YET HANDED UNTIL REQUEST",
 		"big ib-a n7,n8 n8 2026-12-06T20:00:00Z abc",
 	} {
@@ -54,11 +58,11 @@ func TestWriteStatusSwarmsAndSeeds(t *testing.T) {
 
 	// Nothing under way: no section at all.
 	b.Reset()
-	st.Swarms, st.Seeds = nil, nil
+	st.Swarms, st.Seeds, st.SwarmBytes = nil, nil, nil
 	if err := WriteStatus(&b, st); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(b.String(), "SWARMS") || strings.Contains(b.String(), "SEEDING") {
+	if strings.Contains(b.String(), "SWARMS") || strings.Contains(b.String(), "SEEDING") || strings.Contains(b.String(), "FROM PEERS") {
 		t.Errorf("empty sections printed:\n%s", b.String())
 	}
 }

@@ -274,6 +274,9 @@ func TestSeedCommand(t *testing.T) {
 			t.Errorf("status lacks %q", want)
 		}
 	}
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), "ib-a 67 MB 67 MB 50%") {
+		t.Error("status lacks ib-a's bytes from the origin and from peers")
+	}
 
 	// n3 never fetches: the wait ends with the reason, exit 1.
 	code, out, errs = llmgwRun(t, admin, "seed", "big", "--fabric", "ib-a", "--nodes", "n3", "--wait", "1s", "--json")
