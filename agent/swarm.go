@@ -41,6 +41,18 @@ const swarmSuffix = catalog.PartSuffix + ".swarm"
 // a third of the flow, not all of it.
 const peerParallel = 3
 
+// peerStall is how long a peer's body may send nothing before the read is
+// given up and the chunk asked of another holder: a relay that hangs
+// without closing (a stopped process, a wedged disk) must cost its readers
+// no more than the relay that dies, within the 2 s issue 18 allows.
+const peerStall = time.Second
+
+// peerDownFor is how long a peer that failed a read is left alone by this
+// member, whatever the plans say: a plan can list it again before the
+// coordinator has heard it is unreachable, and a hung peer costs a
+// peerStall every time it is tried.
+const peerDownFor = 5 * time.Second
+
 // swarmCoord is the coordinator as the swarm fetch uses it.
 type swarmCoord interface {
 	Swarm(ctx context.Context, r api.SwarmReport) (api.SwarmPlan, error)
@@ -77,8 +89,10 @@ type swarm struct {
 
 	chunk int64
 	n     int
-	fh    *os.File
-	h     *held
+	// fh is the .part; set before run by a caller that opened it under the
+	// Fetcher's locks (fetch.LockFile), else run opens it.
+	fh *os.File
+	h  *held
 
 	mu         sync.Mutex
 	sums       []string       // known digests, by chunk
@@ -86,6 +100,7 @@ type swarm struct {
 	acked      int
 	bad        map[string]bool
 	unreach    []string
+	down       map[string]time.Time // peer address -> when it failed
 	validator  string
 	fromOrigin atomic.Int64
 	fromPeers  atomic.Int64
@@ -108,15 +123,19 @@ func (s *swarm) run(ctx context.Context) error {
 	}
 	s.mine = map[int]string{}
 	s.bad = map[string]bool{}
+	s.down = map[string]time.Time{}
 	if err := os.MkdirAll(filepath.Dir(s.target), 0o755); err != nil {
 		return err
 	}
-	fh, err := os.OpenFile(s.part, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
+	if s.fh == nil {
+		fh, err := os.OpenFile(s.part, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		s.fh = fh
 	}
-	defer fh.Close()
-	s.fh = fh
+	fh := s.fh
 	var have []byte
 	if sc, ok := s.loadSidecar(); ok {
 		s.chunk, s.validator = sc.ChunkSize, sc.Validator
@@ -170,9 +189,14 @@ func (s *swarm) run(ctx context.Context) error {
 		}
 		every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
 		until := time.Now().Add(every)
-		if plan.Lease {
+		switch {
+		case plan.Lease && !s.peersHold(plan):
 			err = s.fromOriginRun(ctx, plan, until)
-		} else {
+		default:
+			// Without the lease, peers only; with it, what peers hold is
+			// still read from them: the origin serves each byte to the
+			// fabric once, and a new holder is often behind a complete
+			// peer or a relay that got chunks it lacks.
 			err = s.fromPeersRun(ctx, plan, until)
 		}
 		if err != nil {
@@ -296,14 +320,53 @@ func (s *swarm) has(i int) bool {
 	return api.HasChunk(s.h.have, i)
 }
 
+// peerHolds says whether a peer of plan that this node has not found bad
+// offers chunk i verified.
+func (s *swarm) peerHolds(plan api.SwarmPlan, i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i >= len(s.sums) || s.sums[i] == "" {
+		return false
+	}
+	for _, p := range plan.Peers {
+		if s.usable(p) && (p.Complete || api.HasChunk(p.Have, i)) {
+			return true
+		}
+	}
+	return false
+}
+
+// usable says whether p may be asked for chunks: not found bad, not failed
+// within peerDownFor. Called under s.mu.
+func (s *swarm) usable(p api.SwarmPeer) bool {
+	if s.bad[p.Node] || p.Addr == "" {
+		return false
+	}
+	if t, ok := s.down[p.Addr]; ok && time.Since(t) < peerDownFor {
+		return false
+	}
+	return true
+}
+
+// peersHold says whether a chunk missing here can be read from a peer.
+func (s *swarm) peersHold(plan api.SwarmPlan) bool {
+	for i := 0; i < s.n; i++ {
+		if !s.has(i) && s.peerHolds(plan, i) {
+			return true
+		}
+	}
+	return false
+}
+
 // fromOriginRun reads the origin, holding the lease, from the first chunk
 // not verified here through the run of missing chunks after it, hashing
 // each chunk as it arrives. It returns at until (to report, keeping the
-// lease and publishing the digests) or at the end of the run.
+// lease and publishing the digests) or at the end of the run. A chunk a peer
+// holds ends the run: it is read from the peer, not the origin.
 func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until time.Time) error {
 	first := s.missing()
 	last := first
-	for last+1 < s.n && !s.has(last+1) {
+	for last+1 < s.n && !s.has(last+1) && !s.peerHolds(plan, last+1) {
 		last++
 	}
 	from, _ := s.bounds(first)
@@ -415,7 +478,6 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 		peer api.SwarmPeer
 	}
 	taken := map[int]bool{}
-	down := map[string]bool{}
 	var mu sync.Mutex
 	next := func(worker int) (job, bool) {
 		mu.Lock()
@@ -432,14 +494,13 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 			}
 			// Spread the workers over the holders of this chunk.
 			var holders []api.SwarmPeer
+			s.mu.Lock()
 			for _, p := range plan.Peers {
-				s.mu.Lock()
-				bad := s.bad[p.Node]
-				s.mu.Unlock()
-				if !bad && !down[p.Addr] && p.Addr != "" && (p.Complete || api.HasChunk(p.Have, i)) {
+				if s.usable(p) && (p.Complete || api.HasChunk(p.Have, i)) {
 					holders = append(holders, p)
 				}
 			}
+			s.mu.Unlock()
 			if len(holders) == 0 {
 				continue
 			}
@@ -475,9 +536,9 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 					s.log.WithError(err).WithField("peer", j.peer.Node).Info("swarm: peer unreachable; moving to another holder")
 					s.mu.Lock()
 					s.unreach = append(s.unreach, j.peer.Node)
+					s.down[j.peer.Addr] = time.Now()
 					s.mu.Unlock()
 					mu.Lock()
-					down[j.peer.Addr] = true
 					delete(taken, j.i)
 					mu.Unlock()
 				}
@@ -492,6 +553,20 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	return ctx.Err()
 }
 
+// stallReader restarts the stall timer on every byte that arrives.
+type stallReader struct {
+	r io.Reader
+	t *time.Timer
+}
+
+func (r stallReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.t.Reset(peerStall)
+	}
+	return n, err
+}
+
 var (
 	errBadChunk = errors.New("chunk does not match its digest")
 	errNotThere = errors.New("chunk not verified at the peer")
@@ -501,6 +576,14 @@ var (
 // coordinator gave, never one from the peer, and only then writes it.
 func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	from, to := s.bounds(i)
+	// The client's timeouts end at the response's header; a body that stops
+	// coming is ended here, peerStall after its last byte.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := time.AfterFunc(peerStall, func() {
+		cancel(fmt.Errorf("peer %s sent nothing for %v", p.Addr, peerStall))
+	})
+	defer stall.Stop()
 	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to)
 	if err != nil {
 		return err
@@ -514,10 +597,13 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 		return fmt.Errorf("peer %s answered %s", p.Addr, resp.Status)
 	}
 	buf := make([]byte, to-from+1)
-	n, err := io.ReadFull(resp.Body, buf)
+	n, err := io.ReadFull(stallReader{resp.Body, stall}, buf)
 	s.fromPeers.Add(int64(n))
 	s.onBytes("peer", int64(n))
 	if err != nil {
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+			err = c
+		}
 		return fmt.Errorf("peer %s: %w", p.Addr, err)
 	}
 	s.mu.Lock()
