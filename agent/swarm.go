@@ -117,9 +117,10 @@ func (s *swarm) bounds(i int) (int64, int64) {
 
 // run fetches the file and renames it into place.
 func (s *swarm) run(ctx context.Context) error {
-	s.chunk = api.DefaultChunkSize
 	if s.chunk <= 0 {
-		s.chunk = 16 << 20
+		// The swarm's first member's chunk size is the swarm's (tests set
+		// a smaller one, which a coordinator's swarm_min_chunk allows).
+		s.chunk = api.DefaultChunkSize
 	}
 	s.mine = map[int]string{}
 	s.bad = map[string]bool{}
