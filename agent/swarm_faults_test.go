@@ -656,3 +656,22 @@ func TestSwarmNoPeerReachableFallsBackWithinLease(t *testing.T) {
 		t.Errorf("%d origin reads at once; the lease allows one", e.o.maxActive)
 	}
 }
+
+// TestSwarmHolderReadsPeersFirst: the lease passes to a member that a
+// complete peer is still feeding (the seed finished and went quiet, its
+// uploads slow); the new holder keeps reading what the peer holds from the
+// peer, and the origin serves the file once.
+func TestSwarmHolderReadsPeersFirst(t *testing.T) {
+	e := newFabric(t, 16, faultChunk, 16<<20, 71, 72)
+	seed, slow := e.nodes["n71"], e.nodes["n72"]
+	seed.peerRate = 128 << 10
+	seed.fetch(t)
+	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
+	slow.fetch(t)
+	seed.wait(t, 30*time.Second)
+	slow.wait(t, 60*time.Second)
+	e.report(t)
+	if got := e.o.sent.Load(); got != int64(len(e.data)) {
+		t.Errorf("the origin served %d bytes of a %d-byte file; a complete peer held every chunk", got, len(e.data))
+	}
+}
