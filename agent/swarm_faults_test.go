@@ -92,6 +92,7 @@ type fabricEnv struct {
 	chunk int64
 	o     *fOrigin
 	nodes map[string]*fnode
+	files map[string]*holdings // each node's, to check what it asks for
 
 	mu         sync.Mutex
 	peerLog    []peerReq
@@ -108,7 +109,7 @@ type peerReq struct {
 func newFabric(t *testing.T, chunks int, chunk, originRate int64, names ...int) *fabricEnv {
 	realm := mungetest.New(t)
 	data, sum := testData(t, chunks*int(chunk)-777)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, peerBytes: map[string]int64{}}
+	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
 	ips := map[string]string{}
 	for _, k := range names {
 		ips[fmt.Sprintf("n%d", k)] = fmt.Sprintf("127.0.0.%d", k)
@@ -124,11 +125,13 @@ func newFabric(t *testing.T, chunks int, chunk, originRate int64, names ...int) 
 // checkFetch records a violation when node asks for bytes lo..hi of which
 // it had already verified a chunk.
 func (e *fabricEnv) checkFetch(node, from string, lo, hi int64) {
-	n := e.nodes[node]
-	if n == nil {
+	e.mu.Lock()
+	files := e.files[node]
+	e.mu.Unlock()
+	if files == nil {
 		return
 	}
-	h := n.files.get(e.sum)
+	h := files.get(e.sum)
 	if h == nil {
 		return
 	}
@@ -298,6 +301,9 @@ func (e *fabricEnv) startNode(k int) *fnode {
 		t.Fatalf("%s's report: %v", n.name, err)
 	}
 	e.nodes[n.name] = n
+	e.mu.Lock()
+	e.files[n.name] = n.files
+	e.mu.Unlock()
 	return n
 }
 
