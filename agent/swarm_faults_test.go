@@ -46,7 +46,7 @@ func (k knownNodes) KnownNodes(context.Context) ([]coordinator.KnownNode, error)
 
 // startCoordinator runs the real coordinator on 127.0.0.1 with MUNGE, for
 // the nodes named (name -> 127.0.0.K), and returns its URL.
-func startCoordinator(t *testing.T, realm *mungetest.Realm, nodes map[string]string, minChunk int64) string {
+func startCoordinator(t testing.TB, realm *mungetest.Realm, nodes map[string]string, minChunk int64) string {
 	t.Helper()
 	ctx := context.Background()
 	codec := realm.Start("127.0.0.1")
@@ -84,7 +84,7 @@ func startCoordinator(t *testing.T, realm *mungetest.Realm, nodes map[string]str
 
 // fabricEnv is one fabric (ib-a) fetching one file.
 type fabricEnv struct {
-	t     *testing.T
+	t     testing.TB
 	realm *mungetest.Realm
 	url   string // the coordinator's
 	data  []byte
@@ -106,7 +106,7 @@ type peerReq struct {
 	at           time.Time
 }
 
-func newFabric(t *testing.T, chunks int, chunk, originRate int64, names ...int) *fabricEnv {
+func newFabric(t testing.TB, chunks int, chunk, originRate int64, names ...int) *fabricEnv {
 	realm := mungetest.New(t)
 	data, sum := testData(t, chunks*int(chunk)-777)
 	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
@@ -166,7 +166,7 @@ type originReq struct {
 	start, end time.Time
 }
 
-func newFOrigin(t *testing.T, e *fabricEnv, rate int64) *fOrigin {
+func newFOrigin(t testing.TB, e *fabricEnv, rate int64) *fOrigin {
 	o := &fOrigin{e: e, rate: rate, byNode: map[string]int64{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -383,7 +383,7 @@ func (n *fnode) served(to string) int {
 	return n.servedTo[to]
 }
 
-func (n *fnode) fetch(t *testing.T) {
+func (n *fnode) fetch(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.done = make(chan error, 1)
@@ -432,7 +432,7 @@ func (n *fnode) verified() int {
 	return count(h.have)
 }
 
-func (n *fnode) wait(t *testing.T, d time.Duration) {
+func (n *fnode) wait(t testing.TB, d time.Duration) {
 	t.Helper()
 	select {
 	case err := <-n.done:
@@ -449,7 +449,7 @@ func (n *fnode) wait(t *testing.T, d time.Duration) {
 }
 
 // until polls cond every 5 ms for at most d.
-func until(t *testing.T, d time.Duration, what string, cond func() bool) {
+func until(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -473,7 +473,7 @@ func (e *fabricEnv) resumedAt(node, dead string, chunk int64, since time.Time) t
 	return time.Time{}
 }
 
-func (e *fabricEnv) report(t *testing.T) {
+func (e *fabricEnv) report(t testing.TB) {
 	t.Helper()
 	e.mu.Lock()
 	v := append([]string(nil), e.violations...)

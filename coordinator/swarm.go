@@ -94,7 +94,8 @@ type swarm struct {
 	// FromOrigin grew), or took the lease: a holder that keeps reporting
 	// and reads nothing must not keep the fabric from the origin.
 	progressAt time.Time
-	members   map[string]*swarmMember
+
+	members map[string]*swarmMember
 	// badBy maps a peer to the members that reported it bad.
 	badBy        map[string]map[string]bool
 	last         time.Time
