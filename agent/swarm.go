@@ -118,6 +118,9 @@ type swarm struct {
 	// out at once (one report per chunk of at least 16 MiB) rather than at
 	// the next tick.
 	verifiedc chan struct{}
+	// probed is when this member last checked that the lease holder
+	// accepts connections.
+	probed time.Time
 }
 
 func (s *swarm) nChunks() int { return int((s.size + s.chunk - 1) / s.chunk) }
@@ -569,6 +572,7 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	}
 	wg.Wait()
 	if moved.Load() == 0 {
+		s.probeHolder(ctx, plan)
 		// Nothing to read on this plan: ask for the next one soon, since
 		// the plan is what tells that a peer verified another chunk.
 		every := time.Until(until)
@@ -589,6 +593,49 @@ func (r stallReader) Read(p []byte) (int, error) {
 		r.t.Reset(peerStall)
 	}
 	return n, err
+}
+
+// probeHolder checks, once a report interval, that the lease holder still
+// accepts connections on its chunk server, and reports it unreachable when
+// it does not. A member caught up with the holder reads nothing from it, so
+// without this nobody would see a killed seed refuse connections, and the
+// lease would wait out the whole silence timeout (5 s) instead of the
+// coordinator's 500 ms for a holder that is both silent and unreachable.
+// A connection only: no request, no credential.
+func (s *swarm) probeHolder(ctx context.Context, plan api.SwarmPlan) {
+	every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
+	if plan.Holder == "" || plan.Holder == s.node || time.Since(s.probed) < every {
+		return
+	}
+	addr := ""
+	for _, p := range plan.Peers {
+		if p.Node == plan.Holder {
+			addr = p.Addr
+		}
+	}
+	if addr == "" {
+		return
+	}
+	s.probed = time.Now()
+	dial := (&net.Dialer{Timeout: every}).DialContext
+	if t, ok := s.peer.Transport.(*http.Transport); ok && t.DialContext != nil {
+		dial = t.DialContext
+	}
+	dctx, cancel := context.WithTimeout(ctx, every)
+	defer cancel()
+	c, err := dial(dctx, "tcp", addr)
+	if err == nil {
+		c.Close()
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	s.log.WithError(err).WithField("holder", plan.Holder).Info("swarm: the origin lease holder does not accept connections; reporting it")
+	s.mu.Lock()
+	s.unreach = append(s.unreach, plan.Holder)
+	s.down[addr] = time.Now()
+	s.mu.Unlock()
 }
 
 var (

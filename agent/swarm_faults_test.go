@@ -564,20 +564,28 @@ func relayFault(t *testing.T, close bool) {
 func TestSwarmRelayDiesMidBody(t *testing.T)  { relayFault(t, true) }
 func TestSwarmRelayHangsMidBody(t *testing.T) { relayFault(t, false) }
 
-// TestSwarmSeedDies: the seed (lease holder) dies half-way; the lease
-// passes to a live member, which continues from the origin with If-Range
-// and the validator the seed saw, and the rest continue from it.
-func TestSwarmSeedDies(t *testing.T) {
-	e := newFabric(t, 32, faultChunk, 2<<20, 51, 52, 53)
-	seed := e.nodes["n51"]
+// seedDeath: the seed (lease holder) dies half-way; the lease passes to a
+// live member, which continues from the origin with If-Range and the
+// validator the seed saw, and the rest continue from it. With caughtUp the
+// seed dies when the others have every chunk it verified, so that nobody is
+// reading from it when it dies.
+func seedDeath(t *testing.T, caughtUp bool, k int) {
+	e := newFabric(t, 32, faultChunk, 2<<20, k, k+1, k+2)
+	seed, n2, n3 := e.nodes[nodeName(k)], e.nodes[nodeName(k+1)], e.nodes[nodeName(k+2)]
 	seed.fetch(t)
 	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	e.nodes["n52"].fetch(t)
-	e.nodes["n53"].fetch(t)
+	n2.fetch(t)
+	n3.fetch(t)
 	size := int64(len(e.data))
 	until(t, 20*time.Second, "the origin served half the file", func() bool { return e.o.sent.Load() >= size/2 })
+	if caughtUp {
+		until(t, 20*time.Second, "the others caught up with the seed", func() bool {
+			v := seed.verified()
+			return n2.verified() == v && n3.verified() == v
+		})
+	}
 	dead := time.Now()
-	v52, v53 := e.nodes["n52"].verified(), e.nodes["n53"].verified()
+	v2, v3 := n2.verified(), n3.verified()
 	seed.kill()
 	var next originReq
 	until(t, 10*time.Second, "another node read the origin after the seed died", func() bool {
@@ -590,8 +598,8 @@ func TestSwarmSeedDies(t *testing.T) {
 		return false
 	})
 	recovery := next.start.Sub(dead)
-	t.Logf("seed died with %d/%d bytes from the origin (n52 had %d chunks verified, n53 %d): %s read the origin %v later, bytes %d-, If-Range %s",
-		e.o.sent.Load(), size, v52, v53, next.node, recovery.Round(time.Millisecond), next.from, next.ifRange)
+	t.Logf("seed died with %d/%d bytes from the origin (%s had %d chunks verified, %s %d): %s read the origin %v later, bytes %d-, If-Range %s",
+		e.o.sent.Load(), size, n2.name, v2, n3.name, v3, next.node, recovery.Round(time.Millisecond), next.from, next.ifRange)
 	if next.ifRange != `"v1"` {
 		t.Errorf("the new holder's origin request has If-Range %q, want the validator the seed saw, \"v1\"", next.ifRange)
 	}
@@ -601,8 +609,8 @@ func TestSwarmSeedDies(t *testing.T) {
 	if recovery > 2*time.Second {
 		t.Errorf("recovery after the seed died took %v; issue 18 allows 2 s", recovery)
 	}
-	e.nodes["n52"].wait(t, 30*time.Second)
-	e.nodes["n53"].wait(t, 30*time.Second)
+	n2.wait(t, 30*time.Second)
+	n3.wait(t, 30*time.Second)
 	e.report(t)
 	// No origin byte a survivor had: at most what the seed read and took
 	// with it (its chunks nobody had yet and the chunk it was reading).
@@ -615,6 +623,9 @@ func TestSwarmSeedDies(t *testing.T) {
 		t.Errorf("%d origin reads at once; the lease allows one", e.o.maxActive)
 	}
 }
+
+func TestSwarmSeedDies(t *testing.T)         { seedDeath(t, false, 51) }
+func TestSwarmSeedDiesCaughtUp(t *testing.T) { seedDeath(t, true, 54) }
 
 // TestSwarmNoPeerReachableFallsBackWithinLease: a node whose fabric link is
 // down (it reaches no peer) reads the origin only once the lease passes to
