@@ -491,6 +491,9 @@ func (e *fabricEnv) report(t testing.TB) {
 	}
 	e.o.mu.Unlock()
 	sort.Strings(origin)
+	if len(peers) == 0 {
+		peers = []string{"(chunk servers not tapped)"}
+	}
 	t.Logf("origin bytes / file size = %d / %d = %.3f (by node: %s); peer bytes by reader: %s",
 		e.o.sent.Load(), size, float64(e.o.sent.Load())/float64(size), strings.Join(origin, ", "), strings.Join(peers, ", "))
 	for _, x := range v {
