@@ -150,7 +150,14 @@ type fOrigin struct {
 	e    *fabricEnv
 	rate int64
 	url  string
-	sent atomic.Int64
+	// stall, when set, is a node whose responses stop sending (without
+	// closing) once the origin has sent stallAt bytes in all; stalled is
+	// closed then.
+	stall   string
+	stallAt int64
+	stalled chan struct{}
+	stallMu sync.Once
+	sent    atomic.Int64
 
 	mu        sync.Mutex
 	reqs      []originReq
@@ -205,12 +212,25 @@ func (o *fOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.mu.Unlock()
 	}()
 	w.Header().Set("ETag", `"v1"`)
-	http.ServeContent(&throttled{ResponseWriter: w, rate: o.rate, count: func(n int) {
+	tw := &throttled{ResponseWriter: w, rate: o.rate, count: func(n int) {
 		o.sent.Add(int64(n))
 		o.mu.Lock()
 		o.byNode[node] += int64(n)
 		o.mu.Unlock()
-	}}, r, "model.bin", time.Unix(1e9, 0), bytes.NewReader(o.e.data))
+	}}
+	if node == o.stall {
+		tw.hold = func(int64) {
+			if o.sent.Load() < o.stallAt {
+				return
+			}
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			o.stallMu.Do(func() { close(o.stalled) })
+			<-r.Context().Done()
+		}
+	}
+	http.ServeContent(tw, r, "model.bin", time.Unix(1e9, 0), bytes.NewReader(o.e.data))
 }
 
 func (o *fOrigin) requests() []originReq {
@@ -694,4 +714,41 @@ func TestSwarmHolderReadsPeersFirst(t *testing.T) {
 	if got := e.o.sent.Load(); got != int64(len(e.data)) {
 		t.Errorf("the origin served %d bytes of a %d-byte file; a complete peer held every chunk", got, len(e.data))
 	}
+}
+
+// TestSwarmHolderStuckOnOriginLosesLease: the origin stops sending to the
+// seed half-way without closing; the seed keeps reporting, reads nothing,
+// and must lose the lease after the lease timeout (5 s) to a member that
+// continues from the origin with If-Range. Without the coordinator's
+// progress rule the fabric waits on the seed forever.
+func TestSwarmHolderStuckOnOriginLosesLease(t *testing.T) {
+	e := newFabric(t, 16, faultChunk, 4<<20, 75, 76)
+	seed, other := e.nodes["n75"], e.nodes["n76"]
+	e.o.stall, e.o.stallAt, e.o.stalled = seed.name, int64(len(e.data))/2, make(chan struct{})
+	seed.fetch(t)
+	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
+	other.fetch(t)
+	select {
+	case <-e.o.stalled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the origin never stalled the seed")
+	}
+	stuck := time.Now()
+	var next originReq
+	until(t, 15*time.Second, "another node read the origin after the seed's read stalled", func() bool {
+		for _, r := range e.o.requests() {
+			if r.node == other.name {
+				next = r
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("origin stalled the seed; %s took over %v later, bytes %d-, If-Range %s", next.node, next.start.Sub(stuck).Round(time.Millisecond), next.from, next.ifRange)
+	if next.ifRange != `"v1"` {
+		t.Errorf("the new holder's origin request has If-Range %q, want the seed's validator \"v1\"", next.ifRange)
+	}
+	seed.wait(t, 30*time.Second)
+	other.wait(t, 30*time.Second)
+	e.report(t)
 }
