@@ -289,12 +289,14 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	if m.complete {
 		m.verified = g.chunks
 	}
+	if g.holder == rep.Node && rep.FromOrigin > m.fromOrig {
+		// The holder read from the origin since its last report.
+		g.progressAt = now
+	}
+
 	m.last = now
 	if d := rep.FromOrigin - m.fromOrig; d > 0 {
 		g.fromOrigin += d
-		if g.holder == rep.Node {
-			g.progressAt = now
-		}
 	}
 	if d := rep.FromPeers - m.fromPeers; d > 0 {
 		g.fromPeers += d
