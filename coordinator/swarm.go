@@ -110,6 +110,8 @@ type swarms struct {
 	m  map[swarmKey]*swarm
 	// peerAddr is each node's chunk server address from its last report.
 	peerAddr map[string]string
+	// bytes totals the members' increments per fabric (swarmstatus.go).
+	bytes fabricTraffic
 }
 
 func newSwarms() *swarms {
@@ -297,9 +299,11 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	m.last = now
 	if d := rep.FromOrigin - m.fromOrig; d > 0 {
 		g.fromOrigin += d
+		sw.bytes.add(fabric, d, 0)
 	}
 	if d := rep.FromPeers - m.fromPeers; d > 0 {
 		g.fromPeers += d
+		sw.bytes.add(fabric, 0, d)
 	}
 	m.fromOrig, m.fromPeers = rep.FromOrigin, rep.FromPeers
 
