@@ -651,15 +651,15 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	// coming is ended here, peerStall after its last byte.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stall := time.AfterFunc(peerStall, func() {
-		cancel(fmt.Errorf("peer %s sent nothing for %v", p.Addr, peerStall))
-	})
-	defer stall.Stop()
 	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	stall := time.AfterFunc(peerStall, func() {
+		cancel(fmt.Errorf("peer %s sent nothing for %v", p.Addr, peerStall))
+	})
+	defer stall.Stop()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 	case http.StatusRequestedRangeNotSatisfiable, http.StatusNotFound, http.StatusServiceUnavailable:

@@ -171,6 +171,7 @@ type originReq struct {
 	from, to   int64
 	ifRange    string
 	start, end time.Time
+	sent       int64
 }
 
 func newFOrigin(t testing.TB, e *fabricEnv, rate int64) *fOrigin {
@@ -216,6 +217,7 @@ func (o *fOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.sent.Add(int64(n))
 		o.mu.Lock()
 		o.byNode[node] += int64(n)
+		o.reqs[i].sent += int64(n)
 		o.mu.Unlock()
 	}}
 	if node == o.stall {
@@ -509,6 +511,10 @@ func (e *fabricEnv) report(t testing.TB) {
 	for n, b := range e.o.byNode {
 		origin = append(origin, fmt.Sprintf("%s %d", n, b))
 	}
+	var ranges []string
+	for _, r := range e.o.reqs {
+		ranges = append(ranges, fmt.Sprintf("%s %d-%d sent %d If-Range %q", r.node, r.from, r.to, r.sent, r.ifRange))
+	}
 	e.o.mu.Unlock()
 	sort.Strings(origin)
 	if len(peers) == 0 {
@@ -516,6 +522,7 @@ func (e *fabricEnv) report(t testing.TB) {
 	}
 	t.Logf("origin bytes / file size = %d / %d = %.3f (by node: %s); peer bytes by reader: %s",
 		e.o.sent.Load(), size, float64(e.o.sent.Load())/float64(size), strings.Join(origin, ", "), strings.Join(peers, ", "))
+	t.Logf("origin requests: %s", strings.Join(ranges, "; "))
 	for _, x := range v {
 		t.Errorf("a verified chunk fetched again: %s", x)
 	}
