@@ -15,6 +15,15 @@ import (
 // so what appears under target is what was verified. A mismatch leaves the
 // .part in place for the caller to judge.
 func Seal(ctx context.Context, fh *os.File, part, target string, want Want) error {
+	return SealHashed(ctx, fh, part, target, want, "")
+}
+
+// SealHashed is Seal for a caller that has already hashed the whole file by
+// reading it through fh as it was written (the swarm fetch hashes its
+// verified prefix as it grows, so that the fabric's nodes do not all hash
+// their whole copy at the moment the last chunk lands): sum is that
+// digest, or "" to hash the file here.
+func SealHashed(ctx context.Context, fh *os.File, part, target string, want Want, sum string) error {
 	fi, err := fh.Stat()
 	if err != nil {
 		return err
@@ -23,9 +32,10 @@ func Seal(ctx context.Context, fh *os.File, part, target string, want Want) erro
 		return fmt.Errorf("%s has %d bytes, expected %d", part, fi.Size(), want.Size)
 	}
 	if want.SHA256 != "" {
-		sum, err := hashFD(ctx, fh)
-		if err != nil {
-			return err
+		if sum == "" {
+			if sum, err = hashFD(ctx, fh); err != nil {
+				return err
+			}
 		}
 		if sum != want.SHA256 {
 			return fmt.Errorf("%s has sha256 %s, expected %s", part, sum, want.SHA256)
