@@ -476,12 +476,21 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		s.validator = v
 		s.mu.Unlock()
 	}
+	// Origin bytes are counted as they arrive, not per chunk: the
+	// coordinator takes the lease from a holder whose count stops growing
+	// for swarm_lease_timeout (5 s), and a 16 MiB chunk over a fabric's
+	// share of a slow uplink takes about that long (fanout.sh: 80 Mbit/s
+	// for three fabrics, 5 s a chunk). Counted per chunk, a reading seed
+	// lost its lease mid-chunk and a second node of its fabric read the
+	// origin too (1.24 copies per fabric).
+	body := countReader{resp.Body, func(n int) {
+		s.fromOrigin.Add(int64(n))
+		s.onBytes("origin", int64(n))
+	}}
 	for i := first; i <= last; i++ {
 		cf, ct := s.bounds(i)
 		buf := make([]byte, ct-cf+1)
-		n, err := io.ReadFull(resp.Body, buf)
-		s.fromOrigin.Add(int64(n))
-		s.onBytes("origin", int64(n))
+		_, err := io.ReadFull(body, buf)
 		if err != nil {
 			// The bytes of a partial chunk are dropped; the next request
 			// starts at this chunk.
@@ -596,6 +605,20 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 		return sleep(ctx, max(every/idlePolls, min(every, 50*time.Millisecond)))
 	}
 	return ctx.Err()
+}
+
+// countReader passes the size of every read to count.
+type countReader struct {
+	r     io.Reader
+	count func(int)
+}
+
+func (r countReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.count(n)
+	}
+	return n, err
 }
 
 // stallReader restarts the stall timer on every byte that arrives.

@@ -759,3 +759,30 @@ func TestSwarmHolderStuckOnOriginLosesLease(t *testing.T) {
 	other.wait(t, 30*time.Second)
 	e.report(t)
 }
+
+// TestSwarmSlowOriginKeepsLease: a holder whose origin is slow but moving
+// keeps the lease even when one chunk takes longer than the lease timeout
+// (5 s) to arrive, as a 16 MiB chunk does over a fabric's share of an
+// 80 Mbit/s uplink: the coordinator sees its origin bytes grow within the
+// chunk, and no other node of the fabric reads the origin.
+func TestSwarmSlowOriginKeepsLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 15 s")
+	}
+	// Two chunks at 7 s each: the first report after the seed's request
+	// and the next one 5 s on see no whole chunk yet.
+	e := newFabric(t, 2, faultChunk, faultChunk/7, 81, 82)
+	seed, other := e.nodes["n81"], e.nodes["n82"]
+	seed.fetch(t)
+	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
+	other.fetch(t)
+	seed.wait(t, 40*time.Second)
+	other.wait(t, 40*time.Second)
+	for _, r := range e.o.requests() {
+		if r.node != seed.name {
+			t.Errorf("%s read the origin (bytes %d-%d) while %s held the lease and its read was moving", r.node, r.from, r.to, seed.name)
+		}
+	}
+	t.Logf("origin sent %.3f copies of a %d-byte file at %d bytes/s", float64(e.o.sent.Load())/float64(len(e.data)), len(e.data), faultChunk/7)
+	e.report(t)
+}
