@@ -399,7 +399,7 @@ run() {
 	done
 	res "${mode}_nodes_ok" "$ok"
 	res "${mode}_time" "$(printf %.1f "$last")"
-	local cl total=0 seeds="" nonseed_link=0 nonseed_model=0 a b m f
+	local cl total=0 seeds nonseed_link nonseed_model a b m f
 	cl=$(clients)
 	echo "$cl" >"$R/clients"
 	for k in $(seq "$N"); do
@@ -410,21 +410,20 @@ run() {
 		f=$(($(counter "$k" fab0 rx_bytes) + $(counter "$k" fab0 tx_bytes) - ${before[f$k]}))
 		a="n$k $(fabric_of "$k") origin=$b mgmt_link=$m fabric_link=$f from_origin=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="origin"}') from_peers=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer"}')"
 		echo "$a" >>"$R/nodes"
-		# A seed is a node the origin sent more than a chunk's worth to.
-		if [ "$b" -gt $((1 << 20)) ]; then
-			seeds="$seeds n$k"
-		else
-			[ "$m" -gt "$nonseed_link" ] && nonseed_link=$m
-			[ "$b" -gt "$nonseed_model" ] && nonseed_model=$b
-		fi
 	done
+	# The seed of a fabric is the node the origin sent most to; every other
+	# node is a non-seed, whatever the origin sent it, so that a second
+	# origin reader in a fabric shows in the non-seed figures.
+	seeds=$(awk '{ split($3, x, "="); if (!($2 in max) || x[2] > max[$2]) { max[$2] = x[2]; seed[$2] = $1 } }
+		END { for (f in seed) print seed[f] }' "$R/nodes" | sort -V | tr '\n' ' ')
+	read -r nonseed_link nonseed_model < <(awk -v seeds=" $seeds" '
+		index(seeds, " " $1 " ") == 0 { split($3, o, "="); split($4, m, "="); if (m[2] > ml) ml = m[2]; if (o[2] > om) om = o[2] }
+		END { print ml + 0, om + 0 }' "$R/nodes")
 	res "${mode}_origin_bytes" "$total"
-	res "${mode}_seeds" "${seeds# }"
+	res "${mode}_seeds" "${seeds% }"
 	res "${mode}_nonseed_mgmt_bytes" "$nonseed_link"
 	res "${mode}_nonseed_origin_bytes" "$nonseed_model"
-	# peers off: every node is a seed; the management link of a node then.
-	res "${mode}_node_mgmt_bytes" "$(awk '{ split($4, x, "="); if (x[2] > m) m = x[2] } END { print m + 0 }' "$R/nodes")"
-	log "== $mode: $ok of $N nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds:${seeds}"
+	log "== $mode: $ok of $N nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds: ${seeds}"
 	sed 's/^/    /' "$R/nodes" >&2
 	# Stop this run's daemons (the next run starts its own).
 	for k in $(seq "$N"); do kill -TERM "${AGENT_PID[$k]}" 2>/dev/null || true; done
@@ -571,7 +570,7 @@ GOAL_T=$(echo "$FLOOR * 85 / 80.5" | bc -l) # the issue's 85 s for 80.5, scaled
 if [ -n "${RES[off_time]:-}" ]; then
 	OFF_T="${RES[off_time]} s (~ $(printf %.1f "$ALLOFF") s)"
 	OFF_O="$(fmt_b "${RES[off_origin_bytes]}") = $(echo "scale=2; ${RES[off_origin_bytes]} / $S" | bc) x S"
-	OFF_M="$(fmt_b "${RES[off_node_mgmt_bytes]}") (S = $(fmt_b "$S"))"
+	OFF_M="$(fmt_b "${RES[off_nonseed_mgmt_bytes]}") (S = $(fmt_b "$S"))"
 else
 	OFF_T="not run (~ $(printf %.1f "$ALLOFF") s)" OFF_O="not run ($N x S)" OFF_M="not run (S)"
 fi
