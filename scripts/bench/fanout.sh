@@ -336,6 +336,17 @@ have() {
 }
 NCHUNK=$(((S + CHUNK - 1) / CHUNK))
 
+# timeline T0: "SECONDS-SINCE-T0 ORIGIN-BYTES" every 0.2 s until killed.
+timeline() {
+	local t v
+	while :; do
+		v=$(clients 2>/dev/null | awk '{ s += $2 } END { print s + 0 }')
+		t=$(echo "$(date +%s.%N) - $1" | bc -l)
+		printf '%.1f %s\n' "$t" "$v"
+		sleep 0.2
+	done
+}
+
 # prolog K JOB: the Prolog slurmd would run for job JOB on node K, with the
 # environment slurmd gives it (no PATH), and its end time.
 prolog() {
@@ -388,8 +399,14 @@ run() {
 		prolog "$k" "$job" &
 		pids+=($!)
 	done
+	# The origin's timeline, to tell the time the uplink was busy from the
+	# time before its first byte and after its last.
+	timeline "$t0" >"$R/timeline" &
+	local tl=$!
 	[ "$mode" = faults ] && faults "$t0"
 	for p in "${pids[@]}"; do wait "$p"; done
+	kill "$tl" 2>/dev/null || true
+	wait "$tl" 2>/dev/null || true
 	[ "$mode" = faults ] && rerun_killed "$job"
 	local last=0 ok=0 e
 	for k in $(seq "$N"); do
@@ -423,6 +440,13 @@ run() {
 	res "${mode}_seeds" "${seeds% }"
 	res "${mode}_nonseed_mgmt_bytes" "$nonseed_link"
 	res "${mode}_nonseed_origin_bytes" "$nonseed_model"
+	local first done_at
+	# The last byte: the first sample that shows the most the timeline saw.
+	read -r first done_at < <(awk '$2 > 0 && first == "" { first = $1 } $2 > max { max = $2; d = $1 }
+		END { print (first == "" ? "?" : first), (d == "" ? "?" : d) }' "$R/timeline")
+	res "${mode}_origin_first_byte" "$first"
+	res "${mode}_origin_last_byte" "$done_at"
+	log "== $mode: the origin sent its first byte after $first s and its last by $done_at s (sampled every 0.2 s)"
 	log "== $mode: $ok of $N nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds: ${seeds}"
 	sed 's/^/    /' "$R/nodes" >&2
 	# Stop this run's daemons (the next run starts its own).
@@ -587,6 +611,8 @@ row "bytes the origin serves" "$OFF_O" "$FABRICS x S" "<= 1.01 x $FABRICS x S" \
 	"$(mark "${RES[on_origin_bytes]} <= 1.01 * $FABRICS * $S")"
 row "bytes on a non-seed node's management link" "$OFF_M" "0" "< 1 MB" \
 	"$(fmt_b "${RES[on_nonseed_mgmt_bytes]}"), of it from the origin ${RES[on_nonseed_origin_bytes]}" "$(mark "${RES[on_nonseed_mgmt_bytes]} < 1000000")"
+printf '  peers on: the origin sent its first byte after %s s and its last by %s s; the last node had its verified file at %s s\n' \
+	"${RES[on_origin_first_byte]}" "${RES[on_origin_last_byte]}" "${RES[on_time]}"
 if [ "$FAULTS" = 1 ]; then
 	fr=${RES[faults_relay_recovery]} fs=${RES[faults_seed_recovery]} ft=${RES[faults_twice]}
 	ok_f=MISSED
