@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -36,8 +37,9 @@ func TestFanoutSmall(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, "bash", script, "--small", "--llmgw", bin, "--results", results)
 	// The script's own cleanup runs on SIGTERM; a kill would leave its
-	// namespaces and daemons behind.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	// namespaces and daemons behind. (Not SIGINT: a process started in the
+	// background of a shell ignores it.)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
