@@ -598,12 +598,12 @@ if [ -n "${RES[off_time]:-}" ]; then
 else
 	OFF_T="not run (~ $(printf %.1f "$ALLOFF") s)" OFF_O="not run ($N x S)" OFF_M="not run (S)"
 fi
-row() { printf '| %-46s | %-28s | %-10s | %-22s | %-36s | %-6s |\n' "$@"; }
+row() { printf '| %-46s | %-28s | %-10s | %-24s | %-40s | %-6s |\n' "$@"; }
 echo
 printf 'fan-out of %s (S = %d bytes) to %d nodes in %d fabrics of %d; management link %s Mbit/s, fabric links %s Mbit/s; %d s in all\n' \
 	"$SIZE" "$S" "$N" "$FABRICS" "$PER" "$MGMT_MBIT" "$FAB_MBIT" $((SECONDS - t_all))
 row figure "every node from the origin" floor goal "peers on" goal?
-row "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..28})" "$(printf -- '-%.0s' {1..10})" "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..36})" "------"
+row "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..28})" "$(printf -- '-%.0s' {1..10})" "$(printf -- '-%.0s' {1..24})" "$(printf -- '-%.0s' {1..40})" "------"
 row "time until the last node has the verified file" "$OFF_T" "~ $(printf %.1f "$FLOOR") s" \
 	"<= $(printf %.1f "$GOAL_T") s" "${RES[on_time]} s" "$(mark "${RES[on_time]} <= $GOAL_T")"
 row "bytes the origin serves" "$OFF_O" "$FABRICS x S" "<= 1.01 x $FABRICS x S" \
@@ -611,8 +611,6 @@ row "bytes the origin serves" "$OFF_O" "$FABRICS x S" "<= 1.01 x $FABRICS x S" \
 	"$(mark "${RES[on_origin_bytes]} <= 1.01 * $FABRICS * $S")"
 row "bytes on a non-seed node's management link" "$OFF_M" "0" "< 1 MB" \
 	"$(fmt_b "${RES[on_nonseed_mgmt_bytes]}"), of it from the origin ${RES[on_nonseed_origin_bytes]}" "$(mark "${RES[on_nonseed_mgmt_bytes]} < 1000000")"
-printf '  peers on: the origin sent its first byte after %s s and its last by %s s; the last node had its verified file at %s s\n' \
-	"${RES[on_origin_first_byte]}" "${RES[on_origin_last_byte]}" "${RES[on_time]}"
 if [ "$FAULTS" = 1 ]; then
 	fr=${RES[faults_relay_recovery]} fs=${RES[faults_seed_recovery]} ft=${RES[faults_twice]}
 	ok_f=MISSED
@@ -622,6 +620,13 @@ if [ "$FAULTS" = 1 ]; then
 	printf '  fault run: last node (killed ones restarted) after %s s; origin %s; %s\n' "${RES[faults_time]}" \
 		"$(echo "scale=3; ${RES[faults_origin_bytes]} / $S" | bc) x S" "the killed seed had read ${RES[faults_seed_origin_bytes]} bytes, the rest of its fabric ${RES[faults_other_origin_bytes]}"
 fi
+# tbf counts each TCP segment's headers (Ethernet, IP, TCP with timestamps:
+# 66 bytes for 1448 of payload at MTU 1500), so a stream's payload gets
+# 1448/1514 of the rate: the floor the uplink itself allows.
+printf '  peers on: the origin sent its first byte after %s s and its last by %s s; the last node had its verified file at %s s\n' \
+	"${RES[on_origin_first_byte]}" "${RES[on_origin_last_byte]}" "${RES[on_time]}"
+printf '  the uplink moves %d x S of TCP payload in %.1f s at MTU 1500 (1448 of each 1514 bytes on the wire): the floor with framing\n' \
+	"$FABRICS" "$(echo "$FLOOR * 1514 / 1448" | bc -l)"
 if [ -n "$RESULTS" ]; then
 	{
 		echo "size=$S"
