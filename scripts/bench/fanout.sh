@@ -101,17 +101,23 @@ TAG=${W##*-}
 NS_M=fob-$TAG-m # management: origin and coordinator
 NS_S=fob-$TAG-s # the switch: every bridge
 NSS=() PIDS=() MOUNTED=
+# ours PID: PID is still a child of this script. A daemon stopped earlier
+# (the agents of a run before) has been reaped, and its PID may be another
+# program's by now, which must never be signalled.
+ours() { [ "$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ')" = "$$" ]; }
 cleanup() {
 	set +e
 	trap - INT TERM
-	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	local live=() p
+	for p in "${PIDS[@]}"; do ours "$p" && live+=("$p"); done
+	for p in "${live[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for _ in $(seq 30); do
 		alive=0
-		for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		for p in "${live[@]}"; do ours "$p" && alive=1; done
 		[ $alive = 0 ] && break
 		sleep 0.1
 	done
-	for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	for p in "${live[@]}"; do ours "$p" && kill -KILL "$p" 2>/dev/null; done
 	# Anything else still inside our namespaces (a Prolog, a curl) was
 	# started by this script too.
 	for ns in "${NSS[@]}"; do
