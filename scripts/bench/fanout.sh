@@ -467,7 +467,7 @@ run() {
 # seed, and measure both recoveries (see the header).
 KILLED=()
 faults() {
-	local seed="" relay="" k i t c
+	local seed="" relay="" k i t c a b
 	local fab=() now
 	for k in $(seq "$PER"); do fab+=("$k"); done
 	# The seed: the node of the fabric the origin sends to.
@@ -526,8 +526,11 @@ faults() {
 	for _ in $(seq 300); do
 		c=$(clients)
 		for k in "${survivors[@]}"; do
+			# More than the node had before the kill: a survivor may have
+			# read the origin before (a lease that changed hands earlier).
 			a=$(awk -v a="$(mgmt_ip "$k")" '$1 == a { print $2 }' <<<"$c")
-			if [ "${a:-0}" -gt 0 ]; then rec=$(echo "$(date +%s.%N) - $t" | bc -l); HEIR=$k; break 2; fi
+			b=$(awk -v a="$(mgmt_ip "$k")" '$1 == a { print $2 }' <<<"$before_clients")
+			if [ "${a:-0}" -gt "${b:-0}" ]; then rec=$(echo "$(date +%s.%N) - $t" | bc -l); HEIR=$k; break 2; fi
 		done
 		sleep 0.05
 	done
