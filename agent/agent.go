@@ -525,7 +525,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
 			pl.Close()
 		} else {
-			srv := &http.Server{Handler: newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files), ReadHeaderTimeout: 10 * time.Second}
+			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
+			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
+			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
 			wg.Go(func() { srv.Serve(pl) })
 			wg.Go(func() {
 				<-ctx.Done()

@@ -30,6 +30,7 @@ type metrics struct {
 	weights           *prometheus.GaugeVec
 	fetchedBytes      prometheus.Counter
 	swarmBytes        *prometheus.CounterVec
+	swarmServed       prometheus.Counter
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
 	lastReportSuccess prometheus.Gauge
@@ -59,6 +60,10 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "swarm_received_bytes_total",
 			Help: "Bytes a swarm fetch received, by where from (origin or peer): one copy per fabric means the origin's share is one file per fabric.",
 		}, []string{"from"}),
+		swarmServed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "swarm_served_bytes_total",
+			Help: "Bytes this node's chunk server sent to peers of its fabric: which node fed the others, and that no other fabric's did.",
+		}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "fetch_errors_total",
 			Help: "Fetches that failed (each counted once, however many hooks waited on it).",
@@ -95,7 +100,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	m.swarmBytes.WithLabelValues("origin")
 	m.swarmBytes.WithLabelValues("peer")
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.fetchErrors, m.reports,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -136,6 +136,10 @@ type peerServer struct {
 	cacheDir string
 	files    *holdings
 	slots    chan struct{}
+	// onServed, when set, is given the bytes each answer sent: the
+	// agent's llmgw_agent_swarm_served_bytes_total, which shows which
+	// node fed its fabric, and that a node of another fabric fed none.
+	onServed func(n int64)
 }
 
 func newPeerServer(addr, fabric string, codec munge.Codec, cacheDir string, files *holdings) *peerServer {
@@ -188,7 +192,10 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, to, h.size))
 	w.Header().Set("Content-Length", strconv.FormatInt(to-from+1, 10))
 	w.WriteHeader(http.StatusPartialContent)
-	io.Copy(w, io.NewSectionReader(fh, from, to-from+1))
+	n, _ := io.Copy(w, io.NewSectionReader(fh, from, to-from+1))
+	if s.onServed != nil {
+		s.onServed(n)
+	}
 }
 
 // authenticate accepts a request only with a MUNGE credential made by root

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
@@ -30,7 +31,10 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start("127.0.0.21"), dir, files)}
+	ps := newPeerServer(addr, "ib-a", realm.Start("127.0.0.21"), dir, files)
+	var served atomic.Int64
+	ps.onServed = func(n int64) { served.Add(n) }
+	srv := &http.Server{Handler: ps}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	client := realm.Start("127.0.0.22")
@@ -69,6 +73,9 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 	if r := do(addr, "ib-a", chunk0, good); r.StatusCode != http.StatusPartialContent {
 		t.Fatalf("a root credential for this request: %s, want 206", r.Status)
 	}
+	if got := served.Swap(0); got != testChunk {
+		t.Errorf("served %d bytes for one chunk of %d", got, testChunk)
+	}
 	for name, c := range map[string]struct {
 		host, fabric, rng, auth string
 		want                    int
@@ -86,6 +93,11 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 	} {
 		if r := do(c.host, c.fabric, c.rng, c.auth); r.StatusCode != c.want {
 			t.Errorf("%s: %s, want %d", name, r.Status, c.want)
+		}
+		// A refused request sends nothing: another fabric's node, above
+		// all, is fed no byte.
+		if got := served.Swap(0); got != 0 {
+			t.Errorf("%s: counted %d bytes served", name, got)
 		}
 	}
 	// What the 206 carries is the file's bytes.

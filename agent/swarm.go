@@ -41,6 +41,25 @@ const swarmSuffix = catalog.PartSuffix + ".swarm"
 // a third of the flow, not all of it.
 const peerParallel = 3
 
+// peerStall is how long a peer's body may send nothing before the read is
+// given up and the chunk asked of another holder: a relay that hangs
+// without closing (a stopped process, a wedged disk) must cost its readers
+// no more than the relay that dies, within the 2 s issue 18 allows.
+const peerStall = time.Second
+
+// peerDownFor is how long a peer that failed a read is left alone by this
+// member, whatever the plans say: a plan can list it again before the
+// coordinator has heard it is unreachable, and a hung peer costs a
+// peerStall every time it is tried.
+const peerDownFor = 5 * time.Second
+
+// idlePolls is how many times a report interval a member with nothing to
+// read asks for a new plan: a chunk its peers verify reaches it within a
+// quarter interval, not a whole one per hop of the pipeline, for four small
+// in-memory requests to the coordinator per interval from each waiting
+// member.
+const idlePolls = 4
+
 // swarmCoord is the coordinator as the swarm fetch uses it.
 type swarmCoord interface {
 	Swarm(ctx context.Context, r api.SwarmReport) (api.SwarmPlan, error)
@@ -77,8 +96,10 @@ type swarm struct {
 
 	chunk int64
 	n     int
-	fh    *os.File
-	h     *held
+	// fh is the .part; set before run by a caller that opened it under the
+	// Fetcher's locks (fetch.LockFile), else run opens it.
+	fh *os.File
+	h  *held
 
 	mu         sync.Mutex
 	sums       []string       // known digests, by chunk
@@ -86,10 +107,20 @@ type swarm struct {
 	acked      int
 	bad        map[string]bool
 	unreach    []string
+	down       map[string]time.Time // peer address -> when it failed
 	validator  string
 	fromOrigin atomic.Int64
 	fromPeers  atomic.Int64
 	candidates []int // chunks on disk that must be verified again
+
+	// verifiedc wakes the lease holder's reporter when it verified a chunk
+	// from the origin: its digest is what the fabric waits for, so it goes
+	// out at once (one report per chunk of at least 16 MiB) rather than at
+	// the next tick.
+	verifiedc chan struct{}
+	// probed is when this member last checked that the lease holder
+	// accepts connections.
+	probed time.Time
 }
 
 func (s *swarm) nChunks() int { return int((s.size + s.chunk - 1) / s.chunk) }
@@ -102,21 +133,27 @@ func (s *swarm) bounds(i int) (int64, int64) {
 
 // run fetches the file and renames it into place.
 func (s *swarm) run(ctx context.Context) error {
-	s.chunk = api.DefaultChunkSize
 	if s.chunk <= 0 {
-		s.chunk = 16 << 20
+		// The swarm's first member's chunk size is the swarm's (tests set
+		// a smaller one, which a coordinator's swarm_min_chunk allows).
+		s.chunk = api.DefaultChunkSize
 	}
 	s.mine = map[int]string{}
 	s.bad = map[string]bool{}
+	s.down = map[string]time.Time{}
+	s.verifiedc = make(chan struct{}, 1)
 	if err := os.MkdirAll(filepath.Dir(s.target), 0o755); err != nil {
 		return err
 	}
-	fh, err := os.OpenFile(s.part, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
+	if s.fh == nil {
+		fh, err := os.OpenFile(s.part, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		s.fh = fh
 	}
-	defer fh.Close()
-	s.fh = fh
+	fh := s.fh
 	var have []byte
 	if sc, ok := s.loadSidecar(); ok {
 		s.chunk, s.validator = sc.ChunkSize, sc.Validator
@@ -170,9 +207,14 @@ func (s *swarm) run(ctx context.Context) error {
 		}
 		every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
 		until := time.Now().Add(every)
-		if plan.Lease {
+		switch {
+		case plan.Lease && !s.peersHold(plan):
 			err = s.fromOriginRun(ctx, plan, until)
-		} else {
+		default:
+			// Without the lease, peers only; with it, what peers hold is
+			// still read from them: the origin serves each byte to the
+			// fabric once, and a new holder is often behind a complete
+			// peer or a relay that got chunks it lacks.
 			err = s.fromPeersRun(ctx, plan, until)
 		}
 		if err != nil {
@@ -296,14 +338,53 @@ func (s *swarm) has(i int) bool {
 	return api.HasChunk(s.h.have, i)
 }
 
+// peerHolds says whether a peer of plan that this node has not found bad
+// offers chunk i verified.
+func (s *swarm) peerHolds(plan api.SwarmPlan, i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i >= len(s.sums) || s.sums[i] == "" {
+		return false
+	}
+	for _, p := range plan.Peers {
+		if s.usable(p) && (p.Complete || api.HasChunk(p.Have, i)) {
+			return true
+		}
+	}
+	return false
+}
+
+// usable says whether p may be asked for chunks: not found bad, not failed
+// within peerDownFor. Called under s.mu.
+func (s *swarm) usable(p api.SwarmPeer) bool {
+	if s.bad[p.Node] || p.Addr == "" {
+		return false
+	}
+	if t, ok := s.down[p.Addr]; ok && time.Since(t) < peerDownFor {
+		return false
+	}
+	return true
+}
+
+// peersHold says whether a chunk missing here can be read from a peer.
+func (s *swarm) peersHold(plan api.SwarmPlan) bool {
+	for i := 0; i < s.n; i++ {
+		if !s.has(i) && s.peerHolds(plan, i) {
+			return true
+		}
+	}
+	return false
+}
+
 // fromOriginRun reads the origin, holding the lease, from the first chunk
 // not verified here through the run of missing chunks after it, hashing
 // each chunk as it arrives. It returns at until (to report, keeping the
-// lease and publishing the digests) or at the end of the run.
+// lease and publishing the digests) or at the end of the run. A chunk a peer
+// holds ends the run: it is read from the peer, not the origin.
 func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until time.Time) error {
 	first := s.missing()
 	last := first
-	for last+1 < s.n && !s.has(last+1) {
+	for last+1 < s.n && !s.has(last+1) && !s.peerHolds(plan, last+1) {
 		last++
 	}
 	from, _ := s.bounds(first)
@@ -326,6 +407,9 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-s.verifiedc:
+				// Publish the new chunk's digest now, not at the next tick.
+				t.Reset(max(every, 50*time.Millisecond))
 			}
 			p, err := s.coord.Swarm(ctx, s.report(false, false))
 			if err != nil {
@@ -402,6 +486,10 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		s.h.mark(i)
 		s.saveSidecar()
 		s.progress()
+		select {
+		case s.verifiedc <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
@@ -415,7 +503,6 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 		peer api.SwarmPeer
 	}
 	taken := map[int]bool{}
-	down := map[string]bool{}
 	var mu sync.Mutex
 	next := func(worker int) (job, bool) {
 		mu.Lock()
@@ -432,14 +519,13 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 			}
 			// Spread the workers over the holders of this chunk.
 			var holders []api.SwarmPeer
+			s.mu.Lock()
 			for _, p := range plan.Peers {
-				s.mu.Lock()
-				bad := s.bad[p.Node]
-				s.mu.Unlock()
-				if !bad && !down[p.Addr] && p.Addr != "" && (p.Complete || api.HasChunk(p.Have, i)) {
+				if s.usable(p) && (p.Complete || api.HasChunk(p.Have, i)) {
 					holders = append(holders, p)
 				}
 			}
+			s.mu.Unlock()
 			if len(holders) == 0 {
 				continue
 			}
@@ -475,9 +561,9 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 					s.log.WithError(err).WithField("peer", j.peer.Node).Info("swarm: peer unreachable; moving to another holder")
 					s.mu.Lock()
 					s.unreach = append(s.unreach, j.peer.Node)
+					s.down[j.peer.Addr] = time.Now()
 					s.mu.Unlock()
 					mu.Lock()
-					down[j.peer.Addr] = true
 					delete(taken, j.i)
 					mu.Unlock()
 				}
@@ -486,10 +572,70 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	}
 	wg.Wait()
 	if moved.Load() == 0 {
-		// Nothing to read on this plan: wait for the next one.
-		return sleep(ctx, time.Until(until))
+		s.probeHolder(ctx, plan)
+		// Nothing to read on this plan: ask for the next one soon, since
+		// the plan is what tells that a peer verified another chunk.
+		every := time.Until(until)
+		return sleep(ctx, max(every/idlePolls, min(every, 50*time.Millisecond)))
 	}
 	return ctx.Err()
+}
+
+// stallReader restarts the stall timer on every byte that arrives.
+type stallReader struct {
+	r io.Reader
+	t *time.Timer
+}
+
+func (r stallReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.t.Reset(peerStall)
+	}
+	return n, err
+}
+
+// probeHolder checks, once a report interval, that the lease holder still
+// accepts connections on its chunk server, and reports it unreachable when
+// it does not. A member caught up with the holder reads nothing from it, so
+// without this nobody would see a killed seed refuse connections, and the
+// lease would wait out the whole silence timeout (5 s) instead of the
+// coordinator's 500 ms for a holder that is both silent and unreachable.
+// A connection only: no request, no credential.
+func (s *swarm) probeHolder(ctx context.Context, plan api.SwarmPlan) {
+	every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
+	if plan.Holder == "" || plan.Holder == s.node || time.Since(s.probed) < every {
+		return
+	}
+	addr := ""
+	for _, p := range plan.Peers {
+		if p.Node == plan.Holder {
+			addr = p.Addr
+		}
+	}
+	if addr == "" {
+		return
+	}
+	s.probed = time.Now()
+	dial := (&net.Dialer{Timeout: every}).DialContext
+	if t, ok := s.peer.Transport.(*http.Transport); ok && t.DialContext != nil {
+		dial = t.DialContext
+	}
+	dctx, cancel := context.WithTimeout(ctx, every)
+	defer cancel()
+	c, err := dial(dctx, "tcp", addr)
+	if err == nil {
+		c.Close()
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	s.log.WithError(err).WithField("holder", plan.Holder).Info("swarm: the origin lease holder does not accept connections; reporting it")
+	s.mu.Lock()
+	s.unreach = append(s.unreach, plan.Holder)
+	s.down[addr] = time.Now()
+	s.mu.Unlock()
 }
 
 var (
@@ -501,11 +647,19 @@ var (
 // coordinator gave, never one from the peer, and only then writes it.
 func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	from, to := s.bounds(i)
+	// The client's timeouts end at the response's header; a body that stops
+	// coming is ended here, peerStall after its last byte.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	stall := time.AfterFunc(peerStall, func() {
+		cancel(fmt.Errorf("peer %s sent nothing for %v", p.Addr, peerStall))
+	})
+	defer stall.Stop()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 	case http.StatusRequestedRangeNotSatisfiable, http.StatusNotFound, http.StatusServiceUnavailable:
@@ -514,10 +668,13 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 		return fmt.Errorf("peer %s answered %s", p.Addr, resp.Status)
 	}
 	buf := make([]byte, to-from+1)
-	n, err := io.ReadFull(resp.Body, buf)
+	n, err := io.ReadFull(stallReader{resp.Body, stall}, buf)
 	s.fromPeers.Add(int64(n))
 	s.onBytes("peer", int64(n))
 	if err != nil {
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+			err = c
+		}
 		return fmt.Errorf("peer %s: %w", p.Addr, err)
 	}
 	s.mu.Lock()

@@ -291,7 +291,7 @@ func (n *testNode) check(t *testing.T, data []byte) {
 	}
 }
 
-func testData(t *testing.T, size int) ([]byte, string) {
+func testData(t testing.TB, size int) ([]byte, string) {
 	data := make([]byte, size)
 	rand.Read(data)
 	h := sha256.Sum256(data)
@@ -370,5 +370,11 @@ func TestSwarmDropsABadPeer(t *testing.T) {
 	if !dropped {
 		t.Errorf("the peer that flipped a byte was not reported bad")
 	}
-	t.Logf("origin %d bytes (2 copies expected: no honest holder left), n33 from peers %d", o.sent.Load(), n3.fromPeers.Load())
+	// The seed read one copy; with the seed gone and the only other holder
+	// lying, n33 reads the second from the origin, and what it read from
+	// the liar was all rejected.
+	if got, want := o.sent.Load(), 2*int64(len(data)); got != want {
+		t.Errorf("origin sent %d bytes, want two copies (%d): the seed's and n33's once no honest holder is left", got, want)
+	}
+	t.Logf("origin %d bytes = %.2f copies; n33 read %d bytes from the lying peer, all rejected", o.sent.Load(), float64(o.sent.Load())/float64(len(data)), n3.fromPeers.Load())
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 
@@ -75,14 +76,16 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 		client, err := a.client(cfg)
 		go func() {
 			if err == nil {
-				s := &swarm{coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
-					source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
-					origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
-					onBytes: func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
-					onProgress: func(done, total int64) {
-						a.onProgress(fetch.Progress{Source: req.Source, Done: done, Total: total})
-					}}
-				err = s.run(fctx)
+				err = a.runSwarm(fctx, f, target, want, func(fh *os.File) error {
+					s := &swarm{fh: fh, coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
+						source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
+						origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
+						onBytes: func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
+						onProgress: func(done, total int64) {
+							a.onProgress(fetch.Progress{Source: req.Source, Done: done, Total: total})
+						}}
+					return s.run(fctx)
+				})
 			}
 			c.err = err
 			st.mu.Lock()
@@ -114,6 +117,24 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 		leave()
 		return "", &fetch.Error{Source: req.Source, Op: "get", Err: ctx.Err()}
 	}
+}
+
+// runSwarm runs a swarm fetch of target under the locks a Fetcher's fetch
+// of it takes (the node lock and the .part's flock), so that a `llmgw fetch`
+// of the same file by another process waits for it instead of truncating the
+// .part under it; and runs none when that process finished the file while
+// this one waited.
+func (a *Agent) runSwarm(ctx context.Context, f *fetch.Fetcher, target string, want fetch.Want, run func(*os.File) error) error {
+	fh, release, err := f.LockFile(ctx, target)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if p, err := fetch.Digest(ctx, target); err == nil && p == want.SHA256 {
+		a.holdComplete(want, target)
+		return nil
+	}
+	return run(fh)
 }
 
 // holdComplete serves a verified cache file to the fabric.

@@ -31,6 +31,16 @@ type Status struct {
 	Models []ModelStatus `json:"models"`
 	// Features is the Slurm feature reconciler's state; nil when it is off.
 	Features *FeatureStatus `json:"features,omitempty"`
+	// Swarms are the swarms the coordinator keeps (fetches through a
+	// fabric's peers), by fabric, model and source.
+	Swarms []SwarmStatus `json:"swarms,omitempty"`
+	// SwarmBytes is, per fabric, what swarm members received from the
+	// origin and from peers since the coordinator started, swarms that
+	// ended included: the share the site's uplink carried.
+	SwarmBytes []FabricSwarmBytes `json:"swarm_bytes,omitempty"`
+	// Seeds are the seed requests still asking nodes (llmgw seed), oldest
+	// first, each with only the nodes still asked.
+	Seeds []SeedStatus `json:"seeds,omitempty"`
 }
 
 // Node states. A node is stale when it has missed three report intervals:

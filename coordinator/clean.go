@@ -51,6 +51,9 @@ func redactStatus(st *api.Status) {
 		st.Models[i].Model = st.Models[i].Model.MapSources(api.RedactSource)
 		redactFabrics(st.Models[i].Fabrics)
 	}
+	for i := range st.Swarms {
+		st.Swarms[i].Source = api.RedactSource(st.Swarms[i].Source)
+	}
 }
 
 func redactModelNodes(st *api.ModelNodes) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
 	if err != nil {
 		return nil, err
 	}
+	fillAddrs(ctx, s.Run, nodes)
 	out := make([]KnownNode, len(nodes))
 	for i, n := range nodes {
 		out[i] = KnownNode{Name: n.Name, Addrs: []string{n.Addr, n.Hostname}}
@@ -41,6 +43,36 @@ func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
 		}
 	}
 	return out, nil
+}
+
+// fillAddrs gives the nodes sinfo listed without NodeAddr and NodeHostname
+// those of `scontrol show nodes --json`. From 23.02 sinfo's records leave
+// them empty, and the node's name alone is then all there is to check a
+// credential's host against: a node whose name does not resolve to the
+// address its munged speaks from (NodeName=n3 NodeAddr=10.1.0.3, or the
+// dev cluster's n1..n4 on 127.0.0.1) had every report refused. When
+// scontrol cannot say, the names stand, as before.
+func fillAddrs(ctx context.Context, run *slurm.Runner, nodes []slurm.Node) {
+	if !slices.ContainsFunc(nodes, func(n slurm.Node) bool { return n.Addr == "" && n.Hostname == "" }) {
+		return
+	}
+	out, err := run.Run(ctx, "scontrol", "show", "nodes", "--json")
+	if err != nil {
+		return
+	}
+	listed, err := slurm.ParseNodesJSON(out)
+	if err != nil {
+		return
+	}
+	byName := make(map[string]slurm.Node, len(listed))
+	for _, n := range listed {
+		byName[n.Name] = n
+	}
+	for i, n := range nodes {
+		if m, ok := byName[n.Name]; ok && n.Addr == "" && n.Hostname == "" {
+			nodes[i].Addr, nodes[i].Hostname = m.Addr, m.Hostname
+		}
+	}
 }
 
 // How often the node list is read again: every knownNodesMaxAge while

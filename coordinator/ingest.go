@@ -239,6 +239,9 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 			// A gc request waiting for this node rides on the answer: the
 			// coordinator has no other way to reach it.
 			ans.GC = s.gcAsk(r.Context(), rep.Node)
+			// So do the seed asks, at every report until the node holds
+			// the model.
+			ans.Seed = s.seedAsks(r.Context(), rep.Node)
 			s.swarms.notePeerAddr(rep.Node, rep.PeerAddr)
 		}
 		writeJSON(w, http.StatusAccepted, ans)

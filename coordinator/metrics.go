@@ -73,7 +73,7 @@ func newMetrics(s *Server) *metrics {
 	for _, op := range []string{"ingest", "catalog", "read", "ping"} {
 		m.dbErrors.WithLabelValues(op)
 	}
-	m.reg.MustRegister(m.reports, m.latency, m.dbErrors, m.fetched, &stateCollector{s},
+	m.reg.MustRegister(m.reports, m.latency, m.dbErrors, m.fetched, &stateCollector{s}, &swarmCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -56,6 +56,8 @@ type Server struct {
 	batches, batched atomic.Int64
 	// gc holds the gc requests not yet handed to every node they ask.
 	gc gcPending
+	// seeds holds the seed requests still asking nodes (seed.go).
+	seeds seedPending
 	// swarms are the fabrics' swarms (swarm.go).
 	swarms *swarms
 	// dbOK is false after a write failed, until one succeeds: readiness
@@ -127,6 +129,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	if err := s.loadGC(ctx); err != nil {
 		return nil, fmt.Errorf("load gc requests from %s: %w", db.Path(), err)
 	}
+	if err := s.loadSeeds(ctx); err != nil {
+		return nil, fmt.Errorf("load seed requests from %s: %w", db.Path(), err)
+	}
 	s.dbOK.Store(true)
 	s.metrics = newMetrics(s)
 	if err := s.initTrust(ctx); err != nil {
@@ -154,7 +159,8 @@ func (s *Server) Close() {
 // token when a read token is configured); PUT and DELETE /v1/models/{name}
 // and POST /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin
 // token), GET /v1/gc/{id} (read), POST /v1/gc/{id}/answers (agent token):
-// see gc.go;
+// see gc.go; POST /v1/seed (admin token), GET /v1/seed/{id} (read): see
+// seed.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -168,6 +174,8 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
 	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
+	s.route(mux, "POST /v1/seed", roleAdmin, s.postSeed)
+	s.route(mux, "GET /v1/seed/{id}", roleRead, s.getSeed)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
@@ -400,6 +408,8 @@ func what(req *http.Request, r role) string {
 		return "asking nodes to gc"
 	case strings.HasPrefix(req.URL.Path, "/v1/gc") && r == roleAgent:
 		return "answering a gc request"
+	case strings.HasPrefix(req.URL.Path, "/v1/seed") && r == roleAdmin:
+		return "asking nodes to seed a model"
 	}
 	switch r {
 	case roleAgent:

@@ -64,10 +64,16 @@ func (s *Server) header() (interval, staleAfter, stallAfter float64) {
 
 // Status computes the cluster status as of now.
 func (s *Server) Status(now time.Time) *api.Status {
+	// Read before the view's lock is taken: a swarm report holds the swarm
+	// lock while it takes the view's.
+	swarms := s.swarms.snapshot(now)
+	traffic := s.swarms.fabricBytes()
+	seeds := s.seeds.asking(now)
 	s.view.mu.RLock()
 	defer s.view.mu.RUnlock()
 	f := s.fold(now)
-	st := &api.Status{Generated: now.UTC(), Nodes: apiCounts(f.Counts), Fabrics: []api.FabricNodes{}, Models: []api.ModelStatus{}}
+	st := &api.Status{Generated: now.UTC(), Nodes: apiCounts(f.Counts), Fabrics: []api.FabricNodes{}, Models: []api.ModelStatus{},
+		Swarms: s.nameSwarms(swarms), SwarmBytes: traffic, Seeds: seeds}
 	st.ReportInterval, st.StaleAfter, st.StallAfter = s.header()
 	st.Features = s.features.status()
 	fabrics := f.FabricNames()

@@ -90,7 +90,12 @@ type swarm struct {
 	// heir, until heirUntil, is the member the lease is kept for.
 	heir      string
 	heirUntil time.Time
-	members   map[string]*swarmMember
+	// progressAt is when the holder last read from the origin (its
+	// FromOrigin grew), or took the lease: a holder that keeps reporting
+	// and reads nothing must not keep the fabric from the origin.
+	progressAt time.Time
+
+	members map[string]*swarmMember
 	// badBy maps a peer to the members that reported it bad.
 	badBy        map[string]map[string]bool
 	last         time.Time
@@ -105,6 +110,8 @@ type swarms struct {
 	m  map[swarmKey]*swarm
 	// peerAddr is each node's chunk server address from its last report.
 	peerAddr map[string]string
+	// bytes totals the members' increments per fabric (swarmstatus.go).
+	bytes fabricTraffic
 }
 
 func newSwarms() *swarms {
@@ -284,12 +291,19 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	if m.complete {
 		m.verified = g.chunks
 	}
+	if g.holder == rep.Node && rep.FromOrigin > m.fromOrig {
+		// The holder read from the origin since its last report.
+		g.progressAt = now
+	}
+
 	m.last = now
 	if d := rep.FromOrigin - m.fromOrig; d > 0 {
 		g.fromOrigin += d
+		sw.bytes.add(fabric, d, 0)
 	}
 	if d := rep.FromPeers - m.fromPeers; d > 0 {
 		g.fromPeers += d
+		sw.bytes.add(fabric, 0, d)
 	}
 	m.fromOrig, m.fromPeers = rep.FromOrigin, rep.FromPeers
 
@@ -346,12 +360,19 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 			sw.passLease(s, g, now, fmt.Sprintf("unreachable and silent %v", silent.Round(time.Millisecond)))
 		}
 	}
+	// Reporting is not progress: a holder whose origin read is stuck (an
+	// origin that stopped sending, a request that keeps failing) loses the
+	// lease after the same timeout as a silent one.
+	if g.holder != "" && now.Sub(g.progressAt) >= s.cfg.SwarmLeaseTimeout {
+		sw.passLease(s, g, now, fmt.Sprintf("no origin progress for %v", now.Sub(g.progressAt).Round(time.Millisecond)))
+	}
 
 	// The lease: at most one holder; the heir, for successorWait, or the
 	// first to ask after. A complete member needs no origin.
 	if g.holder == "" && !rep.Gone && !m.complete &&
 		(g.heir == "" || g.heir == rep.Node || !now.Before(g.heirUntil)) {
 		g.holder, g.heir = rep.Node, ""
+		g.progressAt = now
 		g.leaseChanges++
 		log.Info("swarm: origin lease taken")
 	}

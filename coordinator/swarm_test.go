@@ -262,3 +262,46 @@ func TestSwarmBounds(t *testing.T) {
 		t.Fatalf("%d swarms kept after the others were idle %v", n, swarmIdle)
 	}
 }
+
+// TestSwarmLeaseNeedsOriginProgress: a holder that keeps reporting but reads
+// nothing from the origin loses the lease after the lease timeout, to the
+// member furthest ahead; one whose FromOrigin grows keeps it.
+func TestSwarmLeaseNeedsOriginProgress(t *testing.T) {
+	e := swarmEnv(t)
+	// n1 holds and reads: FromOrigin grows with every report.
+	h := sreport("n1", 0)
+	if p := ask(t, e, h); !p.Lease {
+		t.Fatal("first asker has no lease")
+	}
+	var d time.Duration
+	for d = 250 * time.Millisecond; d <= 2*DefaultSwarmLeaseTimeout; d += 250 * time.Millisecond {
+		e.clock.set(t0.Add(d))
+		h.FromOrigin += 1 << 20
+		if p := ask(t, e, h); !p.Lease {
+			t.Fatalf("a holder reading from the origin lost the lease after %v", d)
+		}
+		ask(t, e, sreport("n2"))
+		ask(t, e, sreport("n3", 0))
+	}
+	// Now it keeps reporting, every 250 ms, and reads nothing.
+	stuck := d
+	for ; ; d += 250 * time.Millisecond {
+		e.clock.set(t0.Add(d))
+		p := ask(t, e, h)
+		ask(t, e, sreport("n2"))
+		p3 := ask(t, e, sreport("n3", 0))
+		if !p.Lease {
+			if d-stuck < DefaultSwarmLeaseTimeout-250*time.Millisecond {
+				t.Fatalf("the holder lost the lease %v after its last origin byte; the timeout is %v", d-stuck, DefaultSwarmLeaseTimeout)
+			}
+			if !p3.Lease {
+				t.Fatalf("the lease passed from the stuck holder to %q, want n3 (furthest ahead)", p3.Holder)
+			}
+			t.Logf("lease passed %v after the holder's last origin byte", d-stuck)
+			return
+		}
+		if d-stuck > DefaultSwarmLeaseTimeout+time.Second {
+			t.Fatalf("a holder that reports but reads nothing kept the lease %v", d-stuck)
+		}
+	}
+}

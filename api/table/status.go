@@ -47,6 +47,9 @@ func WriteStatus(w io.Writer, st *api.Status) error {
 	if err := writeFeatureStatus(w, st); err != nil {
 		return err
 	}
+	if err := writeSwarms(w, st); err != nil {
+		return err
+	}
 	if len(st.Fabrics) == 0 {
 		return nil
 	}

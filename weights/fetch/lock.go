@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // lockPoll is how often a process waiting for another's fetch tries the
@@ -59,6 +61,35 @@ func (f *Fetcher) lock(ctx context.Context, target string) (func(), error) {
 		unix.Flock(int(fh.Fd()), unix.LOCK_UN)
 		fh.Close()
 	}, nil
+}
+
+// LockFile takes, for a fetch outside this package that writes target's
+// .part (the agent's swarm fetch), the locks a Fetcher's own fetch of target
+// holds: the node lock, then the .part's flock. Without them a hand-run
+// llmgw fetch of the same file could truncate or rename the .part the other
+// is writing. It returns the .part open read-write and the release of both;
+// the caller checks target again after it, since another process may have
+// finished the file while this one waited.
+func (f *Fetcher) LockFile(ctx context.Context, target string) (*os.File, func(), error) {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return nil, nil, fmt.Errorf("cache directory cannot be created: %w", err)
+	}
+	unlock, err := f.lock(ctx, target)
+	if err != nil {
+		return nil, nil, err
+	}
+	for {
+		fh, err := f.lockPart(ctx, target+catalog.PartSuffix)
+		if errors.Is(err, errPartMoved) {
+			continue
+		}
+		if err != nil {
+			unlock()
+			return nil, nil, err
+		}
+		// Closing fh drops its flock; the node lock goes after it.
+		return fh, func() { fh.Close(); unlock() }, nil
+	}
 }
 
 // lockDir is LockDir, created if need be, or the default.

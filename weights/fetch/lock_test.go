@@ -353,3 +353,37 @@ func TestEnsureResumeKeepsProgressWithinChunks(t *testing.T) {
 		})
 	}
 }
+
+// TestLockFileExcludesAFetcher: LockFile holds what a Fetcher's fetch of
+// the same file takes, the node lock and the .part's flock, each on its own:
+// a Fetcher on the same lock directory waits on the first, one on another
+// lock directory (a hand-run fetch with its own run_dir) on the second.
+func TestLockFileExcludesAFetcher(t *testing.T) {
+	cache := t.TempDir()
+	f := &Fetcher{CacheDir: cache, LockDir: t.TempDir()}
+	target := filepath.Join(cache, "x.gguf")
+	part, release, err := f.LockFile(context.Background(), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if part.Name() != target+catalog.PartSuffix {
+		t.Fatalf("LockFile opened %s, want the .part", part.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	if _, err := (&Fetcher{LockDir: f.LockDir}).lock(ctx, target); err == nil {
+		t.Fatal("the node lock was free while LockFile held it")
+	}
+	other := &Fetcher{LockDir: t.TempDir()}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel2()
+	if _, err := other.lockPart(ctx2, target+catalog.PartSuffix); err == nil {
+		t.Fatal("the .part's flock was free while LockFile held it")
+	}
+	release()
+	fh, err := other.lockPart(context.Background(), target+catalog.PartSuffix)
+	if err != nil {
+		t.Fatalf("the .part's flock after release: %v", err)
+	}
+	fh.Close()
+}
