@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
@@ -72,6 +73,11 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 	good := cred(addr, "ib-a", chunk0)
 	if r := do(addr, "ib-a", chunk0, good); r.StatusCode != http.StatusPartialContent {
 		t.Fatalf("a root credential for this request: %s, want 206", r.Status)
+	}
+	// The server counts a body once it is written, which can be just
+	// after the client has read it all.
+	for end := time.Now().Add(2 * time.Second); served.Load() < testChunk && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
 	}
 	if got := served.Swap(0); got != testChunk {
 		t.Errorf("served %d bytes for one chunk of %d", got, testChunk)

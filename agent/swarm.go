@@ -123,6 +123,10 @@ type swarm struct {
 	// probed is when this member last checked that the lease holder
 	// accepts connections.
 	probed time.Time
+	// waited says the last report asked the coordinator to wait
+	// (SwarmReport.WaitMs), and answeredIn is how long its answer took.
+	waited     bool
+	answeredIn time.Duration
 
 	// The whole file's sha256, computed while the fetch runs: chunks
 	// [0, hashed) are in hsum, read back through fh as the verified
@@ -201,8 +205,14 @@ func (s *swarm) run(ctx context.Context) error {
 		}
 	}()
 
+	waitFor := time.Duration(0) // the wait the next report asks for
 	for {
-		plan, err := s.coord.Swarm(ctx, s.report(false, false))
+		rep := s.report(false, false)
+		rep.WaitMs = int(waitFor / time.Millisecond)
+		asked := time.Now()
+		plan, err := s.coord.Swarm(ctx, rep)
+		s.answeredIn, s.waited = time.Since(asked), waitFor > 0
+		waitFor = 0
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -228,7 +238,14 @@ func (s *swarm) run(ctx context.Context) error {
 			// still read from them: the origin serves each byte to the
 			// fabric once, and a new holder is often behind a complete
 			// peer or a relay that got chunks it lacks.
-			err = s.fromPeersRun(ctx, plan, until)
+			var idle bool
+			idle, err = s.fromPeersRun(ctx, plan, until)
+			if idle && err == nil {
+				// Nothing to read: the next report asks the coordinator to
+				// answer when there is (a peer verified a chunk, a digest
+				// came, the lease moved), up to idlePolls report intervals.
+				waitFor = idlePolls * every
+			}
 		}
 		if err != nil {
 			return err
@@ -522,8 +539,8 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 
 // fromPeersRun reads missing chunks whose digests are known from the peers
 // that hold them, several at once from different peers, until until or
-// until nothing more can be read on this plan.
-func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time.Time) error {
+// until nothing more can be read on this plan; idle says nothing could.
+func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time.Time) (idle bool, err error) {
 	type job struct {
 		i    int
 		peer api.SwarmPeer
@@ -599,12 +616,21 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	wg.Wait()
 	if moved.Load() == 0 {
 		s.probeHolder(ctx, plan)
-		// Nothing to read on this plan: ask for the next one soon, since
-		// the plan is what tells that a peer verified another chunk.
+		// Nothing to read on this plan. The next report waits at the
+		// coordinator for news; but a plan that came at once after asking
+		// to wait (a coordinator that does not hold answers, or news that
+		// was not for this member) must not make a busy loop of it: then
+		// it is the old pace, a few plans per report interval.
 		every := time.Until(until)
-		return sleep(ctx, max(every/idlePolls, min(every, 50*time.Millisecond)))
+		pace := max(every/idlePolls, min(every, 50*time.Millisecond))
+		if !s.waited || s.answeredIn < pace {
+			if err := sleep(ctx, pace-min(s.answeredIn, pace)); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
 	}
-	return ctx.Err()
+	return false, ctx.Err()
 }
 
 // countReader passes the size of every read to count.

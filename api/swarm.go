@@ -62,6 +62,13 @@ type SwarmReport struct {
 	// Gone is set when the member stops (done, failed or canceled); the
 	// coordinator drops it, and its lease if it held it.
 	Gone bool `json:"gone,omitempty"`
+	// WaitMs, from a member with nothing to read, asks the coordinator to
+	// hold its answer until the swarm changes (a digest published, a
+	// member verifying a chunk, the lease moving) or WaitMs passes. The
+	// member hears of a new chunk at once instead of asking many times a
+	// second over the management network. A coordinator that does not
+	// know the field answers at once.
+	WaitMs int `json:"wait_ms,omitempty"`
 }
 
 // SwarmPlan is the coordinator's answer: what the member may read, and from

@@ -65,12 +65,15 @@ const (
 type swarmKey struct{ fabric, source, sha string }
 
 type swarmMember struct {
-	node      string
-	have      []byte
-	verified  int
-	complete  bool
-	gone      bool
-	last      time.Time
+	node     string
+	have     []byte
+	verified int
+	complete bool
+	gone     bool
+	last     time.Time
+	// waitUntil is when the wait this member's last report asked for ends
+	// (SwarmReport.WaitMs): until then it is live though silent.
+	waitUntil time.Time
 	fromOrig  int64
 	fromPeers int64
 	// bad and unreach are the peers this member accused.
@@ -102,6 +105,42 @@ type swarm struct {
 	fromOrigin   int64
 	fromPeers    int64
 	leaseChanges int64
+	// changed is closed, and dropped, when the swarm changes in a way a
+	// waiting member may act on (SwarmReport.WaitMs): a digest stored, a
+	// member verifying more chunks, the lease moving.
+	changed chan struct{}
+}
+
+// maxSwarmWait bounds SwarmReport.WaitMs: a member must still report often
+// enough to keep its place (SwarmLeaseTimeout), and a held request is a
+// goroutine and a connection on the coordinator.
+const maxSwarmWait = 2 * time.Second
+
+// notify wakes the members waiting on g. Called under sw.mu.
+func (g *swarm) notify() {
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
+}
+
+// idle says whether plan gives member m nothing to do: no lease, and no
+// peer holding a chunk m lacks whose digest is known.
+func idle(m *swarmMember, plan api.SwarmPlan) bool {
+	if plan.Lease || m.complete {
+		return false
+	}
+	for i, d := range plan.Sums {
+		if d == "" || api.HasChunk(m.have, i) {
+			continue
+		}
+		for _, p := range plan.Peers {
+			if p.Complete || api.HasChunk(p.Have, i) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // swarms is the coordinator's registry of swarms.
@@ -235,16 +274,34 @@ func (s *Server) postSwarm(w http.ResponseWriter, r *http.Request) error {
 	if fabric == "" {
 		fabric = DefaultFabric
 	}
-	plan, err := s.swarms.report(s, fabric, &rep, chunks, s.now())
+	plan, wait, err := s.swarms.report(s, fabric, &rep, chunks, s.now())
 	if err != nil {
 		return err
+	}
+	if wait != nil {
+		// Nothing to read yet: answer when there is, or at WaitMs. The
+		// report is applied again then, which changes nothing but the
+		// member's last word (it said the same), and the plan is fresh.
+		t := time.NewTimer(min(time.Duration(rep.WaitMs)*time.Millisecond, maxSwarmWait))
+		select {
+		case <-wait:
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		t.Stop()
+		rep.WaitMs = 0
+		if plan, _, err = s.swarms.report(s, fabric, &rep, chunks, s.now()); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, plan)
 	return nil
 }
 
-// report applies one member's report to its swarm and returns its plan.
-func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks int, now time.Time) (api.SwarmPlan, error) {
+// report applies one member's report to its swarm and returns its plan,
+// and, when the member asked to wait (WaitMs) and the plan gives it nothing
+// to do, a channel closed when the swarm next changes.
+func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks int, now time.Time) (api.SwarmPlan, <-chan struct{}, error) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	sw.expire(s, now)
@@ -253,21 +310,21 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	if g == nil {
 		if rep.Gone {
 			return api.SwarmPlan{ChunkSize: rep.ChunkSize, Sums: []string{}, Peers: []api.SwarmPeer{},
-				ReportEvery: int(s.cfg.SwarmReportEvery / time.Millisecond)}, nil
+				ReportEvery: int(s.cfg.SwarmReportEvery / time.Millisecond)}, nil, nil
 		}
 		if len(sw.m) >= maxSwarms {
-			return api.SwarmPlan{}, api.Errorf(api.CodeUnavailable, "the coordinator holds %d swarms, its limit; fetch from the origin or retry later", maxSwarms)
+			return api.SwarmPlan{}, nil, api.Errorf(api.CodeUnavailable, "the coordinator holds %d swarms, its limit; fetch from the origin or retry later", maxSwarms)
 		}
 		g = &swarm{key: key, size: rep.Size, chunkSize: rep.ChunkSize, chunks: chunks,
 			sums: map[int]string{}, sumFrom: map[int]int{}, members: map[string]*swarmMember{},
 			badBy: map[string]map[string]bool{}}
 	} else if rep.Size != g.size {
-		return api.SwarmPlan{}, api.Errorf(api.CodeInvalid, "swarm report from %s: size_bytes %d differs from the swarm's %d for the same sha256", rep.Node, rep.Size, g.size)
+		return api.SwarmPlan{}, nil, api.Errorf(api.CodeInvalid, "swarm report from %s: size_bytes %d differs from the swarm's %d for the same sha256", rep.Node, rep.Size, g.size)
 	}
 	m := g.members[rep.Node]
 	if m == nil || m.gone {
 		if !rep.Gone && m == nil && sw.memberships(rep.Node) >= swarmsPerNode {
-			return api.SwarmPlan{}, api.Errorf(api.CodeInvalid, "node %s is already in %d swarms, the limit; finish or leave one (gone) first", rep.Node, swarmsPerNode)
+			return api.SwarmPlan{}, nil, api.Errorf(api.CodeInvalid, "node %s is already in %d swarms, the limit; finish or leave one (gone) first", rep.Node, swarmsPerNode)
 		}
 	}
 	if m == nil {
@@ -276,6 +333,9 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	}
 	sw.m[key] = g
 	g.last = now
+	// What a waiting member may act on, before this report: compared at
+	// the end, a change wakes the waiters.
+	sums0, holder0, verified0 := len(g.sums), g.holder, m.verified
 	log := s.log.WithFields(logrus.Fields{"fabric": fabric, "source": rep.Source, "node": rep.Node})
 
 	// Only a chunk size the swarm agrees on makes chunk indexes mean the
@@ -398,7 +458,17 @@ func (sw *swarms) report(s *Server, fabric string, rep *api.SwarmReport, chunks 
 	if !rep.Gone {
 		plan.Peers = sw.peers(s, g, m, now)
 	}
-	return plan, nil
+	if len(g.sums) != sums0 || g.holder != holder0 || m.verified > verified0 || rep.Gone {
+		g.notify()
+	}
+	if rep.WaitMs > 0 && !rep.Gone && idle(m, plan) {
+		if g.changed == nil {
+			g.changed = make(chan struct{})
+		}
+		m.waitUntil = now.Add(min(time.Duration(rep.WaitMs)*time.Millisecond, maxSwarmWait))
+		return plan, g.changed, nil
+	}
+	return plan, nil, nil
 }
 
 // takeSums stores the chunk digests rep may give and returns how many of
@@ -480,7 +550,9 @@ func (sw *swarms) passLease(s *Server, g *swarm, now time.Time, why string) {
 	recent := 2 * s.cfg.SwarmReportEvery
 	for _, n := range sortedMembers(g) {
 		p := g.members[n]
-		if n == old || p.gone || p.complete || now.Sub(p.last) > recent {
+		// A member held in a wait (SwarmReport.WaitMs) last spoke up to
+		// maxSwarmWait ago and is as live as one that just did.
+		if n == old || p.gone || p.complete || (now.Sub(p.last) > recent && now.After(p.waitUntil)) {
 			continue
 		}
 		if p.verified > best {
@@ -488,6 +560,8 @@ func (sw *swarms) passLease(s *Server, g *swarm, now time.Time, why string) {
 		}
 	}
 	g.heirUntil = now.Add(successorWait)
+	// The heir may be waiting for news; this is news.
+	g.notify()
 	s.log.WithFields(logrus.Fields{"fabric": g.key.fabric, "source": g.key.source, "node": old, "heir": g.heir}).
 		Infof("swarm: origin lease released (%s)", why)
 }

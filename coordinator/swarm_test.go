@@ -305,3 +305,77 @@ func TestSwarmLeaseNeedsOriginProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestSwarmWaitAnswersOnNews: a member with nothing to read that asks to
+// wait (WaitMs) is answered when another member verifies a chunk, with a
+// plan offering it, and not before; with no news it is answered at WaitMs;
+// a member with something to read is answered at once however long it
+// asks to wait.
+func TestSwarmWaitAnswersOnNews(t *testing.T) {
+	e := swarmEnv(t)
+	seed := sreport("n1")
+	if p := ask(t, e, seed); !p.Lease {
+		t.Fatal("n1 did not get the lease")
+	}
+	ask(t, e, sreport("n2")) // joins; nothing to read yet
+
+	// No news: held for WaitMs.
+	idle := sreport("n2")
+	idle.WaitMs = 300
+	start := time.Now()
+	ask(t, e, idle)
+	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Errorf("a wait with no news was answered after %v, want about 300ms", d)
+	}
+
+	// News while held: the seed verifies chunk 0 and publishes its digest.
+	idle.WaitMs = 10000 // the coordinator caps it at maxSwarmWait
+	type answer struct {
+		p api.SwarmPlan
+		d time.Duration
+	}
+	got := make(chan answer, 1)
+	start = time.Now()
+	go func() {
+		p, err := e.agent.Swarm(context.Background(), idle)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- answer{p, time.Since(start)}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case a := <-got:
+		t.Fatalf("answered after %v before any news", a.d)
+	default:
+	}
+	news := sreport("n1", 0)
+	news.Sums = map[int]string{0: strings.Repeat("ab", 32)}
+	ask(t, e, news)
+	var a answer
+	select {
+	case a = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting member was not answered after the news")
+	}
+	if a.d > time.Second {
+		t.Errorf("answered %v after the wait began, the news came at 300ms", a.d)
+	}
+	offered := false
+	for _, p := range a.p.Peers {
+		if p.Node == "n1" && api.HasChunk(p.Have, 0) && a.p.Sums[0] != "" {
+			offered = true
+		}
+	}
+	if !offered {
+		t.Errorf("the answer does not offer n1's chunk 0: %+v", a.p)
+	}
+	t.Logf("answered %v after asking, about %v after the news", a.d.Round(time.Millisecond), (a.d - 300*time.Millisecond).Round(time.Millisecond))
+
+	// Something to read: no wait.
+	start = time.Now()
+	ask(t, e, idle)
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("a member with a chunk to read waited %v", d)
+	}
+}
