@@ -55,11 +55,11 @@ const peerStall = time.Second
 // peerStall every time it is tried.
 const peerDownFor = 5 * time.Second
 
-// idlePolls is how many times a report interval a member with nothing to
-// read asks for a new plan: a chunk its peers verify reaches it within a
-// quarter interval, not a whole one per hop of the pipeline, for four small
-// in-memory requests to the coordinator per interval from each waiting
-// member.
+// idlePolls sets the pace of a member with nothing to read: its next report
+// asks the coordinator to hold the answer for news up to idlePolls report
+// intervals, and against a coordinator that answers at once it asks again
+// idlePolls times an interval, so that a chunk its peers verify reaches it
+// within a quarter interval, not a whole one per hop of the pipeline.
 const idlePolls = 4
 
 // swarmCoord is the coordinator as the swarm fetch uses it.
@@ -381,7 +381,7 @@ func (s *swarm) peerHolds(plan api.SwarmPlan, i int) bool {
 		return false
 	}
 	for _, p := range plan.Peers {
-		if s.usable(p) && (p.Complete || api.HasChunk(p.Have, i)) {
+		if s.usable(p) && p.Holds(i) {
 			return true
 		}
 	}
@@ -564,7 +564,7 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 			var holders []api.SwarmPeer
 			s.mu.Lock()
 			for _, p := range plan.Peers {
-				if s.usable(p) && (p.Complete || api.HasChunk(p.Have, i)) {
+				if s.usable(p) && p.Holds(i) {
 					holders = append(holders, p)
 				}
 			}
@@ -647,20 +647,6 @@ func (r countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// stallReader restarts the stall timer on every byte that arrives.
-type stallReader struct {
-	r io.Reader
-	t *time.Timer
-}
-
-func (r stallReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if n > 0 {
-		r.t.Reset(peerStall)
-	}
-	return n, err
-}
-
 // probeHolder checks, once a report interval, that the lease holder still
 // accepts connections on its chunk server, and reports it unreachable when
 // it does not. A member caught up with the holder reads nothing from it, so
@@ -734,7 +720,8 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 		return fmt.Errorf("peer %s answered %s", p.Addr, resp.Status)
 	}
 	buf := make([]byte, to-from+1)
-	n, err := io.ReadFull(stallReader{resp.Body, stall}, buf)
+	// Every byte that arrives restarts the stall timer.
+	n, err := io.ReadFull(countReader{resp.Body, func(int) { stall.Reset(peerStall) }}, buf)
 	s.fromPeers.Add(int64(n))
 	s.onBytes("peer", int64(n))
 	if err != nil {

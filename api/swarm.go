@@ -108,6 +108,9 @@ type SwarmPeer struct {
 	Complete bool   `json:"complete,omitempty"`
 }
 
+// Holds says whether p offers chunk i verified.
+func (p SwarmPeer) Holds(i int) bool { return p.Complete || HasChunk(p.Have, i) }
+
 // HasChunk reports whether bitmap have marks chunk i.
 func HasChunk(have []byte, i int) bool {
 	return i >= 0 && i/8 < len(have) && have[i/8]&(1<<(i%8)) != 0

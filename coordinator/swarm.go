@@ -135,7 +135,7 @@ func idle(m *swarmMember, plan api.SwarmPlan) bool {
 			continue
 		}
 		for _, p := range plan.Peers {
-			if p.Complete || api.HasChunk(p.Have, i) {
+			if p.Holds(i) {
 				return false
 			}
 		}
