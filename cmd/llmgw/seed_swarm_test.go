@@ -2,20 +2,17 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,12 +97,7 @@ func TestSeedThroughSwarm(t *testing.T) {
 		t.Fatalf("models add: %s", errs)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	logs := map[string]*lockedBuffer{}
-	cacheOf := map[string]string{}
-	for _, n := range nodes {
+	cacheOf := runAgents(t, nodes, admin, func(n, d string) []string {
 		// A port the kernel picks on the node's own address, for its
 		// chunk server.
 		pl, err := net.Listen("tcp", ips[n]+":0")
@@ -114,43 +106,11 @@ func TestSeedThroughSwarm(t *testing.T) {
 		}
 		peerAddr := pl.Addr().String()
 		pl.Close()
-		d := t.TempDir()
-		cacheOf[n] = filepath.Join(d, "cache")
-		os.MkdirAll(cacheOf[n], 0o755)
 		conf := filepath.Join(d, "agent.toml")
 		os.WriteFile(conf, []byte(fmt.Sprintf("peer_addr = %q\n", peerAddr)), 0o644)
-		args := []string{"agent", "--config", conf, "--node", n, "--fabric", "ib-a", "--coordinator", url,
-			"--munge-socket", realm.Start(ips[n]).Socket(),
-			"--cache-dir", cacheOf[n], "--state-dir", d, "--run-dir", filepath.Join(d, "run"), "--socket", filepath.Join(d, "s"),
-			"--report-interval", "1s", "--scan-interval", "1s", "--gpu-memory", "80G"}
-		logs[n] = &lockedBuffer{}
-		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: logs[n], getenv: func(string) string { return "" }}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if code := run(ctx, args, e); code != 0 && ctx.Err() == nil {
-				t.Errorf("agent %s: exit %d", n, code)
-			}
-		}()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for n, l := range logs {
-				t.Logf("agent %s:\n%s", n, l)
-			}
-		}
+		return []string{"agent", "--config", conf, "--node", n, "--fabric", "ib-a", "--coordinator", url,
+			"--munge-socket", realm.Start(ips[n]).Socket()}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, out, _ := llmgwRun(t, admin, "status")
-		if code == 0 && strings.Contains(out, "ib-a    3      ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agents did not report:\n%s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 
 	code, out, errs := llmgwRun(t, admin, "seed", "big", "--fabric", "ib-a", "--copies", "3", "--wait", "60s")
 	t.Logf("llmgw seed:\n%s%s", errs, out)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -349,47 +350,9 @@ func TestSeedRealAgents(t *testing.T) {
 		t.Fatalf("models add: %s", errs)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	logs := map[string]*lockedBuffer{}
-	cacheOf := map[string]string{}
-	for _, node := range []string{"n1", "n2", "n3"} {
-		d := t.TempDir()
-		cacheOf[node] = filepath.Join(d, "cache")
-		os.MkdirAll(cacheOf[node], 0o755)
-		logs[node] = &lockedBuffer{}
-		args := []string{"agent", "--node", node, "--fabric", "ib-a", "--coordinator", coordURL, "--token-file", nodeTok(node),
-			"--cache-dir", cacheOf[node], "--state-dir", d, "--run-dir", filepath.Join(d, "run"), "--socket", filepath.Join(d, "s"),
-			"--report-interval", "1s", "--scan-interval", "1s", "--gpu-memory", "80G"}
-		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: logs[node], getenv: func(string) string { return "" }}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if code := run(ctx, args, e); code != 0 && ctx.Err() == nil {
-				t.Errorf("agent %s: exit %d", node, code)
-			}
-		}()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for n, l := range logs {
-				t.Logf("agent %s:\n%s", n, l)
-			}
-		}
+	cacheOf := runAgents(t, []string{"n1", "n2", "n3"}, map[string]string{"LLMGW_COORDINATOR": coordURL}, func(node, _ string) []string {
+		return []string{"agent", "--node", node, "--fabric", "ib-a", "--coordinator", coordURL, "--token-file", nodeTok(node)}
 	})
-	// Each node has reported before the seed is asked for.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, out, _ := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": coordURL}, "status")
-		if code == 0 && strings.Contains(out, "ib-a    3      ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agents did not report:\n%s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 
 	code, out, errs := llmgwRun(t, admin, "seed", "small", "--fabric", "ib-a", "--nodes", "n[1-2]", "--wait", "30s")
 	t.Logf("llmgw seed:\n%s%s", errs, out)
@@ -410,5 +373,55 @@ func TestSeedRealAgents(t *testing.T) {
 	}
 	if g := gets.Load(); g < 2 {
 		t.Errorf("the origin served %d GETs; two nodes each read it", g)
+	}
+}
+
+// runAgents runs an in-process `llmgw agent` per node of fabric ib-a until
+// the test ends, showing their logs if it fails, and returns once `llmgw
+// status` (run with statusEnv) lists them all. args gives a node's own
+// arguments (its dir is a fresh temp dir); the cache (dir/cache, returned
+// by node), state, run dir, socket and intervals are added here.
+func runAgents(t *testing.T, nodes []string, statusEnv map[string]string, args func(node, dir string) []string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	logs := map[string]*lockedBuffer{}
+	cacheOf := map[string]string{}
+	for _, node := range nodes {
+		d := t.TempDir()
+		cacheOf[node] = filepath.Join(d, "cache")
+		os.MkdirAll(cacheOf[node], 0o755)
+		logs[node] = &lockedBuffer{}
+		a := append(args(node, d), "--cache-dir", cacheOf[node], "--state-dir", d, "--run-dir", filepath.Join(d, "run"),
+			"--socket", filepath.Join(d, "s"), "--report-interval", "1s", "--scan-interval", "1s", "--gpu-memory", "80G")
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: logs[node], getenv: func(string) string { return "" }}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code := run(ctx, a, e); code != 0 && ctx.Err() == nil {
+				t.Errorf("agent %s: exit %d", node, code)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for n, l := range logs {
+				t.Logf("agent %s:\n%s", n, l)
+			}
+		}
+	})
+	// Each node has reported before the test goes on.
+	want := fmt.Sprintf("ib-a    %d      ", len(nodes))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, out, _ := llmgwRun(t, statusEnv, "status")
+		if code == 0 && strings.Contains(out, want) {
+			return cacheOf
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agents did not report:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
