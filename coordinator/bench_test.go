@@ -8,7 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -93,7 +98,8 @@ func batchSize(s *Server, b0, r0 int64) float64 {
 	return 0
 }
 
-func postAll(b *testing.B, url string, bodies [][]byte, auths []string) (rate, cpuPerReport float64) {
+func postAll(b *testing.B, phase, url string, bodies [][]byte, auths []string) (rate, cpuPerReport float64) {
+	defer phaseProfile(b, phase)()
 	tr := &http.Transport{MaxIdleConnsPerHost: benchClients, MaxConnsPerHost: benchClients}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
@@ -208,10 +214,10 @@ func BenchmarkCoordinator(b *testing.B) {
 		}
 		auths := nodeTokens(b, e, reports)
 		b0, r0 := e.srv.batches.Load(), e.srv.batched.Load()
-		firstRate, firstCPU := postAll(b, e.url, first, auths)
+		firstRate, firstCPU := postAll(b, "first", e.url, first, auths)
 		firstBatch := batchSize(e.srv, b0, r0)
 		b0, r0 = e.srv.batches.Load(), e.srv.batched.Load()
-		steadyRate, steadyCPU := postAll(b, e.url, steady, auths)
+		steadyRate, steadyCPU := postAll(b, "steady", e.url, steady, auths)
 		steadyBatch := batchSize(e.srv, b0, r0)
 
 		status := timeStatus(b, e.url, 7, func(c *api.Client) error {
@@ -249,6 +255,43 @@ func BenchmarkCoordinator(b *testing.B) {
 		fmt.Printf("llmgw status, %d nodes × %d models:  %8.1f ms        (target %d ms: %.2f× the budget)\n", benchNodes, benchModels, float64(status.Microseconds())/1000, targetStatusMS, float64(status.Milliseconds())/targetStatusMS)
 		fmt.Printf("llmgw status MODEL, %d nodes:            %8.1f ms\n", benchNodes, float64(one.Microseconds())/1000)
 		fmt.Printf("catalog change with rematch over %d rows: %6.1f ms\n", benchNodes*benchWeights, float64(catalog.Microseconds())/1000)
+	}
+}
+
+// phaseProfile writes a CPU profile of one phase of a benchmark (first
+// reports, steady state) to $LLMGW_BENCH_CPUPROFILE/<benchmark>-<phase>.pprof
+// when that variable names a directory, and returns the function that ends
+// it. The phases cost differently (a first report writes its presence, a
+// later one does not), and -cpuprofile would mix them with the setup, which
+// encodes and authenticates 20,000 reports.
+func phaseProfile(b *testing.B, phase string) func() {
+	dir := os.Getenv("LLMGW_BENCH_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(b.Name())
+	f, err := os.Create(filepath.Join(dir, name+"-"+phase+".pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatalf("%v (LLMGW_BENCH_CPUPROFILE cannot be used with -cpuprofile)", err)
+	}
+	var tf *os.File
+	if os.Getenv("LLMGW_BENCH_TRACE") != "" {
+		if tf, err = os.Create(filepath.Join(dir, name+"-"+phase+".trace")); err != nil {
+			b.Fatal(err)
+		}
+		trace.Start(tf)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if tf != nil {
+			trace.Stop()
+			tf.Close()
+		}
 	}
 }
 
