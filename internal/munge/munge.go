@@ -5,10 +5,14 @@
 // key can make one. llmgw uses them to know which node a report comes from
 // and which user sends a command, without tokens to hand out.
 //
-// Two ways to talk to munged are built: libmunge through cgo (lib.go, when
-// cgo is on) and the munge/unmunge programs (programs.go, always). New
-// picks the library when it is built in: a decode through it costs a
-// fraction of starting unmunge (see BenchmarkDecode).
+// Three ways to talk to munged are built: libmunge through cgo (lib.go,
+// when cgo is on), the munge/unmunge programs (programs.go, always), and
+// munged's client protocol spoken from Go (wire.go, decode only). New
+// decodes through the protocol and encodes through the library when it is
+// built in: a decode through libmunge costs a fraction of starting unmunge,
+// but holds a P while munged answers, which on a busy coordinator starved
+// the rest of the ingest; the protocol waits on the network poller instead
+// (see BenchmarkDecode and BenchmarkCoordinatorMunge).
 package munge
 
 import (
@@ -67,16 +71,18 @@ func IsReplayed(err error) bool {
 	return errors.As(err, &e) && e.Status == StatusReplayed
 }
 
-// New returns the codec for socket (DefaultSocket when empty): libmunge
-// when built with cgo, else the programs.
+// New returns the codec for socket (DefaultSocket when empty): a *Wire
+// that decodes itself and encodes through libmunge when built with cgo,
+// else through the munge program.
 func New(socket string) Codec {
 	if socket == "" {
 		socket = DefaultSocket
 	}
-	if c := newLib(socket); c != nil {
-		return c
+	enc := newLib(socket)
+	if enc == nil {
+		enc = &Programs{Path: socket}
 	}
-	return &Programs{Path: socket}
+	return &Wire{Path: socket, Enc: enc}
 }
 
 // Authenticator authenticates API requests with a credential from Codec:

@@ -13,9 +13,11 @@ import (
 // codecs are both ways to reach one munged.
 func codecs(c munge.Codec) map[string]munge.Codec {
 	out := map[string]munge.Codec{"programs": &munge.Programs{Path: c.Socket()}}
-	if l, ok := munge.New(c.Socket()).(*munge.Lib); ok {
+	w := munge.New(c.Socket()).(*munge.Wire)
+	if l, ok := w.Enc.(*munge.Lib); ok {
 		out["lib"] = l
 	}
+	out["wire"] = w
 	return out
 }
 

@@ -1,0 +1,230 @@
+package munge
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Wire decodes credentials by speaking munged's own client protocol on its
+// socket, from Go: what libmunge does, without cgo. It exists for the
+// coordinator, which decodes a credential per report: a cgo call keeps its
+// goroutine's P for as long as munged takes to answer, so on two cores two
+// decodes waiting for munged left nothing to run the rest of the ingest
+// (BenchmarkCoordinatorMunge: 1.2 of the 2 Ps sat in munge_decode, and
+// ingest ran at half the CPU it had). Here the wait is on the network
+// poller, and the P runs other requests meanwhile.
+//
+// Encode goes through Enc (libmunge or the programs, as New picks): the
+// agent encodes one credential per report, and nothing waits behind it.
+type Wire struct {
+	Path string
+	Enc  Codec
+	// Timeout bounds one exchange with munged when ctx has no earlier
+	// deadline; libmunge's is 2 s. Zero means wireTimeout.
+	Timeout time.Duration
+}
+
+// The protocol (munge 0.5's m_msg, version 4): every message is an 11-byte
+// header, then a body. Integers are big-endian.
+//
+//	header:   magic u32, version u8, type u8, retry u8, body length u32
+//	decode request body:  length u32, the credential with its NUL
+//	decode response body: status u8, error length u8, error (with NUL),
+//	  cipher u8, mac u8, zip u8, realm length u8, realm, ttl u32,
+//	  address length u8, address (an in_addr), encode time u32,
+//	  decode time u32, uid u32, gid u32, auth uid u32, auth gid u32,
+//	  payload length u32, payload
+const (
+	wireMagic   = 0x00606D4B
+	wireVersion = 4
+	wireDecReq  = 4
+	wireDecRsp  = 5
+	wireHdrSize = 11
+	wireTimeout = 2 * time.Second
+	// maxWireCred bounds the credential sent: munged's own request limit
+	// is larger, but a credential over this is no report's.
+	maxWireCred = 1 << 20
+	// maxWireRsp bounds what is read back: the payload munged returns is
+	// at most the credential's size.
+	maxWireRsp = maxWireCred + 4096
+	// statusBadArg is munged's EMUNGE_BAD_ARG, for a credential refused
+	// here before asking munged.
+	statusBadArg = 2
+)
+
+func (w *Wire) Socket() string { return w.Path }
+
+// Encode makes a credential through w.Enc.
+func (w *Wire) Encode(ctx context.Context, payload []byte) (string, error) {
+	if w.Enc == nil {
+		return "", &Error{Op: "encode", Status: StatusSocket, Msg: "no encoder configured (socket " + w.Path + ")"}
+	}
+	return w.Enc.Encode(ctx, payload)
+}
+
+// Decode asks munged to decode cred. It is sent once, with retry 0, and
+// never again: munged's replay check treats a request marked as a retry
+// leniently (the first try may have been decoded and its answer lost), and
+// a credential must be judged by the strict check.
+func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
+	if cred == "" {
+		return Cred{}, &Error{Op: "decode", Status: statusBadArg, Msg: "no credential given"}
+	}
+	if len(cred) > maxWireCred {
+		return Cred{}, &Error{Op: "decode", Status: statusBadArg, Msg: fmt.Sprintf("the credential is %d bytes; the limit is %d", len(cred), maxWireCred)}
+	}
+	for i := 0; i < len(cred); i++ {
+		if cred[i] == 0 {
+			// libmunge sends the credential as a C string: it would end
+			// at the NUL, and munged would judge a prefix.
+			return Cred{}, &Error{Op: "decode", Status: statusBadArg, Msg: "the credential contains a NUL byte"}
+		}
+	}
+	fail := func(format string, args ...any) (Cred, error) {
+		return Cred{}, &Error{Op: "decode", Status: StatusSocket, Msg: fmt.Sprintf(format, args...) + " (socket " + w.Path + ")"}
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", w.Path)
+	if err != nil {
+		return fail("cannot reach munged: %v; is munged running?", err)
+	}
+	defer c.Close()
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = wireTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	// A cancelled ctx ends the exchange now rather than at the deadline.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	body := len(cred) + 1
+	msg := make([]byte, wireHdrSize+4+body)
+	binary.BigEndian.PutUint32(msg[0:], wireMagic)
+	msg[4] = wireVersion
+	msg[5] = wireDecReq
+	msg[6] = 0 // retry
+	binary.BigEndian.PutUint32(msg[7:], uint32(4+body))
+	binary.BigEndian.PutUint32(msg[11:], uint32(body))
+	copy(msg[15:], cred) // the NUL is msg's last byte, already 0
+	if _, err := c.Write(msg); err != nil {
+		return fail("sending the credential to munged: %v", err)
+	}
+
+	var hdr [wireHdrSize]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return fail("reading munged's answer: %v", err)
+	}
+	if m := binary.BigEndian.Uint32(hdr[0:]); m != wireMagic {
+		return fail("munged answered with magic %#x, not %#x: is this munged's socket?", m, wireMagic)
+	}
+	if hdr[4] != wireVersion {
+		return fail("munged speaks message version %d; this llmgw speaks %d (munge 0.5)", hdr[4], wireVersion)
+	}
+	if hdr[5] != wireDecRsp {
+		return fail("munged answered with message type %d, not a decode answer (%d)", hdr[5], wireDecRsp)
+	}
+	n := binary.BigEndian.Uint32(hdr[7:])
+	if n > maxWireRsp {
+		return fail("munged's answer is %d bytes; the limit is %d", n, maxWireRsp)
+	}
+	rsp := make([]byte, n)
+	if _, err := io.ReadFull(c, rsp); err != nil {
+		return fail("reading munged's answer: %v", err)
+	}
+	out, status, msgText, ok := parseDecodeAnswer(rsp)
+	if !ok {
+		return fail("munged's decode answer of %d bytes does not parse", n)
+	}
+	if status != 0 {
+		if msgText == "" {
+			msgText = "munged refused the credential"
+		}
+		return Cred{}, &Error{Op: "decode", Status: int(status), Msg: msgText + " (socket " + w.Path + ")"}
+	}
+	return out, nil
+}
+
+// parseDecodeAnswer reads a decode answer's body; ok is false when it is
+// short, long, or has an address that is neither absent nor IPv4.
+func parseDecodeAnswer(b []byte) (c Cred, status uint8, msg string, ok bool) {
+	p := wireReader{b: b}
+	status = p.u8()
+	msg = cString(p.bytes(int(p.u8())))
+	p.skip(3) // cipher, mac, zip
+	p.skip(int(p.u8()))
+	p.skip(4) // ttl
+	switch n := int(p.u8()); n {
+	case 0:
+		c.Addr = netip.IPv4Unspecified()
+	case 4:
+		if a := p.bytes(4); a != nil {
+			c.Addr = netip.AddrFrom4([4]byte(a))
+		}
+	default:
+		return Cred{}, 0, "", false
+	}
+	p.skip(8) // encode and decode times
+	c.UID = p.u32()
+	c.GID = p.u32()
+	p.skip(8) // auth uid and gid
+	if n := int(p.u32()); n > 0 {
+		c.Payload = append([]byte(nil), p.bytes(n)...)
+	}
+	if p.bad || len(p.b) != 0 {
+		return Cred{}, 0, "", false
+	}
+	return c, status, msg, true
+}
+
+// wireReader takes fields off the front of b; reading past its end sets bad
+// and returns zeros.
+type wireReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *wireReader) bytes(n int) []byte {
+	if r.bad || n < 0 || n > len(r.b) {
+		r.bad = true
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *wireReader) skip(n int) { r.bytes(n) }
+
+func (r *wireReader) u8() uint8 {
+	if b := r.bytes(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *wireReader) u32() uint32 {
+	if b := r.bytes(4); b != nil {
+		return binary.BigEndian.Uint32(b)
+	}
+	return 0
+}
+
+// cString is b up to its first NUL.
+func cString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
