@@ -17,8 +17,8 @@ import (
 
 // BenchmarkCoordinatorMunge is BenchmarkCoordinator's ingest with MUNGE
 // authentication on: every report carries a credential the coordinator
-// decodes through its own munged (libmunge when built with cgo) and binds
-// to the node. One munged plays every node (10,000 daemons would measure
+// decodes through its own munged (munge.Wire, munged's protocol from Go)
+// and binds to the node. One munged plays every node (10,000 daemons would measure
 // the machine, not the coordinator), so every node's address is its
 // origin; the lookup and the comparison are still made per report. The
 // credentials are made before the clock starts: agents make them on their
