@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -84,11 +85,6 @@ func benchCluster() (models []api.Model, reports []*api.Report) {
 	return models, reports
 }
 
-// postAll sends the pre-encoded bodies from benchClients connections and
-// returns reports per second. Encoding happens before the clock starts:
-// agents run on their own nodes, not on the coordinator's two cores. auths,
-// are the bodies' Authorization headers (MUNGE credentials or nodes' own
-// tokens, made before the clock starts for the same reason).
 // batchSize is the mean number of reports per commit the writer made
 // since the counts were b0 batches and r0 reports.
 func batchSize(s *Server, b0, r0 int64) float64 {
@@ -98,9 +94,15 @@ func batchSize(s *Server, b0, r0 int64) float64 {
 	return 0
 }
 
-func postAll(b *testing.B, phase, url string, bodies [][]byte, auths []string) (rate, cpuPerReport float64) {
+// postAll sends the pre-encoded bodies from benchClients connections and
+// returns reports per second. Encoding happens before the clock starts:
+// agents run on their own nodes, not on the coordinator's two cores. auths
+// are the bodies' Authorization headers (MUNGE credentials or nodes' own
+// tokens, made before the clock starts for the same reason). clientTLS,
+// when not nil, is how the clients trust a coordinator served over TLS.
+func postAll(b *testing.B, phase, url string, clientTLS *tls.Config, bodies [][]byte, auths []string) (rate, cpuPerReport float64) {
 	defer phaseProfile(b, phase)()
-	tr := &http.Transport{MaxIdleConnsPerHost: benchClients, MaxConnsPerHost: benchClients}
+	tr := &http.Transport{MaxIdleConnsPerHost: benchClients, MaxConnsPerHost: benchClients, TLSClientConfig: clientTLS}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 	var next atomic.Int64
@@ -214,10 +216,10 @@ func BenchmarkCoordinator(b *testing.B) {
 		}
 		auths := nodeTokens(b, e, reports)
 		b0, r0 := e.srv.batches.Load(), e.srv.batched.Load()
-		firstRate, firstCPU := postAll(b, "first", e.url, first, auths)
+		firstRate, firstCPU := postAll(b, "first", e.url, nil, first, auths)
 		firstBatch := batchSize(e.srv, b0, r0)
 		b0, r0 = e.srv.batches.Load(), e.srv.batched.Load()
-		steadyRate, steadyCPU := postAll(b, "steady", e.url, steady, auths)
+		steadyRate, steadyCPU := postAll(b, "steady", e.url, nil, steady, auths)
 		steadyBatch := batchSize(e.srv, b0, r0)
 
 		status := timeStatus(b, e.url, 7, func(c *api.Client) error {

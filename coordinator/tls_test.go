@@ -37,7 +37,7 @@ type testCA struct {
 	pem  []byte
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -58,7 +58,7 @@ func newTestCA(t *testing.T, name string) *testCA {
 
 // issue writes a server certificate for 127.0.0.1 signed by ca, and its
 // key (mode 0600), into dir, and returns their paths.
-func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
+func (ca *testCA) issue(t testing.TB, dir, name string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
