@@ -3,10 +3,13 @@ package munge
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -27,7 +30,23 @@ type Wire struct {
 	// Timeout bounds one exchange with munged when ctx has no earlier
 	// deadline; libmunge's is 2 s. Zero means wireTimeout.
 	Timeout time.Duration
+	// MaxInFlight bounds the decodes talking to munged at once (zero:
+	// DefaultMaxInFlight); the rest wait their turn here. Through libmunge
+	// a decode held a P, which bounded them by accident; without a bound a
+	// burst of reports (every agent after a coordinator restart) would
+	// overflow munged's listen backlog of 256, and its refusals would fail
+	// slurmctld's and slurmd's credentials on the same host along with the
+	// reports.
+	MaxInFlight int
+
+	slotsOnce sync.Once
+	slots     chan struct{}
 }
+
+// DefaultMaxInFlight is Wire's bound on concurrent decodes: munged decodes
+// on two threads by default, and a few requests queued behind each keep
+// them busy.
+const DefaultMaxInFlight = 32
 
 // The protocol (munge 0.5's m_msg, version 4): every message is an 11-byte
 // header, then a body. Integers are big-endian.
@@ -46,6 +65,10 @@ const (
 	wireDecRsp  = 5
 	wireHdrSize = 11
 	wireTimeout = 2 * time.Second
+	// wireDialAttempts and wireDialBackoff: a refused connect is tried
+	// again after 10, 20, 30 and 40 ms (libmunge: 10 tries from 50 ms).
+	wireDialAttempts = 5
+	wireDialBackoff  = 10 * time.Millisecond
 	// maxWireCred bounds the credential sent: munged's own request limit
 	// is larger, but a credential over this is no report's.
 	maxWireCred = 1 << 20
@@ -88,8 +111,20 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	fail := func(format string, args ...any) (Cred, error) {
 		return Cred{}, &Error{Op: "decode", Status: StatusSocket, Msg: fmt.Sprintf(format, args...) + " (socket " + w.Path + ")"}
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", w.Path)
+	w.slotsOnce.Do(func() {
+		n := w.MaxInFlight
+		if n <= 0 {
+			n = DefaultMaxInFlight
+		}
+		w.slots = make(chan struct{}, n)
+	})
+	select {
+	case w.slots <- struct{}{}:
+		defer func() { <-w.slots }()
+	case <-ctx.Done():
+		return fail("waiting for a turn to ask munged: %v", ctx.Err())
+	}
+	c, err := w.dial(ctx)
 	if err != nil {
 		return fail("cannot reach munged: %v; is munged running?", err)
 	}
@@ -152,6 +187,26 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 		return Cred{}, &Error{Op: "decode", Status: int(status), Msg: msgText + " (socket " + w.Path + ")"}
 	}
 	return out, nil
+}
+
+// dial connects to munged, trying again as libmunge does when the socket
+// refuses for now (a full backlog, or munged restarting): nothing has been
+// sent yet, so a second try cannot count as a replay.
+func (w *Wire) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	for i := 1; ; i++ {
+		c, err := d.DialContext(ctx, "unix", w.Path)
+		if err == nil || i == wireDialAttempts || !(errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ECONNREFUSED)) {
+			return c, err
+		}
+		t := time.NewTimer(time.Duration(i) * wireDialBackoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+	}
 }
 
 // parseDecodeAnswer reads a decode answer's body; ok is false when it is

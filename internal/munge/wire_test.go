@@ -2,10 +2,14 @@ package munge_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,5 +92,110 @@ func TestWireDecodeRefusesNUL(t *testing.T) {
 	_, err := (&munge.Wire{Path: sock, Timeout: time.Second}).Decode(context.Background(), "MUNGE:AAAA:\x00tail")
 	if err == nil || !strings.Contains(err.Error(), "contains a NUL byte") {
 		t.Fatalf("decoding a credential with a NUL: %v, want a refusal naming the NUL", err)
+	}
+}
+
+// decodeAnswer is munged's answer to a decode that succeeded: uid 0 from
+// 127.0.0.9 with payload, in the message format of munge 0.5.
+func decodeAnswer(payload []byte) []byte {
+	var body []byte
+	body = append(body, 0, 0)       // status, no error text
+	body = append(body, 4, 3, 0, 0) // cipher, mac, zip, no realm
+	body = binary.BigEndian.AppendUint32(body, 300)
+	body = append(body, 4, 127, 0, 0, 9)
+	for _, v := range []uint32{1, 2, 0, 0, 0xffffffff, 0xffffffff, uint32(len(payload))} {
+		body = binary.BigEndian.AppendUint32(body, v) // times, uid, gid, auth uid, auth gid, length
+	}
+	body = append(body, payload...)
+	msg := []byte{0x00, 0x60, 0x6d, 0x4b, 4, 5, 0}
+	msg = binary.BigEndian.AppendUint32(msg, uint32(len(body)))
+	return append(msg, body...)
+}
+
+// Decodes wait for a turn rather than all asking munged at once: a burst
+// of reports must not overflow munged's listen backlog, which the host's
+// Slurm daemons share.
+func TestWireDecodeBoundsConcurrentRequests(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "munge.socket")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var open, most atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				n := open.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				c.Read(make([]byte, 4096))
+				time.Sleep(20 * time.Millisecond)
+				open.Add(-1)
+				c.Write(decodeAnswer([]byte("payload")))
+			}()
+		}
+	}()
+	w := &munge.Wire{Path: sock, MaxInFlight: 3}
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			c, err := w.Decode(context.Background(), "MUNGE:AAAA:")
+			if err != nil || c.Addr.String() != "127.0.0.9" || c.UID != 0 || string(c.Payload) != "payload" {
+				t.Errorf("decode: %+v, %v; want uid 0 from 127.0.0.9 with the payload", c, err)
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m > 3 {
+		t.Errorf("munged had %d requests open at once; the bound is 3", m)
+	}
+}
+
+// A socket that refuses for a moment (munged restarting; a full backlog
+// refuses the same way) is tried again, as libmunge does: nothing was sent,
+// so the second try is no replay.
+func TestWireDecodeTriesARefusedSocketAgain(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "munge.socket")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The socket file stays and nobody listens: connect is refused.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	up := make(chan net.Listener, 1)
+	time.AfterFunc(15*time.Millisecond, func() {
+		os.Remove(sock)
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Error(err)
+			close(up)
+			return
+		}
+		up <- l
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.Read(make([]byte, 4096))
+			c.Write(decodeAnswer([]byte("p")))
+		}()
+	})
+	defer func() {
+		if l, ok := <-up; ok {
+			l.Close()
+		}
+	}()
+	c, err := (&munge.Wire{Path: sock, Timeout: time.Second}).Decode(context.Background(), "MUNGE:AAAA:")
+	if err != nil || c.Addr.String() != "127.0.0.9" {
+		t.Fatalf("decode while munged came back 15 ms later: %+v, %v; want the credential", c, err)
 	}
 }
