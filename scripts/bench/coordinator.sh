@@ -13,11 +13,13 @@
 # and the steady state, where a node's weights are unchanged (every later
 # report, and every report after a coordinator restart). The status figure
 # is what `llmgw status` does: GET /v1/status, decode, render the table;
-# median of 7. It also prints ingest with MUNGE authentication on
-# (BenchmarkCoordinatorMunge), the CPU one report's authentication costs the
-# coordinator and its munged (BenchmarkAuthenticate), one credential decode
-# through libmunge and through unmunge (internal/munge BenchmarkDecode), and
-# the store alone (BenchmarkIngest).
+# median of 7. It also prints ingest with MUNGE authentication on, over
+# plain HTTP and over TLS (BenchmarkCoordinatorMunge), the CPU one report's
+# authentication costs the coordinator and its munged, one request at a
+# time (BenchmarkAuthenticate), one credential decode through munged's
+# protocol from Go (what the coordinator uses), through libmunge and
+# through unmunge (internal/munge BenchmarkDecode), and the store alone
+# (BenchmarkIngest).
 #
 # Rates are wall-clock and so depend on what else the machine runs; the CPU
 # microseconds per report do not, and the load average is printed beside
