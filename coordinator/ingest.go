@@ -1,9 +1,11 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
+	"encoding/json/jsontext"
+	jsonv2 "encoding/json/v2"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -169,9 +171,89 @@ type ReportAnswer = api.ReportAnswer
 // weights, which stay raw until needed. Nearly every report lists exactly
 // the weights its node listed last time, and decoding them was most of the
 // cost of handling one; identical bytes need no second look.
+//
+// A node with no weights on record (its first report, and every node's
+// first after a coordinator restart, since the fingerprints live in memory)
+// has nothing to compare with, and scanning its weights as raw JSON and then
+// decoding them cost more than decoding them once (49 µs against 38 µs for
+// the benchmark's 50 weights): those are decoded in the same pass, and their
+// bytes are kept for the fingerprint all the same.
 type wireReport struct {
 	api.Report
-	Weights json.RawMessage `json:"weights"`
+	Weights wireWeights `json:"weights"`
+	// firstOf says whether node has no weights on record; nil: never.
+	firstOf func(node string) bool
+}
+
+// wireWeights is a report's weights: raw, or, when the decoder was told
+// to, also decoded (in ws, with decoded set).
+type wireWeights struct {
+	body    []byte // the whole report, which raw is part of
+	now     bool   // decode while reading
+	raw     []byte
+	decoded bool
+	ws      []api.Weight
+}
+
+// gotBody is called by decode with the body before it is decoded.
+func (w *wireReport) gotBody(body []byte) {
+	w.Weights.body = body
+	if w.firstOf != nil {
+		if node := peekNode(body); node != "" {
+			w.Weights.now = w.firstOf(node)
+		}
+	}
+}
+
+func (w *wireWeights) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	// The offset is just past the member's name; the value follows after
+	// the colon and any blanks.
+	start := dec.InputOffset()
+	if w.now {
+		// The decoder's options (strict, v1 names) apply here too.
+		if err := jsonv2.UnmarshalDecode(dec, &w.ws); err != nil {
+			return err
+		}
+		w.decoded = true
+	} else if err := dec.SkipValue(); err != nil {
+		return err
+	}
+	end := dec.InputOffset()
+	if start < 0 || end > int64(len(w.body)) || start > end {
+		return fmt.Errorf("weights at offsets %d to %d of a %d-byte report", start, end, len(w.body))
+	}
+	w.raw = bytes.TrimLeft(w.body[start:end], " \t\r\n:")
+	return nil
+}
+
+// peekNode is the node a report names, when its "node" member comes before
+// its weights (as agents write it), else "": a guess that only decides how
+// the weights are decoded, never what is accepted.
+func peekNode(body []byte) string {
+	d := jsontext.NewDecoder(bytes.NewReader(body))
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '{' {
+		return ""
+	}
+	for range 16 {
+		t, err := d.ReadToken()
+		if err != nil || t.Kind() != '"' {
+			return ""
+		}
+		switch t.String() {
+		case "node":
+			v, err := d.ReadToken()
+			if err != nil || v.Kind() != '"' {
+				return ""
+			}
+			return v.String()
+		case "weights":
+			return ""
+		}
+		if err := d.SkipValue(); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 func weightsKey(raw []byte, cacheDir string) [32]byte {
@@ -198,20 +280,26 @@ func decodeWeights(raw []byte, r *api.Report) error {
 }
 
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
-	var wire wireReport
+	wire := wireReport{firstOf: s.view.noWeights}
 	if err := decode(w, r, MaxReportBytes, "report", &wire); err != nil {
 		s.metrics.reports.WithLabelValues("invalid").Inc()
 		return err
 	}
 	rep := &wire.Report
-	key := weightsKey(wire.Weights, rep.Cache.Dir)
-	same := len(wire.Weights) > 0 && s.view.sameWeights(rep.Node, key)
+	raw := wire.Weights.raw
+	key := weightsKey(raw, rep.Cache.Dir)
+	decoded := wire.Weights.decoded
+	if decoded {
+		rep.Weights = wire.Weights.ws
+	}
+	same := !decoded && len(raw) > 0 && s.view.sameWeights(rep.Node, key)
 	for {
-		if !same {
-			if err := decodeWeights(wire.Weights, rep); err != nil {
+		if !same && !decoded {
+			if err := decodeWeights(raw, rep); err != nil {
 				s.metrics.reports.WithLabelValues("invalid").Inc()
 				return err
 			}
+			decoded = true
 		}
 		if err := validReport(rep); err != nil {
 			s.metrics.reports.WithLabelValues("invalid").Inc()

@@ -459,6 +459,9 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, what string, v 
 	if len(bytes.TrimSpace(body)) == 0 {
 		return api.Errorf(api.CodeInvalid, "%s is empty; send a JSON object", what)
 	}
+	if g, ok := v.(interface{ gotBody([]byte) }); ok {
+		g.gotBody(body)
+	}
 	if err := unmarshalStrict(body, v); err != nil {
 		if strings.Contains(err.Error(), "after top-level value") {
 			// Said as the streaming decoder said it: two values are
