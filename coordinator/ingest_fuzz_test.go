@@ -56,6 +56,8 @@ func FuzzReportDecode(f *testing.F) {
 		`{"node":"n1","weights":[{"path":"/a.gguf","unknown":1}]}`,
 		`{"NODE":"n1","Weights":[{"PATH":"/a.gguf"}]}`,
 		`{"weights":[{"path":"/a.gguf"}],"node":"n1"}`,
+		`{"node":"n1","weights":[{"path":"/a.gguf"},{"path":"/c.gguf"}],"weights":[{"path":"/b.gguf"}]}`,
+		`{"node":"n1","weights":[{"path":"/a.gguf"}],"weights":null}`,
 		`{"node":"n1","weights":[{"path":"relative"}]}`,
 		`{"node":"n1","seq":-1}`,
 		`{"node":"n1","seq":9223372036854775807,"started":"2262-04-11T23:47:16Z"}`,
