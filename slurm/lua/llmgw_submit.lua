@@ -131,30 +131,46 @@ local function trim(s)
 	return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
-local function fields(s)
-	local out = {}
-	for f in (s or ""):gmatch("%S+") do
-		out[#out + 1] = f
-	end
-	return out
-end
-
+-- has_token: token is one of s's whitespace-separated fields. Found in
+-- place, without splitting s into a table: it runs for every submission.
 local function has_token(s, token)
-	for _, f in ipairs(fields(s)) do
-		if f == token then
+	if s == nil then
+		return false
+	end
+	local init = 1
+	while true do
+		local i, j = s:find(token, init, true)
+		if not i then
+			return false
+		end
+		if (i == 1 or s:find("^%s", i - 1)) and (j == #s or s:find("^%s", j + 1)) then
 			return true
 		end
+		init = i + 1
 	end
-	return false
 end
 
+-- model_from_comment: the rest of the first field that starts with
+-- llmgw:model= and goes on, found in place as has_token is (every
+-- submission, a model or not, asks).
 function llmgw.model_from_comment(comment)
-	for _, f in ipairs(fields(comment)) do
-		if f:sub(1, #COMMENT_TAG) == COMMENT_TAG and #f > #COMMENT_TAG then
-			return f:sub(#COMMENT_TAG + 1)
-		end
+	if comment == nil then
+		return nil
 	end
-	return nil
+	local init = 1
+	while true do
+		local i, j = comment:find(COMMENT_TAG, init, true)
+		if not i then
+			return nil
+		end
+		if i == 1 or comment:find("^%s", i - 1) then
+			local rest = comment:match("^%S+", j + 1)
+			if rest then
+				return rest
+			end
+		end
+		init = i + 1
+	end
 end
 
 -- Feature expressions: the user's constraint and preference, ANDed. A tree
@@ -488,23 +504,14 @@ local function project(ix, p, feature, features)
 	return groups
 end
 
--- compose is slurm.Compose: the same input fields (snake case as in
--- testdata/compose/cases.json) and the same result. The nodes come as
--- input.cluster (a list) or input.index (index_nodes of one, kept between
--- submissions).
-function llmgw.compose(input)
-	local out = { notes = {} }
+-- tag_comment: compose's comment, and its notes, in out. It depends on the
+-- job's comment, which a submission rarely shares with another, so
+-- llmgw.submit does it for every job and keeps only place's answer.
+local function tag_comment(input, out)
 	local function note(s)
 		out.notes[#out.notes + 1] = s
 	end
 	local model = input.model
-	local feature = PREFIX .. model
-	local n = input.nodes or 0
-	if n < 1 then
-		n = 1
-	end
-	local ix = input.index or index_list(input.cluster or {})
-
 	local tags = {}
 	if input.spank then
 		out.spank_model = model
@@ -525,6 +532,22 @@ function llmgw.compose(input)
 		end
 		note("comment not tagged with " .. tags[#tags] .. ": it would pass Slurm's limit of " .. MAX_EXPRESSION)
 		tags[#tags] = nil
+	end
+end
+
+-- place: compose's preference and exclusion for the nodes of ix, as
+-- {prefer=, exclude=, holders=, notes={...}}. Nothing in it depends on the
+-- job's comment: llmgw.submit keeps it per request (see remember).
+local function place(input, ix)
+	local out = { notes = {} }
+	local function note(s)
+		out.notes[#out.notes + 1] = s
+	end
+	local model = input.model
+	local feature = PREFIX .. model
+	local n = input.nodes or 0
+	if n < 1 then
+		n = 1
 	end
 
 	local user_excl = {}
@@ -671,6 +694,21 @@ function llmgw.compose(input)
 	out.prefer = prefer
 	out.holders = k
 	note("prefer=" .. prefer)
+	return out
+end
+
+-- compose is slurm.Compose: the same input fields (snake case as in
+-- testdata/compose/cases.json) and the same result. The nodes come as
+-- input.cluster (a list) or input.index (index_nodes of one, kept between
+-- submissions).
+function llmgw.compose(input)
+	local out = { notes = {} }
+	tag_comment(input, out)
+	local placed = place(input, input.index or index_list(input.cluster or {}))
+	out.prefer, out.exclude, out.holders = placed.prefer, placed.exclude, placed.holders
+	for _, s in ipairs(placed.notes) do
+		out.notes[#out.notes + 1] = s
+	end
 	return out
 end
 
