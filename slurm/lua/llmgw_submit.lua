@@ -406,7 +406,8 @@ end
 -- partition list share its set. The projections cache (see project) starts
 -- empty.
 local function index_nodes(nodes)
-	local ix = { all = nodes, by_name = {}, by_part = {}, part_sets = {}, projections = {}, nprojections = 0 }
+	local ix = { all = nodes, by_name = {}, by_part = {}, part_sets = {}, projections = {}, nprojections = 0,
+		placements = {}, nplacements = 0 }
 	for _, nd in ipairs(nodes) do
 		local pset = ix.part_sets[nd.parts]
 		if not pset then
@@ -849,6 +850,40 @@ end
 -- The clock; a test sets its own.
 llmgw.now = os.time
 
+-- The feature file as last looked at: when (llmgw.now()), which path, and
+-- what load_features answered (the index and header, or nil and why).
+local looked = { at = nil, path = nil, index = nil, header = nil }
+
+-- features is load_features at most once per second of llmgw.now(): the
+-- first submission that names a model in a second opens the file and reads
+-- its header line; the others of that second take what it found, the
+-- parsed index and header, or why there is none (a missing file is not
+-- opened again either). An open alone costs several times what the rest of
+-- a job costs (~9 µs against a few), and slurmctld pays it under its locks
+-- for every submission; once a second it pays it once.
+--
+-- The price is that a rewrite of the file is seen up to one second late
+-- (os.time() has whole seconds: a look at second s stands until the clock
+-- reads another second, backwards too). Why that is harmless:
+--   - the freshness gate (llmgw.fresh) only grows more careful with an
+--     older header: a later file's synced= is no earlier, so a header the
+--     gate trusts from the last look it would trust read afresh. A
+--     reconfigure or a restart that wipes the features is seen in the
+--     partition records at the submission itself, not through the file.
+--   - the node lines trail Slurm already: the coordinator writes them after
+--     its scontrol calls and the read-back, a debounce (1 s) after the
+--     agents' reports, which come seconds after weights arrive or leave. A
+--     feature Slurm dropped and the file still lists is a window the file
+--     has anyway; this widens it by at most one second.
+function llmgw.features(path, now)
+	if now == looked.at and path == looked.path then
+		return looked.index, looked.header
+	end
+	local index, header = llmgw.load_features(path)
+	looked.at, looked.path, looked.index, looked.header = now, path, index, header
+	return index, header
+end
+
 -- What this Lua state has seen of slurmctld's tables (see the top): each
 -- partition's record pointer as last seen, and when slurmctld was last seen
 -- to rebuild them (nil until a pointer was seen at all).
@@ -975,8 +1010,47 @@ local function note_admin(job_desc, text)
 	job_desc.admin_comment = c
 end
 
+-- At most this many placements are kept per version of the feature file;
+-- past it they are dropped and built again as jobs ask.
+local MAX_PLACEMENTS = 1024
+
+-- placement is place's answer for a job's request, kept in the index of the
+-- feature file's nodes (so dropped with it when the nodes change) and keyed
+-- by everything place reads from the job: model, node count, constraint,
+-- preference, excluded nodes, whether it names its nodes, and partitions.
+-- Jobs of a cluster ask the same few things over and over (an array, a
+-- pipeline, a team's script), so after the first such job a submission
+-- costs a string key and a table lookup, not a composition.
+-- scripts/bench/job-submit.sh measures both.
+local function placement(index, model, nodes, job_desc, plist, parts, complete)
+	local nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
+	local key = model .. "\0" .. nodes .. "\0" .. (job_desc.features or "") .. "\0" .. (job_desc.prefer or "")
+		.. "\0" .. (job_desc.exc_nodes or "") .. "\0" .. (nodelist and "1" or "0") .. "\0" .. plist
+	local placed = index.placements[key]
+	if placed then
+		return placed
+	end
+	placed = place({
+		model = model,
+		constraint = job_desc.features,
+		prefer = job_desc.prefer,
+		nodes = nodes,
+		exclude = llmgw.expand(job_desc.exc_nodes),
+		nodelist = nodelist,
+		partitions = parts,
+		complete = complete,
+	}, index)
+	placed.text = table.concat(placed.notes, "; ")
+	if index.nplacements >= MAX_PLACEMENTS then
+		index.placements, index.nplacements = {}, 0
+	end
+	index.placements[key] = placed
+	index.nplacements = index.nplacements + 1
+	return placed
+end
+
 -- apply does the work; llmgw.submit guards it.
-local function apply(job_desc, part_list)
+local function apply(job_desc, part_list, now)
 	local model, from_spank = llmgw.model_from_job(job_desc)
 	if not model then
 		return
@@ -997,7 +1071,7 @@ local function apply(job_desc, part_list)
 	-- Every note below names the model and where it came from, so that
 	-- scontrol show job tells which of llmgw's pieces saw it.
 	local named = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)")
-	local index, header = llmgw.load_features(llmgw.feature_file)
+	local index, header = llmgw.features(llmgw.feature_file, now)
 	if not index then
 		note_admin(job_desc, named .. ": no preference: feature file " .. tostring(header))
 		slurm.log_info("llmgw: job for %s: no preference: feature file: %s", model, tostring(header))
@@ -1007,7 +1081,7 @@ local function apply(job_desc, part_list)
 	if type(nodes) ~= "number" or nodes >= NO_VAL then
 		nodes = 1
 	end
-	local fresh, why, only_old = llmgw.fresh(header, llmgw.now())
+	local fresh, why, only_old = llmgw.fresh(header, now)
 	local stale_note
 	if not fresh then
 		-- With ignore_prefer_validation a single-node job whose preference
@@ -1024,30 +1098,26 @@ local function apply(job_desc, part_list)
 		stale_note = why .. ", but slurmctld ignores prefer validation and a single-node job falls back by itself"
 	end
 	local parts = partitions_of(job_desc, part_list)
-	local r = llmgw.compose({
-		model = model,
-		constraint = job_desc.features,
-		prefer = job_desc.prefer,
-		nodes = nodes,
-		exclude = llmgw.expand(job_desc.exc_nodes),
-		nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "",
-		comment = job_desc.comment,
-		partitions = parts,
-		index = index,
-		complete = header.all == true,
-		spank = from_spank,
-	})
-	if r.prefer then
-		job_desc.prefer = r.prefer
+	local plist = table.concat(parts, ",")
+	local placed = placement(index, model, nodes, job_desc, plist, parts, header.all == true)
+	local out = { notes = {} }
+	tag_comment({ model = model, comment = job_desc.comment, spank = from_spank }, out)
+	if placed.prefer then
+		job_desc.prefer = placed.prefer
 	end
-	if r.exclude then
-		job_desc.exc_nodes = table.concat(r.exclude, ",")
+	if placed.exclude then
+		job_desc.exc_nodes = table.concat(placed.exclude, ",")
 	end
-	if r.comment then
-		job_desc.comment = r.comment
+	if out.comment then
+		job_desc.comment = out.comment
 	end
-	local where = #parts > 0 and (" in " .. table.concat(parts, ",")) or ""
-	local what = named .. where .. ": " .. table.concat(r.notes, "; ")
+	local notes = placed.text
+	if #out.notes > 0 then
+		out.notes[#out.notes + 1] = notes
+		notes = table.concat(out.notes, "; ")
+	end
+	local where = plist ~= "" and (" in " .. plist) or ""
+	local what = named .. where .. ": " .. notes
 	if stale_note then
 		what = what .. " (" .. stale_note .. ")"
 	end
@@ -1063,13 +1133,14 @@ end
 function llmgw.submit(job_desc, part_list, submit_uid)
 	-- Every submission, with a model or not, so that a rebuild is seen as
 	-- soon as possible.
-	local noted, nerr = pcall(llmgw.note_tables, part_list, llmgw.now())
+	local now = llmgw.now()
+	local noted, nerr = pcall(llmgw.note_tables, part_list, now)
 	if not noted then
 		slurm.log_error("llmgw: noting slurmctld's partition records: %s", tostring(nerr))
 		-- A rebuild could have gone unseen: trust no file until one is.
 		llmgw.forget_tables()
 	end
-	local ok, err = pcall(apply, job_desc, part_list)
+	local ok, err = pcall(apply, job_desc, part_list, now)
 	if not ok then
 		-- Never reject a job on llmgw's account.
 		slurm.log_error("llmgw: job_submit failed, job left as submitted: %s", tostring(err))
