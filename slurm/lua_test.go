@@ -304,6 +304,11 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 		{"ignore_prefer_validation: an old file serves a single-node job", 1400, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "prefer=llmgw.m1", 1},
 		{"but not a 2-node job, which 24.11 would park", 1401, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "last synced 100 s ago", 2},
 		{"nor anything after a rebuild, which may have turned it off", 1500, " synced=1301 interval=30 prefer=fallback", "5", "llmgw:model=m1", "at 1500, and the feature file was last synced at 1301", 1},
+		// Within one second the gate's answer is kept (llmgw_submit.lua,
+		// gate), but not past a rebuild seen in that second.
+		{"a sync after it", 1502, " synced=1501 interval=30", "5", "llmgw:model=m1", "prefer=llmgw.m1", 0},
+		{"a rebuild seen by a job without a model, in the same second", 1502, " synced=1501 interval=30", "6", "hello", "", 0},
+		{"takes the gate's answer of that second back", 1502, " synced=1501 interval=30", "6", "llmgw:model=m1", "at 1502, and the feature file was last synced at 1501", 0},
 	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)

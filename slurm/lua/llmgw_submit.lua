@@ -81,12 +81,18 @@ the site's job_submit.lua. On a cluster with a backup controller the
 feature file must be readable there too (a shared path, or the coordinator
 writing to both), or jobs get no preference while the backup is in charge.
 
-Cost: slurmctld runs this for every submission, under its locks. A job
-without a model costs a table walk; a job with one costs an open and one
-line read of the feature file, and a count over groups of nodes that look
-alike to the job. The file is parsed only when its nodes changed (the
-header's lines= digest), and the groups are kept per partition, model and
-constraint. scripts/bench/job-submit.sh measures it.
+Cost: slurmctld runs this for every submission, under its locks, so a job
+that names a model must cost little more than one that does not (at most
+twice: docs/design.md §6). A job without a model costs a table walk. A job
+with one costs a few table lookups and the note it writes: the feature file
+is looked at (opened, its header line read) at most once per second of
+os.time(), so a rewrite is seen up to a second late (llmgw.features says
+why that is harmless); it is parsed only when its nodes changed (the
+header's lines= digest); and what a request was given (preference,
+exclusion, note) is kept for the next job that asks the same, until the
+nodes change. A request not asked before costs a count over groups of
+nodes that look alike to it, kept per partition, model and constraint.
+scripts/bench/job-submit.sh measures each.
 
 Keep PREFIX and the composition in step with slurm/prefer.go:
 slurm/lua_test.go runs both on the same table.
@@ -319,6 +325,9 @@ local function parse_job_expr(constraint, prefer, complete)
 end
 
 local function mentions(expr, feature)
+	if expr == nil or expr == "" then
+		return false
+	end
 	for t in (expr or ""):gmatch("[^&|()%[%]*!]+") do
 		if trim(t) == feature then
 			return true
@@ -505,9 +514,10 @@ local function project(ix, p, feature, features)
 	return groups
 end
 
--- tag_comment: compose's comment, and its notes, in out. It depends on the
--- job's comment, which a submission rarely shares with another, so
--- llmgw.submit does it for every job and keeps only place's answer.
+-- tag_comment: compose's comment, and its notes, in out. Apart from place
+-- because it depends on the job's comment, which a submission rarely shares
+-- with another: llmgw.submit keeps place's answer per request, and has no
+-- comment to tag (see apply).
 local function tag_comment(input, out)
 	local function note(s)
 		out.notes[#out.notes + 1] = s
@@ -983,24 +993,26 @@ function llmgw.model_from_job(job_desc)
 	return nil
 end
 
-local function partitions_of(job_desc, part_list)
-	local parts = {}
+-- partition_list: the job's partitions as it named them, else slurmctld's
+-- default ones, comma-separated; a string, not a table, since it is the
+-- key of a kept placement and most submissions need nothing more.
+local function partition_list(job_desc, part_list)
 	if job_desc.partition and job_desc.partition ~= "" then
-		for p in job_desc.partition:gmatch("[^,]+") do
-			parts[#parts + 1] = p
-		end
-		return parts
+		return job_desc.partition
 	end
+	local list = ""
 	for _, rec in pairs(part_list or {}) do
-		if rec.flag_default and rec.flag_default ~= 0 then
-			parts[#parts + 1] = rec.name
+		if rec.flag_default and rec.flag_default ~= 0 and rec.name then
+			list = list == "" and rec.name or (list .. "," .. rec.name)
 		end
 	end
-	return parts
+	return list
 end
 
-local function note_admin(job_desc, text)
-	local c = "llmgw: " .. text
+-- note_admin adds "llmgw: <text>" to the job's AdminComment; note_llmgw
+-- adds a note that begins with "llmgw: " already (a kept one: see
+-- placement).
+local function note_llmgw(job_desc, c)
 	if job_desc.admin_comment and job_desc.admin_comment ~= "" then
 		c = job_desc.admin_comment .. "; " .. c
 	end
@@ -1008,6 +1020,17 @@ local function note_admin(job_desc, text)
 		c = c:sub(1, MAX_EXPRESSION)
 	end
 	job_desc.admin_comment = c
+end
+
+local function note_admin(job_desc, text)
+	note_llmgw(job_desc, "llmgw: " .. text)
+end
+
+-- named begins every note of a job with a model: the model and where it
+-- came from, so that scontrol show job tells which of llmgw's pieces saw
+-- it.
+local function named(model, from_spank)
+	return "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)")
 end
 
 -- At most this many placements are kept per version of the feature file;
@@ -1020,15 +1043,29 @@ local MAX_PLACEMENTS = 1024
 -- preference, excluded nodes, whether it names its nodes, and partitions.
 -- Jobs of a cluster ask the same few things over and over (an array, a
 -- pipeline, a team's script), so after the first such job a submission
--- costs a string key and a table lookup, not a composition.
--- scripts/bench/job-submit.sh measures both.
-local function placement(index, model, nodes, job_desc, plist, parts, complete)
+-- costs a few table lookups, not a composition; the note for AdminComment
+-- is kept ready-made too, one for each place the model can come from.
+-- scripts/bench/job-submit.sh measures both ("model", "new request").
+local function placement(index, model, nodes, job_desc, plist, complete)
 	local nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
-	local key = model .. "\0" .. nodes .. "\0" .. (job_desc.features or "") .. "\0" .. (job_desc.prefer or "")
-		.. "\0" .. (job_desc.exc_nodes or "") .. "\0" .. (nodelist and "1" or "0") .. "\0" .. plist
-	local placed = index.placements[key]
+	local constraint, prefer, exclude = job_desc.features or "", job_desc.prefer or "", job_desc.exc_nodes or ""
+	-- A tree of tables, one level per part of the request, rather than one
+	-- string key: the parts are strings slurmctld made already, so looking
+	-- them up allocates nothing, where joining them made a new string (and
+	-- a number turned into one) for every job.
+	local placed = index.placements[model]
+	placed = placed and placed[plist]
+	placed = placed and placed[constraint]
+	placed = placed and placed[prefer]
+	placed = placed and placed[exclude]
+	placed = placed and placed[nodelist]
+	placed = placed and placed[nodes]
 	if placed then
 		return placed
+	end
+	local parts = {}
+	for p in plist:gmatch("[^,]+") do
+		parts[#parts + 1] = p
 	end
 	placed = place({
 		model = model,
@@ -1040,14 +1077,39 @@ local function placement(index, model, nodes, job_desc, plist, parts, complete)
 		partitions = parts,
 		complete = complete,
 	}, index)
-	placed.text = table.concat(placed.notes, "; ")
+	if placed.exclude then
+		placed.exc_nodes = table.concat(placed.exclude, ",")
+	end
+	local rest = (#parts > 0 and (" in " .. table.concat(parts, ",")) or "") .. ": " .. table.concat(placed.notes, "; ")
+	placed.what_spank = "llmgw: " .. named(model, true) .. rest
+	placed.what_comment = "llmgw: " .. named(model, false) .. rest
 	if index.nplacements >= MAX_PLACEMENTS then
 		index.placements, index.nplacements = {}, 0
 	end
-	index.placements[key] = placed
+	local t = index.placements
+	for _, k in ipairs({ model, plist, constraint, prefer, exclude, nodelist }) do
+		local sub = t[k]
+		if not sub then
+			sub = {}
+			t[k] = sub
+		end
+		t = sub
+	end
+	t[nodes] = placed
 	index.nplacements = index.nplacements + 1
 	return placed
 end
+
+-- The freshness gate's last answer and what it was asked: llmgw.fresh
+-- answers the same for the same header, second and rebuild, and every job
+-- of a second that names a model asks it.
+local gate = {}
+
+-- The model names found valid: a cluster uses a few, and a lookup costs
+-- less than the pattern, for every job that names one. Bounded, since the
+-- names come from users.
+local MAX_VALID_NAMES = 1024
+local valid_names, nvalid_names = {}, 0
 
 -- apply does the work; llmgw.submit guards it.
 local function apply(job_desc, part_list, now)
@@ -1055,25 +1117,32 @@ local function apply(job_desc, part_list, now)
 	if not model then
 		return
 	end
-	if not llmgw.valid_model(model) then
-		note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
-		return
+	if not valid_names[model] then
+		if not llmgw.valid_model(model) then
+			note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
+			return
+		end
+		if nvalid_names >= MAX_VALID_NAMES then
+			valid_names, nvalid_names = {}, 0
+		end
+		valid_names[model], nvalid_names = true, nvalid_names + 1
 	end
-	if has_token(job_desc.comment, COMPOSED_TAG) then
+	if job_desc.comment and job_desc.comment:find(COMPOSED_TAG, 1, true) and has_token(job_desc.comment, COMPOSED_TAG) then
 		note_admin(job_desc, "model " .. model .. ": composed by llmgw sbatch")
 		return
 	end
-	if mentions(job_desc.prefer, PREFIX .. model) then
+	if job_desc.prefer and job_desc.prefer ~= "" and mentions(job_desc.prefer, PREFIX .. model) then
 		-- llmgw sbatch composed it already, from fresher features.
 		note_admin(job_desc, "model " .. model .. ": preference already set")
 		return
 	end
-	-- Every note below names the model and where it came from, so that
-	-- scontrol show job tells which of llmgw's pieces saw it.
-	local named = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)")
-	local index, header = llmgw.features(llmgw.feature_file, now)
+	-- llmgw.features, called only when this second's look does not stand.
+	local path, index, header = llmgw.feature_file, looked.index, looked.header
+	if now ~= looked.at or path ~= looked.path then
+		index, header = llmgw.features(path, now)
+	end
 	if not index then
-		note_admin(job_desc, named .. ": no preference: feature file " .. tostring(header))
+		note_admin(job_desc, named(model, from_spank) .. ": no preference: feature file " .. tostring(header))
 		slurm.log_info("llmgw: job for %s: no preference: feature file: %s", model, tostring(header))
 		return
 	end
@@ -1081,7 +1150,14 @@ local function apply(job_desc, part_list, now)
 	if type(nodes) ~= "number" or nodes >= NO_VAL then
 		nodes = 1
 	end
-	local fresh, why, only_old = llmgw.fresh(header, now)
+	local fresh, why, only_old
+	if header == gate.header and now == gate.now and rebuilt_at == gate.rebuilt_at then
+		fresh, why, only_old = gate.fresh, gate.why, gate.only_old
+	else
+		fresh, why, only_old = llmgw.fresh(header, now)
+		gate.header, gate.now, gate.rebuilt_at = header, now, rebuilt_at
+		gate.fresh, gate.why, gate.only_old = fresh, why, only_old
+	end
 	local stale_note
 	if not fresh then
 		-- With ignore_prefer_validation a single-node job whose preference
@@ -1091,38 +1167,29 @@ local function apply(job_desc, part_list, now)
 		-- keeps the gate. After a rebuild the flag itself may be out of
 		-- date (the rebuild may have turned the option off): gate.
 		if not (only_old and header.fallback and nodes == 1) then
-			note_admin(job_desc, named .. ": no preference: " .. why)
+			note_admin(job_desc, named(model, from_spank) .. ": no preference: " .. why)
 			slurm.log_info("llmgw: job for %s: no preference: %s", model, why)
 			return
 		end
 		stale_note = why .. ", but slurmctld ignores prefer validation and a single-node job falls back by itself"
 	end
-	local parts = partitions_of(job_desc, part_list)
-	local plist = table.concat(parts, ",")
-	local placed = placement(index, model, nodes, job_desc, plist, parts, header.all == true)
-	local out = { notes = {} }
-	tag_comment({ model = model, comment = job_desc.comment, spank = from_spank }, out)
+	local placed = placement(index, model, nodes, job_desc, partition_list(job_desc, part_list), header.all == true)
 	if placed.prefer then
 		job_desc.prefer = placed.prefer
 	end
-	if placed.exclude then
-		job_desc.exc_nodes = table.concat(placed.exclude, ",")
+	if placed.exc_nodes then
+		job_desc.exc_nodes = placed.exc_nodes
 	end
-	if out.comment then
-		job_desc.comment = out.comment
-	end
-	local notes = placed.text
-	if #out.notes > 0 then
-		out.notes[#out.notes + 1] = notes
-		notes = table.concat(out.notes, "; ")
-	end
-	local where = plist ~= "" and (" in " .. plist) or ""
-	local what = named .. where .. ": " .. notes
+	-- The comment stays as it is: compose tags it with the model unless the
+	-- model came from the SPANK option or the comment has the tag, and here
+	-- the model came from one or the other (llmgw.model_from_job).
+	-- TestLuaSiteScriptMatchesShipped holds the comment to Compose's.
+	local what = from_spank and placed.what_spank or placed.what_comment
 	if stale_note then
 		what = what .. " (" .. stale_note .. ")"
 	end
-	note_admin(job_desc, what)
-	slurm.log_info("llmgw: %s", what)
+	note_llmgw(job_desc, what)
+	slurm.log_info("%s", what)
 end
 
 -- submit is what a site's slurm_job_submit calls (job_submit.lua beside
