@@ -861,8 +861,9 @@ end
 llmgw.now = os.time
 
 -- The feature file as last looked at: when (llmgw.now()), which path, and
--- what load_features answered (the index and header, or nil and why).
-local looked = { at = nil, path = nil, index = nil, header = nil }
+-- what load_features answered (the index and header, or nil and why), and
+-- the freshness gate's answer for it (see apply).
+local looked = { at = nil, path = nil, index = nil, header = nil, gate = nil }
 
 -- features is load_features at most once per second of llmgw.now(): the
 -- first submission that names a model in a second opens the file and reads
@@ -891,6 +892,9 @@ function llmgw.features(path, now)
 	end
 	local index, header = llmgw.load_features(path)
 	looked.at, looked.path, looked.index, looked.header = now, path, index, header
+	-- The freshness gate's answer for this look: apply asks llmgw.fresh
+	-- once per look and rebuild, not once per job.
+	looked.gate = nil
 	return index, header
 end
 
@@ -993,13 +997,10 @@ function llmgw.model_from_job(job_desc)
 	return nil
 end
 
--- partition_list: the job's partitions as it named them, else slurmctld's
--- default ones, comma-separated; a string, not a table, since it is the
--- key of a kept placement and most submissions need nothing more.
-local function partition_list(job_desc, part_list)
-	if job_desc.partition and job_desc.partition ~= "" then
-		return job_desc.partition
-	end
+-- default_partitions: slurmctld's default partitions, comma-separated, for
+-- a job that names none; a string, not a table, since it is part of a kept
+-- placement's key and most submissions need nothing more.
+local function default_partitions(part_list)
 	local list = ""
 	for _, rec in pairs(part_list or {}) do
 		if rec.flag_default and rec.flag_default ~= 0 and rec.name then
@@ -1037,37 +1038,22 @@ end
 -- past it they are dropped and built again as jobs ask.
 local MAX_PLACEMENTS = 1024
 
--- placement is place's answer for a job's request, kept in the index of the
--- feature file's nodes (so dropped with it when the nodes change) and keyed
--- by everything place reads from the job: model, node count, constraint,
--- preference, excluded nodes, whether it names its nodes, and partitions.
+-- placement makes place's answer for a job's request and keeps it in the
+-- index of the feature file's nodes (so dropped with it when the nodes
+-- change), keyed by everything place reads from the job: model,
+-- partitions, constraint, preference, excluded nodes, whether it names its
+-- nodes, and node count; apply looks it up there first.
 -- Jobs of a cluster ask the same few things over and over (an array, a
 -- pipeline, a team's script), so after the first such job a submission
 -- costs a few table lookups, not a composition; the note for AdminComment
 -- is kept ready-made too, one for each place the model can come from.
 -- scripts/bench/job-submit.sh measures both ("model", "new request").
-local function placement(index, model, nodes, job_desc, plist, complete)
-	local nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
-	local constraint, prefer, exclude = job_desc.features or "", job_desc.prefer or "", job_desc.exc_nodes or ""
-	-- A tree of tables, one level per part of the request, rather than one
-	-- string key: the parts are strings slurmctld made already, so looking
-	-- them up allocates nothing, where joining them made a new string (and
-	-- a number turned into one) for every job.
-	local placed = index.placements[model]
-	placed = placed and placed[plist]
-	placed = placed and placed[constraint]
-	placed = placed and placed[prefer]
-	placed = placed and placed[exclude]
-	placed = placed and placed[nodelist]
-	placed = placed and placed[nodes]
-	if placed then
-		return placed
-	end
+local function placement(index, model, nodes, job_desc, plist, nodelist, constraint, prefer, exclude, complete)
 	local parts = {}
 	for p in plist:gmatch("[^,]+") do
 		parts[#parts + 1] = p
 	end
-	placed = place({
+	local placed = place({
 		model = model,
 		constraint = job_desc.features,
 		prefer = job_desc.prefer,
@@ -1099,11 +1085,6 @@ local function placement(index, model, nodes, job_desc, plist, complete)
 	index.nplacements = index.nplacements + 1
 	return placed
 end
-
--- The freshness gate's last answer and what it was asked: llmgw.fresh
--- answers the same for the same header, second and rebuild, and every job
--- of a second that names a model asks it.
-local gate = {}
 
 -- The model names found valid: a cluster uses a few, and a lookup costs
 -- less than the pattern, for every job that names one. Bounded, since the
@@ -1150,14 +1131,15 @@ local function apply(job_desc, part_list, now)
 	if type(nodes) ~= "number" or nodes >= NO_VAL then
 		nodes = 1
 	end
-	local fresh, why, only_old
-	if header == gate.header and now == gate.now and rebuilt_at == gate.rebuilt_at then
-		fresh, why, only_old = gate.fresh, gate.why, gate.only_old
-	else
-		fresh, why, only_old = llmgw.fresh(header, now)
-		gate.header, gate.now, gate.rebuilt_at = header, now, rebuilt_at
-		gate.fresh, gate.why, gate.only_old = fresh, why, only_old
+	-- The gate's answer is kept with this second's look (looked.gate): the
+	-- same header and second give the same answer until a rebuild is seen.
+	local gate = looked.gate
+	if not gate or gate.rebuilt_at ~= rebuilt_at then
+		local fresh, why, only_old = llmgw.fresh(header, now)
+		gate = { rebuilt_at = rebuilt_at, fresh = fresh, why = why, only_old = only_old }
+		looked.gate = gate
 	end
+	local fresh, why, only_old = gate.fresh, gate.why, gate.only_old
 	local stale_note
 	if not fresh then
 		-- With ignore_prefer_validation a single-node job whose preference
@@ -1173,7 +1155,27 @@ local function apply(job_desc, part_list, now)
 		end
 		stale_note = why .. ", but slurmctld ignores prefer validation and a single-node job falls back by itself"
 	end
-	local placed = placement(index, model, nodes, job_desc, partition_list(job_desc, part_list), header.all == true)
+	local plist = job_desc.partition
+	if plist == nil or plist == "" then
+		plist = default_partitions(part_list)
+	end
+	local nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
+	local constraint, prefer, exclude = job_desc.features or "", job_desc.prefer or "", job_desc.exc_nodes or ""
+	-- The kept placement, if this request was asked before: a tree of
+	-- tables, one level per part of the request, rather than one string
+	-- key, since the parts are strings slurmctld made already, so looking
+	-- them up allocates nothing, where joining them made a new string (and
+	-- a number turned into one) for every job.
+	local placed = index.placements[model]
+	placed = placed and placed[plist]
+	placed = placed and placed[constraint]
+	placed = placed and placed[prefer]
+	placed = placed and placed[exclude]
+	placed = placed and placed[nodelist]
+	placed = placed and placed[nodes]
+	if not placed then
+		placed = placement(index, model, nodes, job_desc, plist, nodelist, constraint, prefer, exclude, header.all == true)
+	end
 	if placed.prefer then
 		job_desc.prefer = placed.prefer
 	end
