@@ -534,10 +534,14 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		// after its digest.
 		lc := newLiveChunk(i, cf, buf)
 		s.h.setLive(lc)
+		// Hashed as it arrives, so that the digest the fabric waits for
+		// goes out as soon as the last byte is in.
+		hs := sha256.New()
 		got, err := 0, error(nil)
 		for got < len(buf) && err == nil {
 			var m int
 			m, err = body.Read(buf[got:])
+			hs.Write(buf[got : got+m])
 			got += m
 			lc.grew(got)
 		}
@@ -555,7 +559,7 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			return nil
 		}
 		s.h.setLive(nil)
-		sum := hexSum(buf)
+		sum := hex.EncodeToString(hs.Sum(nil))
 		if _, err := s.fh.WriteAt(buf, cf); err != nil {
 			return err
 		}
