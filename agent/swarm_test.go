@@ -335,6 +335,8 @@ type flipWriter struct {
 	done bool
 }
 
+func (f *flipWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
 func (f *flipWriter) Write(p []byte) (int, error) {
 	if !f.done && len(p) > 0 {
 		q := append([]byte(nil), p...)
