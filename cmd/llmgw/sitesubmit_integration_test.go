@@ -417,7 +417,7 @@ func TestSiteJobSubmitMatchesShipped(t *testing.T) {
 	t.Logf("%d cases the same under both scripts, %d with a preference", len(cases), prefers)
 
 	// The site's modify rule beside llmgw.modify, on a job with a preference.
-	j := submitHeld(t, sl, "-J", "llmgw-sitefit", "--comment=llmgw:model=m1")
+	j := submitHeld(t, sl, "-J", "llmgw-sitefit", "--comment=llmgw:model=m1", "--wrap", "true")
 	if _, err := sl.Run(ctx, "scontrol", "update", "JobId="+j, "Name=site-reject"); err == nil {
 		t.Errorf("the site's slurm_job_modify let job %s be renamed site-reject", j)
 	}
