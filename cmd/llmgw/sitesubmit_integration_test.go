@@ -151,6 +151,31 @@ func siteCases(t *testing.T, spank bool) (cases []siteCase, devCluster []slurm.F
 	return cases, cs.Clusters["dev"], skipped
 }
 
+// withoutModel is args with the model taken out: no --llmgw-model, and no
+// llmgw:model= word in the comment.
+func withoutModel(args []string) []string {
+	var out []string
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--llmgw-model="):
+			continue
+		case strings.HasPrefix(a, "--comment="):
+			var words []string
+			for _, w := range strings.Fields(strings.TrimPrefix(a, "--comment=")) {
+				if !strings.HasPrefix(w, "llmgw:model=") {
+					words = append(words, w)
+				}
+			}
+			if len(words) == 0 {
+				continue
+			}
+			a = "--comment=" + strings.Join(words, " ")
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 // submitted is a held job as slurmctld recorded it, or the refusal.
 type submitted struct {
 	Refused                                              string
@@ -208,7 +233,9 @@ func submitAs(t *testing.T, sl *slurm.Runner, args ...string) submitted {
 // Prefer, ExcNodeList, Comment; AdminComment with the site's note before
 // llmgw's), and the shipped script gives what Go's Compose gives for the
 // same nodes. The site's own rules work beside it: a job name it refuses is
-// refused, on submit and on modify.
+// refused, on submit and on modify. A case Slurm refuses must be refused
+// without a model as well: llmgw's composition never gets a job rejected
+// (it did, on 22.05, 24.11 and 26.05, while Compose nested parentheses).
 //
 // The nodes get the llmgw features of cases.json's "dev" cluster (its
 // fabrics are the dev cluster's) through Runner.ApplyFeatures, and the
@@ -387,7 +414,15 @@ func TestSiteJobSubmitMatchesShipped(t *testing.T) {
 			t.Errorf("%s (sbatch %s):\n site script: %+v\n shipped:     %+v", c.name, strings.Join(c.args, " "), st, sh)
 		}
 		if sh.Refused != "" {
-			t.Logf("%s: refused by Slurm under both scripts: %s", c.name, sh.Refused)
+			// llmgw never gets a job refused: the same job without a model,
+			// which the module leaves alone, must be refused too.
+			plain := withoutModel(c.args)
+			if j := submitAs(t, sl, plain...); j.Refused == "" {
+				t.Errorf("%s: refused with llmgw's composition (%s), yet Slurm takes the same job without a model (sbatch %s): llmgw made Slurm reject it",
+					c.name, sh.Refused, strings.Join(plain, " "))
+			} else {
+				t.Logf("%s: refused by Slurm under both scripts, and without a model too: %s", c.name, sh.Refused)
+			}
 			continue
 		}
 		if !strings.Contains(sh.AdminComment, "llmgw: model "+c.in.Model) {
