@@ -351,6 +351,22 @@ local function join_and(parts, count)
 	return table.concat(out, "&")
 end
 
+-- nested_parens: slurm/prefer.go nestedParens.
+local function nested_parens(s)
+	local depth = 0
+	for c in s:gmatch("[()]") do
+		if c == "(" then
+			depth = depth + 1
+			if depth > 1 then
+				return true
+			end
+		else
+			depth = depth - 1
+		end
+	end
+	return false
+end
+
 -- flatten: slurm/prefer.go featureExpr.flatten; nil when x holds an OR.
 local function flatten(x, alt)
 	local out, seen = {}, {}
@@ -697,6 +713,10 @@ local function place(input, ix)
 			return out
 		end
 		prefer = counted_prefer(ands, feature, k, n)
+	end
+	if nested_parens(prefer) then
+		note("no preference: prefer=" .. prefer .. " puts parentheses inside parentheses, which Slurm refuses, rejecting the job")
+		return out
 	end
 	if #prefer > MAX_EXPRESSION then
 		note("no preference: it would be " .. #prefer .. " characters, over Slurm's limit of " .. MAX_EXPRESSION)

@@ -298,6 +298,7 @@ func checkSlurm(v slurmView, o Options) []Finding {
 	fs = append(fs, checkSpank(v, o)...)
 	fs = append(fs, checkJobSubmit(v)...)
 	fs = append(fs, checkPreferValidation(v)...)
+	fs = append(fs, checkBackfill(v)...)
 	return fs
 }
 

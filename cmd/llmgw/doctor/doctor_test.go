@@ -60,6 +60,7 @@ func (h host) good() slurm.Config {
 		"prologepilogtimeout": "1860",
 		"plugstackconfig":     h.dir + "/etc/plugstack.conf",
 		"jobsubmitplugins":    "lua",
+		"schedulerparameters": "bf_continue",
 	}
 }
 
