@@ -181,24 +181,30 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	}
 
 	// scontrol reconfigure wipes what scontrol set; the fabrics must never
-	// go, and llmgw's features must be back within one interval.
+	// go, and llmgw's features must be back at the next sync. The bound
+	// allows one failed sync and its retry besides: 24.11 restarts
+	// slurmctld and every slurmd on a reconfigure (docs/slurm/RELEASES.md),
+	// and a sync that finds it not answering yet retries after firstRetry,
+	// up to an interval later. Seen: back 2.9–3.1 s after the reconfigure
+	// with a 3 s interval on all three releases, against interval+2 s
+	// (5 s) before, a margin of 1.6 on a loaded 2-core machine.
 	fabricsOnly := map[string][]string{"n1": {"ib-a"}, "n2": {"ib-a"}, "n3": {"ib-b"}, "n4": {"ib-b"}}
 	if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
 		t.Fatal(err)
 	}
 	wiped := time.Now()
+	const reconfigureWithin = 2*interval + 2*time.Second
 	var lostFabric []string
 	for {
-		nodes, err := run.Nodes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A read that fails while the restarted slurmctld comes up is a
+		// miss, not a failure: the check below names it if it lasts.
+		nodes, _ := run.Nodes(ctx)
 		for _, n := range nodes {
 			if f := fabricsOnly[n.Name]; f != nil && !slices.Contains(n.Active, f[0]) {
 				lostFabric = append(lostFabric, n.Name)
 			}
 		}
-		if len(check(want)) == 0 || time.Since(wiped) > interval+2*time.Second {
+		if len(check(want)) == 0 || time.Since(wiped) > reconfigureWithin {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
