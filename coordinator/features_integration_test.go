@@ -42,10 +42,8 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	run := &slurm.Runner{}
-	t.Cleanup(func() {
-		// slurm.conf's features back, whatever the test left.
-		run.Run(context.Background(), "scontrol", "reconfigure")
-	})
+	// slurm.conf's features back, whatever the test left.
+	t.Cleanup(func() { reconfigureQuietly(t, run) })
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "features")
