@@ -4,6 +4,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -211,7 +212,17 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 		t.Errorf("ib-a/ib-b missing at some point on %q", lostFabric)
 	}
 	if bad := check(want); len(bad) > 0 {
-		t.Fatalf("features not back %s after scontrol reconfigure (interval %s): %s", time.Since(wiped).Round(time.Millisecond), interval, bad)
+		// What the reconciler did meanwhile tells a late sync from a
+		// failing one.
+		var last string
+		if st, err := admin.Status(ctx); err != nil {
+			last = err.Error()
+		} else if st.Features != nil && st.Features.Last != nil {
+			l := st.Features.Last
+			last = fmt.Sprintf("last sync began %s after the reconfigure, took %.1f s, error %q; retry at %v",
+				l.Time.Sub(wiped).Round(time.Millisecond), l.Duration, l.Error, st.Features.Retry)
+		}
+		t.Fatalf("features not back %s after scontrol reconfigure (interval %s): %s (%s)", time.Since(wiped).Round(time.Millisecond), interval, bad, last)
 	}
 	t.Logf("features back %.1f s after scontrol reconfigure (interval %s)", time.Since(wiped).Seconds(), interval)
 
