@@ -733,7 +733,7 @@ func TestSubmitEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("features are back within one interval after scontrol reconfigure", func(t *testing.T) {
+	t.Run("features are back at the next sync after scontrol reconfigure", func(t *testing.T) {
 		// The jobs above fetched weights, so the nodes hold more than at
 		// the start: what they should carry is what the coordinator
 		// publishes, once Slurm agrees with it.
