@@ -74,6 +74,57 @@ type held struct {
 	chunkSize int64
 	have      []byte
 	complete  bool
+	// live is the chunk this node is reading from the origin as the lease
+	// holder, served with ?live=1 before it is verified; nil otherwise.
+	live *liveChunk
+}
+
+// liveChunk is one chunk as it arrives from the origin: buf[:n] has come,
+// and wake is closed (and replaced) whenever n grows or the read breaks.
+type liveChunk struct {
+	i    int
+	from int64
+	buf  []byte
+
+	mu     sync.Mutex
+	n      int
+	broken bool
+	wake   chan struct{}
+}
+
+func newLiveChunk(i int, from int64, buf []byte) *liveChunk {
+	return &liveChunk{i: i, from: from, buf: buf, wake: make(chan struct{})}
+}
+
+// grew says buf[:n] has arrived.
+func (c *liveChunk) grew(n int) {
+	c.mu.Lock()
+	c.n = n
+	close(c.wake)
+	c.wake = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// fail says the origin read broke: the rest of the chunk will not come
+// through this buffer.
+func (c *liveChunk) fail() {
+	c.mu.Lock()
+	c.broken = true
+	close(c.wake)
+	c.wake = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *liveChunk) state() (int, bool, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.broken, c.wake
+}
+
+func (h *held) setLive(c *liveChunk) {
+	h.mu.Lock()
+	h.live = c
+	h.mu.Unlock()
 }
 
 func (h *held) verified(from, to int64) bool {
@@ -148,8 +199,9 @@ func newPeerServer(addr, fabric string, codec munge.Codec, cacheDir string, file
 
 func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum, ok := strings.CutPrefix(r.URL.Path, "/"+api.Version+"/chunks/")
-	if r.Method != http.MethodGet || !ok || !catalog.ValidSHA256(sum) || r.URL.RawQuery != "" {
-		http.Error(w, "only GET /v1/chunks/{sha256} is served here", http.StatusNotFound)
+	live := r.URL.RawQuery == "live=1"
+	if r.Method != http.MethodGet || !ok || !catalog.ValidSHA256(sum) || (r.URL.RawQuery != "" && !live) {
+		http.Error(w, "only GET /v1/chunks/{sha256}[?live=1] is served here", http.StatusNotFound)
 		return
 	}
 	if err := s.authenticate(r); err != nil {
@@ -174,6 +226,10 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusRequestedRangeNotSatisfiable)
 		return
 	}
+	if live {
+		s.serveLive(w, r, h, from, to)
+		return
+	}
 	if !h.verified(from, to) {
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", h.size))
 		http.Error(w, "a chunk of the range is not verified here yet", http.StatusRequestedRangeNotSatisfiable)
@@ -195,6 +251,56 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n, _ := io.Copy(w, io.NewSectionReader(fh, from, to-from+1))
 	if s.onServed != nil {
 		s.onServed(n)
+	}
+}
+
+// serveLive streams the chunk this node is reading from the origin, from
+// its buffer as the origin fills it, to a reader that verifies it against
+// the digest the coordinator publishes once the chunk is whole. Only the
+// chunk of h.live, which only the lease holder's origin read sets: a relay
+// has no live chunk, so it never passes on bytes nobody verified. The body
+// is cut short (the connection closed, Content-Length unmet) when the
+// origin read breaks, so that the reader discards what it has.
+func (s *peerServer) serveLive(w http.ResponseWriter, r *http.Request, h *held, from, to int64) {
+	h.mu.Lock()
+	c := h.live
+	h.mu.Unlock()
+	if c == nil || from != c.from || to != c.from+int64(len(c.buf))-1 {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", h.size))
+		http.Error(w, "not reading that chunk from the origin; ask for it once it is verified", http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
+	w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, to, h.size))
+	w.Header().Set("Content-Length", strconv.Itoa(len(c.buf)))
+	w.WriteHeader(http.StatusPartialContent)
+	rc := http.NewResponseController(w)
+	sent := 0
+	defer func() {
+		if s.onServed != nil {
+			s.onServed(int64(sent))
+		}
+	}()
+	for sent < len(c.buf) {
+		n, broken, wake := c.state()
+		if n > sent {
+			m, err := w.Write(c.buf[sent:n])
+			sent += m
+			if err != nil {
+				return
+			}
+			// Each piece goes out as it came: the reader is to have the
+			// chunk when the origin's last byte of it arrives here.
+			rc.Flush()
+			continue
+		}
+		if broken {
+			return
+		}
+		select {
+		case <-wake:
+		case <-r.Context().Done():
+			return
+		}
 	}
 }
 
@@ -243,9 +349,13 @@ func parseRange(h string, size int64) (from, to int64, err error) {
 }
 
 // peerGet asks a peer for bytes from..to of the file sum, with a credential
-// for exactly this request.
-func peerGet(ctx context.Context, hc *http.Client, codec munge.Codec, node, fabric, addr, sum string, from, to int64) (*http.Response, error) {
+// for exactly this request; live asks the lease holder for the chunk it is
+// reading from the origin (api/swarm.go).
+func peerGet(ctx context.Context, hc *http.Client, codec munge.Codec, node, fabric, addr, sum string, from, to int64, live bool) (*http.Response, error) {
 	uri := "/" + api.Version + "/chunks/" + sum
+	if live {
+		uri += "?live=1"
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+uri, nil)
 	if err != nil {
 		return nil, err

@@ -108,7 +108,7 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 	}
 	// What the 206 carries is the file's bytes.
 	rng := fmt.Sprintf("bytes=100-%d", testChunk-1)
-	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 100, testChunk-1)
+	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 100, testChunk-1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,89 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 	}
 	// A sha256 not held: nothing, whatever the cache holds under other names.
 	other := "0000000000000000000000000000000000000000000000000000000000000000"
-	if resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, other, 0, 10); err != nil || resp.StatusCode != 404 {
+	if resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, other, 0, 10, false); err != nil || resp.StatusCode != 404 {
 		t.Errorf("unknown sha256: %v %v, want 404", resp.Status, err)
+	}
+}
+
+// TestPeerServerLiveChunk: ?live=1 streams the chunk the node is reading
+// from the origin as its buffer fills, only that chunk, only while it is
+// being read (a relay, with no live chunk, answers 416), and cuts the body
+// short when the origin read breaks; the credential rules are the same.
+func TestPeerServerLiveChunk(t *testing.T) {
+	realm := mungetest.New(t)
+	data, sum := testData(t, 3*testChunk)
+	dir := t.TempDir()
+	part := filepath.Join(dir, "model.bin.part")
+	if err := os.WriteFile(part, make([]byte, len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk}
+	files := &holdings{}
+	files.put(sum, h)
+	l, err := net.Listen("tcp", "127.0.0.24:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start("127.0.0.24"), dir, files)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	client := realm.Start("127.0.0.25")
+	ctx := context.Background()
+	get := func(fabric string, i int64) *http.Response {
+		t.Helper()
+		resp, err := peerGet(ctx, http.DefaultClient, client, "n25", fabric, addr, sum, i*testChunk, (i+1)*testChunk-1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	// A relay: nothing read from the origin, nothing live.
+	if r := get("ib-a", 1); r.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		t.Errorf("live read from a node reading nothing from the origin: %s, want 416", r.Status)
+	}
+	// Chunk 1 being read, half of it in.
+	buf := make([]byte, testChunk)
+	c := newLiveChunk(1, testChunk, buf)
+	copy(buf, data[testChunk:testChunk+testChunk/2])
+	c.grew(testChunk / 2)
+	h.setLive(c)
+	if r := get("ib-a", 2); r.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		t.Errorf("live read of a chunk other than the one being read: %s, want 416", r.Status)
+	}
+	if r := get("ib-b", 1); r.StatusCode != http.StatusForbidden {
+		t.Errorf("live read from another fabric: %s, want 403", r.Status)
+	}
+	resp := get("ib-a", 1)
+	if resp.StatusCode != http.StatusPartialContent {
+		t.Fatalf("live read of the chunk being read: %s, want 206", resp.Status)
+	}
+	first := make([]byte, testChunk/2)
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != string(data[testChunk:testChunk+testChunk/2]) {
+		t.Fatalf("the first half of the live chunk before the rest arrived: %v", err)
+	}
+	copy(buf[testChunk/2:], data[testChunk+testChunk/2:2*testChunk])
+	c.grew(testChunk)
+	rest, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(rest) != string(data[testChunk+testChunk/2:2*testChunk]) {
+		t.Errorf("the rest of the live chunk: %d bytes, %v", len(rest), err)
+	}
+
+	// The origin read breaks mid-chunk: the body ends short, as an error.
+	c = newLiveChunk(1, testChunk, make([]byte, testChunk))
+	c.grew(100)
+	h.setLive(c)
+	resp = get("ib-a", 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		c.fail()
+	}()
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || len(b) != 100 {
+		t.Errorf("a live read whose origin read broke: %d bytes, error %v; want 100 and an error", len(b), err)
 	}
 }

@@ -128,6 +128,14 @@ type swarm struct {
 	waited     bool
 	answeredIn time.Duration
 
+	// live is this member's stream of the chunk the lease holder is reading
+	// from the origin (liveFetch), nil when none runs; under mu.
+	live *liveFetch
+	// liveAtDigest is, by chunk, how many of its bytes the live stream had
+	// when its digest reached this member: the bytes cut-through moved
+	// before the chunk was verified anywhere.
+	liveAtDigest map[int]int64
+
 	// The whole file's sha256, computed while the fetch runs: chunks
 	// [0, hashed) are in hsum, read back through fh as the verified
 	// prefix grows (hashAhead). Without it every node of a fabric read and
@@ -159,6 +167,8 @@ func (s *swarm) run(ctx context.Context) error {
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
 	s.verifiedc = make(chan struct{}, 1)
+	s.liveAtDigest = map[int]int64{}
+	defer s.dropLive()
 	if err := os.MkdirAll(filepath.Dir(s.target), 0o755); err != nil {
 		return err
 	}
@@ -225,6 +235,9 @@ func (s *swarm) run(ctx context.Context) error {
 		}
 		s.takePlan(plan)
 		s.reverify()
+		if err := s.settleLive(ctx, plan); err != nil {
+			return err
+		}
 		if s.missing() < 0 {
 			break
 		}
@@ -240,6 +253,12 @@ func (s *swarm) run(ctx context.Context) error {
 			// peer or a relay that got chunks it lacks.
 			var idle bool
 			idle, err = s.fromPeersRun(ctx, plan, until)
+			if idle && err == nil && !plan.Lease {
+				// Nothing to read from verified holders: stream the chunk
+				// the holder is reading while the report below waits for
+				// its digest.
+				s.startLive(ctx, plan)
+			}
 			if idle && err == nil {
 				// Nothing to read: the next report asks the coordinator to
 				// answer when there is (a peer verified a chunk, a digest
@@ -312,6 +331,9 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	}
 	for i, v := range p.Sums {
 		if i < s.n && v != "" {
+			if s.sums[i] == "" && s.live != nil && s.live.i == i {
+				s.liveAtDigest[i] = s.live.got.Load()
+			}
 			s.sums[i] = v
 		}
 	}
@@ -507,8 +529,28 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 	for i := first; i <= last; i++ {
 		cf, ct := s.bounds(i)
 		buf := make([]byte, ct-cf+1)
-		_, err := io.ReadFull(body, buf)
-		if err != nil {
+		// The chunk is offered live as it fills (peerServer.serveLive): the
+		// fabric has it when its last byte is here, not a chunk's transfer
+		// after its digest.
+		lc := newLiveChunk(i, cf, buf)
+		s.h.setLive(lc)
+		// Hashed as it arrives, so that the digest the fabric waits for
+		// goes out as soon as the last byte is in.
+		hs := sha256.New()
+		got, err := 0, error(nil)
+		for got < len(buf) && err == nil {
+			var m int
+			m, err = body.Read(buf[got:])
+			hs.Write(buf[got : got+m])
+			got += m
+			lc.grew(got)
+		}
+		if got < len(buf) {
+			lc.fail()
+			s.h.setLive(nil)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 			// The bytes of a partial chunk are dropped; the next request
 			// starts at this chunk.
 			if ctx.Err() == nil {
@@ -516,7 +558,8 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			}
 			return nil
 		}
-		sum := hexSum(buf)
+		s.h.setLive(nil)
+		sum := hex.EncodeToString(hs.Sum(nil))
 		if _, err := s.fh.WriteAt(buf, cf); err != nil {
 			return err
 		}
@@ -633,6 +676,192 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	return false, ctx.Err()
 }
 
+// liveFetch is one stream of the chunk the lease holder is reading from
+// the origin (peerServer.serveLive): its bytes in memory with their running
+// sha256, written only once the sum matches the digest the coordinator
+// publishes for the chunk.
+type liveFetch struct {
+	i      int
+	holder string
+	cancel context.CancelFunc
+	done   chan struct{}
+	got    atomic.Int64 // bytes received so far
+	last   atomic.Int64 // when the last byte came, unix ns
+	// Set before done is closed:
+	buf []byte
+	sum string // of buf, when the whole chunk came
+	err error
+}
+
+// startLive starts streaming, from the lease holder, the first chunk this
+// member lacks whose digest is not known yet: the one the holder is
+// reading. One stream at a time, so one chunk buffer; a holder reading
+// another chunk answers 416 and the chunk is read the usual way.
+func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
+	if plan.Holder == "" || plan.Holder == s.node {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live != nil {
+		return
+	}
+	var holder api.SwarmPeer
+	for _, p := range plan.Peers {
+		if p.Node == plan.Holder && s.usable(p) {
+			holder = p
+		}
+	}
+	if holder.Node == "" {
+		return
+	}
+	i := -1
+	for c := 0; c < s.n; c++ {
+		if s.sums[c] == "" && !s.has(c) {
+			i = c
+			break
+		}
+	}
+	if i < 0 {
+		return
+	}
+	from, to := s.bounds(i)
+	lctx, cancel := context.WithCancel(ctx)
+	l := &liveFetch{i: i, holder: holder.Node, cancel: cancel, done: make(chan struct{})}
+	l.last.Store(time.Now().UnixNano())
+	s.live = l
+	go func() {
+		defer close(l.done)
+		resp, err := peerGet(lctx, s.peer, s.codec, s.node, s.fabric, holder.Addr, s.sum, from, to, true)
+		if err != nil {
+			l.err = err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusPartialContent {
+			l.err = fmt.Errorf("peer %s answered %s to a live read", holder.Addr, resp.Status)
+			return
+		}
+		buf := make([]byte, to-from+1)
+		h := sha256.New()
+		n := 0
+		for n < len(buf) {
+			m, err := resp.Body.Read(buf[n:])
+			if m > 0 {
+				h.Write(buf[n : n+m])
+				n += m
+				l.got.Store(int64(n))
+				l.last.Store(time.Now().UnixNano())
+				s.fromPeers.Add(int64(m))
+				s.onBytes("peer", int64(m))
+			}
+			if err != nil && n < len(buf) {
+				l.err = fmt.Errorf("live read of chunk %d from peer %s: %w", i, holder.Addr, err)
+				return
+			}
+		}
+		l.buf, l.sum = buf, hex.EncodeToString(h.Sum(nil))
+	}()
+}
+
+// settleLive ends the live stream once it can no longer be used, and lands
+// its chunk when the chunk's digest is known: it waits for the rest of the
+// stream (the holder had the whole chunk when it published the digest) as
+// long as bytes keep coming, then writes the chunk if its sum matches, as a
+// verified chunk from a peer. A mismatch drops the holder as a peer that
+// sent a bad chunk; a broken stream costs only the read the usual way.
+func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
+	s.mu.Lock()
+	l := s.live
+	var want string
+	if l != nil {
+		want = s.sums[l.i]
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	if s.has(l.i) {
+		s.dropLive()
+		return nil
+	}
+	select {
+	case <-l.done:
+	default:
+		if plan.Holder != l.holder {
+			// The holder this streams from lost the lease (died, or its
+			// origin read stopped): what it would still send is not worth
+			// waiting for.
+			s.dropLive()
+			return nil
+		}
+		if want == "" {
+			return nil // streaming, the digest not out yet
+		}
+		// The holder had the whole chunk when it published the digest:
+		// the rest is on its way at fabric speed, unless the holder died.
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		waited := time.Now().UnixNano()
+	wait:
+		for {
+			select {
+			case <-l.done:
+				break wait
+			case <-ctx.Done():
+				s.dropLive()
+				return ctx.Err()
+			case <-t.C:
+				if time.Since(time.Unix(0, max(l.last.Load(), waited))) > peerStall {
+					s.log.WithField("peer", l.holder).Info("swarm: the holder's live chunk stopped coming; reading it the usual way")
+					s.dropLive()
+					return nil
+				}
+			}
+		}
+	}
+	if l.err == nil && want == "" {
+		// Whole, its digest not here yet: kept until it is (the holder
+		// publishes it within a report of its last byte).
+		return nil
+	}
+	s.mu.Lock()
+	s.live = nil
+	s.mu.Unlock()
+	l.cancel()
+	switch {
+	case l.err != nil:
+		s.log.WithError(l.err).Debug("swarm: live read of the holder's chunk ended; reading it the usual way")
+		return nil
+	case l.sum != want:
+		s.log.WithField("peer", l.holder).Warn("swarm: the lease holder's live chunk does not match its digest; dropping it as a peer")
+		s.mu.Lock()
+		s.bad[l.holder] = true
+		s.mu.Unlock()
+		return nil
+	}
+	from, _ := s.bounds(l.i)
+	if _, err := s.fh.WriteAt(l.buf, from); err != nil {
+		return err
+	}
+	s.landed(l.i)
+	s.saveSidecar()
+	s.progress()
+	return nil
+}
+
+// dropLive ends the live stream, if any, and forgets its bytes.
+func (s *swarm) dropLive() {
+	s.mu.Lock()
+	l := s.live
+	s.live = nil
+	s.mu.Unlock()
+	if l != nil {
+		l.cancel()
+		<-l.done
+	}
+}
+
 // countReader passes the size of every read to count.
 type countReader struct {
 	r     io.Reader
@@ -703,7 +932,7 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	// coming is ended here, peerStall after its last byte.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to)
+	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to, false)
 	if err != nil {
 		return err
 	}

@@ -104,6 +104,7 @@ type peerReq struct {
 	server, node string
 	chunk        int64
 	at           time.Time
+	live         bool // ?live=1: the chunk the server was reading from the origin
 }
 
 func newFabric(t testing.TB, chunks int, chunk, originRate int64, names ...int) *fabricEnv {
@@ -252,6 +253,10 @@ type throttled struct {
 	wrote int64
 }
 
+// Unwrap lets http.ResponseController flush through it, as the live
+// chunk server does after each piece.
+func (t *throttled) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
 func (t *throttled) Write(p []byte) (int, error) {
 	total := len(p)
 	for len(p) > 0 {
@@ -297,6 +302,7 @@ type fnode struct {
 	servedTo        map[string]int
 	servedMu        sync.Mutex
 	busyTo          string // a node told 503 busy, as at maxUploads
+	flipLiveTo      string // a node whose live reads get a byte flipped
 }
 
 func (e *fabricEnv) startNode(k int) *fnode {
@@ -354,7 +360,7 @@ func (n *fnode) tap(h http.Handler) http.Handler {
 			return
 		}
 		n.e.checkFetch(req, "peer "+n.name, from, to)
-		pr := peerReq{server: n.name, node: req, chunk: from / n.e.chunk, at: time.Now()}
+		pr := peerReq{server: n.name, node: req, chunk: from / n.e.chunk, at: time.Now(), live: r.URL.RawQuery == "live=1"}
 		n.e.mu.Lock()
 		n.e.peerLog = append(n.e.peerLog, pr)
 		n.e.mu.Unlock()
@@ -384,7 +390,13 @@ func (n *fnode) tap(h http.Handler) http.Handler {
 				tw.hold = nil
 			}
 		}
-		h.ServeHTTP(tw, r)
+		var out http.ResponseWriter = tw
+		n.servedMu.Lock()
+		if pr.live && n.flipLiveTo == req {
+			out = &flipWriter{ResponseWriter: tw}
+		}
+		n.servedMu.Unlock()
+		h.ServeHTTP(out, r)
 		if r.Context().Err() == nil {
 			n.servedMu.Lock()
 			n.servedTo[req]++

@@ -307,7 +307,14 @@ func TestSwarmOneOriginCopyForThreeNodes(t *testing.T) {
 	si := newStandIn(t, testChunk, 17)
 	nodes := []*testNode{startNode(t, realm, 11, si), startNode(t, realm, 12, si), startNode(t, realm, 13, si)}
 	nodes[0].fetch(t, o, sum)
-	time.Sleep(150 * time.Millisecond) // the seed asks first and holds the lease
+	// The seed holds the lease before the others ask: a fixed pause here
+	// (150 ms) let a slow first ask on a loaded machine hand the lease to
+	// n12, which then read the origin and failed the test below.
+	until(t, 10*time.Second, nodes[0].name+" holds the lease", func() bool {
+		si.mu.Lock()
+		defer si.mu.Unlock()
+		return si.holder == nodes[0].name
+	})
 	nodes[1].fetch(t, o, sum)
 	nodes[2].fetch(t, o, sum)
 	for _, n := range nodes {
@@ -334,6 +341,8 @@ type flipWriter struct {
 	http.ResponseWriter
 	done bool
 }
+
+func (f *flipWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 func (f *flipWriter) Write(p []byte) (int, error) {
 	if !f.done && len(p) > 0 {

@@ -143,6 +143,17 @@ func (c *Client) Swarm(ctx context.Context, r SwarmReport) (SwarmPlan, error) {
 // fabric is its own, only from its cache directory, and only with verified
 // bytes: 206 with the range, or 416 when a chunk of the range is not
 // verified there (yet).
+//
+//	GET /v1/chunks/{sha256}?live=1    Range exactly one chunk
+//
+// asks the origin lease holder for the chunk it is reading from the origin
+// now, before it is verified: 206, the bytes so far and then the rest as
+// the origin delivers them, a body cut short when the origin read breaks;
+// 416 from any node that is not reading exactly that chunk from the origin
+// (a relay never answers it). The reader keeps the bytes in memory and
+// writes or serves them only once they match the chunk's digest from the
+// coordinator: cut-through of the last chunk saves the fabric a chunk's
+// transfer after the origin's last byte.
 const (
 	PeerNodeHeader   = "X-Llmgw-Node"
 	PeerFabricHeader = "X-Llmgw-Fabric"

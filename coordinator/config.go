@@ -95,7 +95,8 @@ type Config struct {
 	// FeatureInterval is how often the reconciler rewrites features even
 	// when nothing changed (default DefaultFeatureInterval): `scontrol
 	// reconfigure` and a slurmctld restart wipe them, and they come back
-	// within one interval.
+	// at the next sync: within one interval, plus one retry when that sync
+	// meets 24.11's restart of slurmctld (docs/slurm/behaviour.md).
 	FeatureInterval time.Duration `toml:"feature_interval"`
 	// FeatureFile is where the reconciler publishes each node's partitions
 	// and current features (the site's and llmgw's) for job_submit.lua (default

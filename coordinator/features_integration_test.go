@@ -4,6 +4,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -42,10 +43,8 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	run := &slurm.Runner{}
-	t.Cleanup(func() {
-		// slurm.conf's features back, whatever the test left.
-		run.Run(context.Background(), "scontrol", "reconfigure")
-	})
+	// slurm.conf's features back, whatever the test left.
+	t.Cleanup(func() { reconfigureQuietly(t, run) })
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "features")
@@ -181,24 +180,30 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	}
 
 	// scontrol reconfigure wipes what scontrol set; the fabrics must never
-	// go, and llmgw's features must be back within one interval.
+	// go, and llmgw's features must be back at the next sync. The bound
+	// allows one failed sync and its retry besides: 24.11 restarts
+	// slurmctld and every slurmd on a reconfigure (docs/slurm/RELEASES.md),
+	// and a sync that finds it not answering yet retries after firstRetry,
+	// up to an interval later. Seen: back 2.9–3.1 s after the reconfigure
+	// with a 3 s interval on all three releases, against interval+2 s
+	// (5 s) before, a margin of 1.6 on a loaded 2-core machine.
 	fabricsOnly := map[string][]string{"n1": {"ib-a"}, "n2": {"ib-a"}, "n3": {"ib-b"}, "n4": {"ib-b"}}
 	if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
 		t.Fatal(err)
 	}
 	wiped := time.Now()
+	const reconfigureWithin = 2*interval + 2*time.Second
 	var lostFabric []string
 	for {
-		nodes, err := run.Nodes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A read that fails while the restarted slurmctld comes up is a
+		// miss, not a failure: the check below names it if it lasts.
+		nodes, _ := run.Nodes(ctx)
 		for _, n := range nodes {
 			if f := fabricsOnly[n.Name]; f != nil && !slices.Contains(n.Active, f[0]) {
 				lostFabric = append(lostFabric, n.Name)
 			}
 		}
-		if len(check(want)) == 0 || time.Since(wiped) > interval+2*time.Second {
+		if len(check(want)) == 0 || time.Since(wiped) > reconfigureWithin {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -207,7 +212,17 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 		t.Errorf("ib-a/ib-b missing at some point on %q", lostFabric)
 	}
 	if bad := check(want); len(bad) > 0 {
-		t.Fatalf("features not back %s after scontrol reconfigure (interval %s): %s", time.Since(wiped).Round(time.Millisecond), interval, bad)
+		// What the reconciler did meanwhile tells a late sync from a
+		// failing one.
+		var last string
+		if st, err := admin.Status(ctx); err != nil {
+			last = err.Error()
+		} else if st.Features != nil && st.Features.Last != nil {
+			l := st.Features.Last
+			last = fmt.Sprintf("last sync began %s after the reconfigure, took %.1f s, error %q; retry at %v",
+				l.Time.Sub(wiped).Round(time.Millisecond), l.Duration, l.Error, st.Features.Retry)
+		}
+		t.Fatalf("features not back %s after scontrol reconfigure (interval %s): %s (%s)", time.Since(wiped).Round(time.Millisecond), interval, bad, last)
 	}
 	t.Logf("features back %.1f s after scontrol reconfigure (interval %s)", time.Since(wiped).Seconds(), interval)
 

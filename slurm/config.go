@@ -101,7 +101,10 @@ func (r *Runner) Version(ctx context.Context) (Version, error) {
 // listKeys are the slurm.conf keys that may be given more than once, each
 // line adding a value (slurm.conf(5) of 24.05 and later) rather than
 // replacing the last.
-var listKeys = map[string]bool{"prolog": true, "epilog": true, "prologslurmctld": true, "epilogslurmctld": true}
+var listKeys = map[string]bool{"prolog": true, "epilog": true, "prologslurmctld": true, "epilogslurmctld": true,
+	// One line per controller, the primary first (`scontrol show config`:
+	// SlurmctldHost[0], SlurmctldHost[1]...).
+	"slurmctldhost": true}
 
 // PrologTimeout returns how long slurmd lets the Prolog run, in the words
 // of the setting that decides it: PrologTimeout (25.05 and later) when set,

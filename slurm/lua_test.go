@@ -23,22 +23,30 @@ const (
 // absLua is a Lua file of the tree by absolute path, as a Lua string.
 func absLua(t *testing.T, rel string) string {
 	t.Helper()
+	return luaString(luaFile(t, rel))
+}
+
+// luaFile is a Lua file of the tree by absolute path. It is stat'ed here,
+// in the test's process, so that go test's cache knows the result depends
+// on it: lua5.1 reads it in a process of its own, which the cache does not
+// see, and an edit of the Lua alone would otherwise be answered (cached).
+func luaFile(t *testing.T, rel string) string {
+	t.Helper()
 	abs, err := filepath.Abs(rel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return luaString(abs)
+	if _, err := os.Stat(abs); err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }
 
 // scriptEnv points job_submit.lua at this tree's module, as scripts/dev-cluster
 // points slurmctld at it.
 func scriptEnv(t *testing.T) string {
 	t.Helper()
-	abs, err := filepath.Abs(submitModule)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "LLMGW_SUBMIT_MODULE=" + abs
+	return "LLMGW_SUBMIT_MODULE=" + luaFile(t, submitModule)
 }
 
 func lua51(t *testing.T) string {
@@ -259,7 +267,8 @@ io.write(rc, "\n", job.prefer or "", "|", job.exc_nodes or "", "|", tostring(job
 // through a sequence of submissions while the clock, the feature file's
 // header and slurmctld's partition records change: a preference only from a
 // file synced after the last rebuild the script saw, and not over two
-// intervals old.
+// intervals old. Each rewrite of the file comes in a second of its own: the
+// module looks at the file at most once a second (llmgw.features).
 func TestLuaJobSubmitFreshness(t *testing.T) {
 	features := filepath.Join(t.TempDir(), "features")
 	const body = "n1 debug -\nn2 debug llmgw.m1\n"
@@ -274,15 +283,15 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 	}
 	steps := []step{
 		{"first submission after the load", 1000, " synced=999 interval=30", "1", "llmgw:model=m1", "rebuilt its tables (scontrol reconfigure, a restart or a new script) at 1000, and the feature file was last synced at 999", 0},
-		{"a sync in the same second is not after", 1000, " synced=1000 interval=30", "1", "llmgw:model=m1", "last synced at 1000 (0 s ago), not after", 0},
+		{"a sync in the same second is not after", 1001, " synced=1000 interval=30", "1", "llmgw:model=m1", "last synced at 1000 (1 s ago), not after", 0},
 		{"a sync after it", 1002, " synced=1001 interval=30", "1", "llmgw:model=m1", "prefer=llmgw.m1", 0},
 		{"scontrol reconfigure: new records", 1010, " synced=1001 interval=30", "2", "llmgw:model=m1", "at 1010, and the feature file was last synced at 1001", 0},
 		{"a sync between the rebuild and its sighting is not trusted", 1011, " synced=1005 interval=30", "2", "llmgw:model=m1", "at 1010", 0},
 		{"the next sync", 1012, " synced=1011 interval=30", "2", "llmgw:model=m1", "prefer=llmgw.m1", 0},
 		{"over two intervals old", 1100, " synced=1011 interval=30", "2", "llmgw:model=m1", "last synced 89 s ago, over twice the coordinator's interval of 30 s", 0},
-		{"a fractional interval", 1100, " synced=1096 interval=1.5", "2", "llmgw:model=m1", "last synced 4 s ago, over twice the coordinator's interval of 1.5 s", 0},
-		{"a header without the sync time", 1101, "", "2", "llmgw:model=m1", "has no synced= and interval=", 0},
-		{"records without pointers teach nothing", 1102, " synced=1101 interval=30", "", "llmgw:model=m1", "prefer=llmgw.m1", 0},
+		{"a fractional interval", 1101, " synced=1097 interval=1.5", "2", "llmgw:model=m1", "last synced 4 s ago, over twice the coordinator's interval of 1.5 s", 0},
+		{"a header without the sync time", 1102, "", "2", "llmgw:model=m1", "has no synced= and interval=", 0},
+		{"records without pointers teach nothing", 1103, " synced=1101 interval=30", "", "llmgw:model=m1", "prefer=llmgw.m1", 0},
 		{"a job without a model sees a rebuild too", 1200, " synced=1199 interval=30", "3", "hello", "", 0},
 		{"so the next has to wait", 1201, " synced=1200 interval=30", "3", "llmgw:model=m1", "at 1200, and the feature file was last synced at 1200", 0},
 		{"and the sync after takes it", 1202, " synced=1201 interval=30", "3", "llmgw:model=m1", "prefer=llmgw.m1", 0},
@@ -293,8 +302,13 @@ func TestLuaJobSubmitFreshness(t *testing.T) {
 		// only old still serves a single-node job: Slurm falls back by
 		// itself if the node lost the feature meanwhile.
 		{"ignore_prefer_validation: an old file serves a single-node job", 1400, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "prefer=llmgw.m1", 1},
-		{"but not a 2-node job, which 24.11 would park", 1400, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "last synced 99 s ago", 2},
+		{"but not a 2-node job, which 24.11 would park", 1401, " synced=1301 interval=30 prefer=fallback", "4", "llmgw:model=m1", "last synced 100 s ago", 2},
 		{"nor anything after a rebuild, which may have turned it off", 1500, " synced=1301 interval=30 prefer=fallback", "5", "llmgw:model=m1", "at 1500, and the feature file was last synced at 1301", 1},
+		// Within one second the gate's answer is kept (llmgw_submit.lua,
+		// gate), but not past a rebuild seen in that second.
+		{"a sync after it", 1502, " synced=1501 interval=30", "5", "llmgw:model=m1", "prefer=llmgw.m1", 0},
+		{"a rebuild seen by a job without a model, in the same second", 1502, " synced=1501 interval=30", "6", "hello", "", 0},
+		{"takes the gate's answer of that second back", 1502, " synced=1501 interval=30", "6", "llmgw:model=m1", "at 1502, and the feature file was last synced at 1501", 0},
 	}
 	var b strings.Builder
 	b.WriteString(luaPrelude)
@@ -361,12 +375,9 @@ io.write(job.prefer or "", "|", job.admin_comment or "")
 	}
 }
 
-// TestLuaComposeRandomMatchesGo feeds both compositions the same generated
-// inputs, well-formed and not, beyond what the table covers, and wants the
-// same answer from each: any difference is a job steered differently by
-// `llmgw sbatch` and by plain sbatch.
-func TestLuaComposeRandomMatchesGo(t *testing.T) {
-	rng := rand.New(rand.NewPCG(8, 2026))
+// randomInputs generates n compose inputs, well-formed and not, from rng:
+// each with a cluster of its own, or all on cluster when it is not nil.
+func randomInputs(rng *rand.Rand, n int, cluster []FeatureNode) []ComposeInput {
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	var expr func(depth int) string
 	expr = func(depth int) string {
@@ -392,7 +403,7 @@ func TestLuaComposeRandomMatchesGo(t *testing.T) {
 		return out
 	}
 	var inputs []ComposeInput
-	for range 400 {
+	for range n {
 		in := ComposeInput{
 			Prefix:     testPrefix,
 			Model:      pick("m1", "m2", "m3"),
@@ -412,15 +423,27 @@ func TestLuaComposeRandomMatchesGo(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			in.Prefer = expr(0)
 		}
-		for _, n := range nodesNamed[:1+rng.IntN(len(nodesNamed))] {
-			in.Cluster = append(in.Cluster, FeatureNode{
-				Name:       n,
-				Partitions: subset([]string{"debug", "debug", "p2"}),
-				Features:   subset([]string{"ib-a", "ib-b", "gpu", "llmgw.m1", "llmgw.m2", "llmgw.m3", "llmgw.m1"}),
-			})
+		in.Cluster = cluster
+		if cluster == nil {
+			for _, n := range nodesNamed[:1+rng.IntN(len(nodesNamed))] {
+				in.Cluster = append(in.Cluster, FeatureNode{
+					Name:       n,
+					Partitions: subset([]string{"debug", "debug", "p2"}),
+					Features:   subset([]string{"ib-a", "ib-b", "gpu", "llmgw.m1", "llmgw.m2", "llmgw.m3", "llmgw.m1"}),
+				})
+			}
 		}
 		inputs = append(inputs, in)
 	}
+	return inputs
+}
+
+// TestLuaComposeRandomMatchesGo feeds both compositions the same generated
+// inputs, well-formed and not, beyond what the table covers, and wants the
+// same answer from each: any difference is a job steered differently by
+// `llmgw sbatch` and by plain sbatch.
+func TestLuaComposeRandomMatchesGo(t *testing.T) {
+	inputs := randomInputs(rand.New(rand.NewPCG(8, 2026)), 400, nil)
 	lines := luaCompose(t, inputs)
 	prefers := 0
 	for i, in := range inputs {
@@ -456,53 +479,74 @@ func submitCases(t *testing.T) []submitCase {
 	cs := loadComposeCases(t)
 	var out []submitCase
 	for i, c := range cs.Cases {
-		in := c.input(cs)
-		comment := in.Comment
-		if !in.Spank && !strings.Contains(" "+comment+" ", " "+commentTag+in.Model+" ") {
-			comment = strings.TrimSpace(comment + " " + commentTag + in.Model)
-		}
-		if len(in.NoRoom) > 0 || in.Composed || strings.Contains(in.Comment, "llmgw:composed") ||
-			!luaValidModel.MatchString(in.Model) || len(comment) > 1024 {
-			continue
-		}
-		var file strings.Builder
-		all := ""
-		if in.Complete {
-			all = " features=all"
-		}
 		// A digest per case: each case is a new version of the file.
-		fmt.Fprintf(&file, "# llmgw features (generated by the coordinator; do not edit) synced=1005 interval=30%s lines=%016x\n", all, i+1)
-		for _, nd := range in.Cluster {
-			fmt.Fprintf(&file, "%s %s %s\n", nd.Name, dashList(nd.Partitions), dashList(nd.Features))
+		if sc, ok := submitCaseOf(c.Name, c.input(cs), c.Want, i+1); ok {
+			out = append(out, sc)
 		}
-		job := []string{"comment=" + luaString(comment), "features=" + luaString(in.Constraint), "prefer=" + luaString(in.Prefer),
-			"exc_nodes=" + luaString(strings.Join(in.Exclude, ",")), "partition=" + luaString(strings.Join(in.Partitions, ","))}
-		if in.Nodes > 0 {
-			job = append(job, fmt.Sprintf("min_nodes=%d", in.Nodes))
-		}
-		if in.NodeList {
-			job = append(job, `req_nodes="n1"`)
-		}
-		if in.Spank {
-			job = append(job, fmt.Sprintf("spank_job_env={[0]=%s}", luaString("_SLURM_SPANK_OPTION_llmgw_llmgw_model="+in.Model)))
-		}
-		// What job_submit leaves alone stays as the user wrote it.
-		prefer, exclude, wantComment := c.Want.Prefer, strings.Join(c.Want.Exclude, ","), c.Want.Comment
-		if prefer == "" {
-			prefer = in.Prefer
-		}
-		if exclude == "" {
-			exclude = strings.Join(in.Exclude, ",")
-		}
-		if wantComment == "" {
-			wantComment = comment
-		}
-		out = append(out, submitCase{c.Name, file.String(), "{" + strings.Join(job, ", ") + "}", prefer + "|" + exclude + "|" + wantComment})
 	}
 	if len(out) < len(cs.Cases)*2/3 {
 		t.Fatalf("only %d of %d shared cases apply to job_submit; the conversion lost its way", len(out), len(cs.Cases))
 	}
 	return out
+}
+
+// submitCaseOf is one compose input, and what Compose made of it, as a
+// submission through job_submit: the feature file of in's cluster (lines=
+// digest version), the job, and the job as it must leave. ok is false for
+// an input job_submit never sees or never composes (see submitCases).
+func submitCaseOf(name string, in ComposeInput, want Composition, version int) (sc submitCase, ok bool) {
+	comment := in.Comment
+	if !in.Spank && !strings.Contains(" "+comment+" ", " "+commentTag+in.Model+" ") {
+		comment = strings.TrimSpace(comment + " " + commentTag + in.Model)
+	}
+	if len(in.NoRoom) > 0 || in.Composed || strings.Contains(in.Comment, "llmgw:composed") ||
+		!luaValidModel.MatchString(in.Model) || len(comment) > 1024 {
+		return sc, false
+	}
+	// A comment that names another model first names the job's model, for
+	// job_submit, and Compose was asked about this one.
+	for _, f := range strings.Fields(in.Comment) {
+		if m, ok := strings.CutPrefix(f, commentTag); ok && m != "" {
+			if !in.Spank && m != in.Model {
+				return sc, false
+			}
+			break
+		}
+	}
+	var file strings.Builder
+	all := ""
+	if in.Complete {
+		all = " features=all"
+	}
+	// The cases are submitted a second apart (the module looks at the file
+	// once a second), so the interval is long enough for them all.
+	fmt.Fprintf(&file, "# llmgw features (generated by the coordinator; do not edit) synced=1005 interval=3600%s lines=%016x\n", all, version)
+	for _, nd := range in.Cluster {
+		fmt.Fprintf(&file, "%s %s %s\n", nd.Name, dashList(nd.Partitions), dashList(nd.Features))
+	}
+	job := []string{"comment=" + luaString(comment), "features=" + luaString(in.Constraint), "prefer=" + luaString(in.Prefer),
+		"exc_nodes=" + luaString(strings.Join(in.Exclude, ",")), "partition=" + luaString(strings.Join(in.Partitions, ","))}
+	if in.Nodes > 0 {
+		job = append(job, fmt.Sprintf("min_nodes=%d", in.Nodes))
+	}
+	if in.NodeList {
+		job = append(job, `req_nodes="n1"`)
+	}
+	if in.Spank {
+		job = append(job, fmt.Sprintf("spank_job_env={[0]=%s}", luaString("_SLURM_SPANK_OPTION_llmgw_llmgw_model="+in.Model)))
+	}
+	// What job_submit leaves alone stays as the user wrote it.
+	prefer, exclude, wantComment := want.Prefer, strings.Join(want.Exclude, ","), want.Comment
+	if prefer == "" {
+		prefer = in.Prefer
+	}
+	if exclude == "" {
+		exclude = strings.Join(in.Exclude, ",")
+	}
+	if wantComment == "" {
+		wantComment = comment
+	}
+	return submitCase{name, file.String(), "{" + strings.Join(job, ", ") + "}", prefer + "|" + exclude + "|" + wantComment}, true
 }
 
 const commentTag = "llmgw:model="
@@ -538,6 +582,7 @@ end
 slurm_job_submit({comment="first"}, parts, 0)
 clock = 1010
 local function case(file, job)
+	clock = clock + 1
 	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
 	f:write(file)
 	f:close()
@@ -702,6 +747,8 @@ func TestLuaModuleKeepsOnlyDigestedHeaders(t *testing.T) {
 	out := runLua(t, moduleState(t)+`
 clock = 1010
 local function step(header, body)
+	-- A second apart: the module looks at the file once a second.
+	clock = clock + 1
 	local f = assert(io.open(os.getenv("LLMGW_FEATURE_FILE"), "w"))
 	f:write("# llmgw features (generated by the coordinator; do not edit)", header, "\n", body)
 	f:close()
@@ -717,13 +764,120 @@ step(" synced=1009 interval=30 features=all", "n1 debug -\n")
 step(" synced=1009 interval=30 features=all", "n1 debug llmgw.m1\n")
 -- A later sync of the same nodes, read at a time that makes it stale.
 step(" synced=1009 interval=30 features=all lines=00000000000000b2", "n1 debug llmgw.m1\n")
-clock = 1100
+clock = 1099
 step(" synced=1009 interval=30 features=all lines=00000000000000b2", "n1 debug llmgw.m1\n")
 step(" synced=1099 interval=30 features=all lines=00000000000000b2", "n1 debug llmgw.m1\n")
 `, "LLMGW_FEATURE_FILE="+features)
 	if want := "llmgw.m1\nllmgw.m1\n-\nllmgw.m1\nllmgw.m1\n-\nllmgw.m1\n"; out != want {
 		t.Errorf("preferences through the rewrites: %q, want %q", out, want)
 	}
+}
+
+// TestLuaModuleLooksAtTheFileOncePerSecond: slurmctld runs the module for
+// every submission, one at a time under its locks, and one open of the
+// feature file costs more than the rest of a job; so the module looks at
+// the file at most once per second of its clock (llmgw.features) and keeps
+// what it found, a missing file included, and a rewrite is seen in the
+// next second. Opens are counted through io.open itself.
+func TestLuaModuleLooksAtTheFileOncePerSecond(t *testing.T) {
+	features := filepath.Join(t.TempDir(), "features")
+	out := runLua(t, luaPrelude+`
+local path = os.getenv("LLMGW_FEATURE_FILE")
+local opens = 0
+local open = io.open
+io.open = function(p, mode)
+	if p == path then
+		opens = opens + 1
+	end
+	return open(p, mode)
+end
+local clock = 1000
+os.time = function() return clock end
+local llmgw = dofile(`+absLua(t, submitModule)+`)
+local parts = { debug = setmetatable({name="debug", flag_default=1}, {_part_rec_ptr="debug@1"}) }
+llmgw.submit({comment="first"}, parts, 0)
+local function write(lines, body)
+	local f = assert(open(path, "w"))
+	f:write("# llmgw features (generated by the coordinator; do not edit) synced=1005 interval=30 features=all lines=", lines, "\n", body)
+	f:close()
+end
+local function step(what, at, comment)
+	clock = at
+	local job = {comment=comment or "llmgw:model=m1"}
+	llmgw.submit(job, parts, 0)
+	io.write(what, ": opens=", opens, " prefer=", job.prefer or "-", "\n")
+end
+write("00000000000000d1", "n1 debug llmgw.m1\n")
+step("first", 1010)
+step("same second", 1010)
+write("00000000000000d2", "n1 debug -\n")
+step("rewritten, same second", 1010)
+step("no model, next second", 1011, "hello")
+step("a model, next second", 1011)
+step("again", 1011)
+os.remove(path)
+step("removed", 1012)
+step("removed, same second", 1012)
+write("00000000000000d3", "n1 debug llmgw.m1\n")
+step("back, the clock stepped back", 1011)
+`, "LLMGW_FEATURE_FILE="+features)
+	want := `first: opens=1 prefer=llmgw.m1
+same second: opens=1 prefer=llmgw.m1
+rewritten, same second: opens=1 prefer=llmgw.m1
+no model, next second: opens=1 prefer=-
+a model, next second: opens=2 prefer=-
+again: opens=2 prefer=-
+removed: opens=3 prefer=-
+removed, same second: opens=3 prefer=-
+back, the clock stepped back: opens=4 prefer=llmgw.m1
+`
+	if out != want {
+		t.Errorf("opens of the feature file, and preferences:\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestLuaModuleKeepsPlacementsPerRequest: the module keeps what it placed
+// for a request (llmgw_submit.lua, placement) for as long as the file's
+// nodes stay the same, and answers the same request from it. Random
+// requests on one cluster go through one Lua state, each twice, and every
+// answer, first and kept, must be Compose's: a key that missed a part of
+// the request would hand one request another's answer.
+func TestLuaModuleKeepsPlacementsPerRequest(t *testing.T) {
+	cluster := []FeatureNode{
+		{Name: "n1", Partitions: []string{"debug"}, Features: []string{"ib-a", "llmgw.m1"}},
+		{Name: "n2", Partitions: []string{"debug", "p2"}, Features: []string{"gpu", "ib-a", "llmgw.m1", "llmgw.m2"}},
+		{Name: "n3", Partitions: []string{"debug"}, Features: []string{"ib-b", "llmgw.m3"}},
+		{Name: "n4", Partitions: []string{"p2"}, Features: []string{"gpu", "ib-b", "llmgw.m2", "llmgw.m3"}},
+		{Name: "n5", Partitions: []string{"debug", "p2"}, Features: []string{"ib-b"}},
+		{Name: "n6", Partitions: []string{"debug"}, Features: []string{"gpu", "ib-a", "llmgw.m1"}},
+	}
+	var cases []submitCase
+	prefers := 0
+	for i, in := range randomInputs(rand.New(rand.NewPCG(17, 2026)), 600, cluster) {
+		// What job_submit sees: no room list, no llmgw sbatch mark, and one
+		// version of the file (features=all), so that nothing but the
+		// request changes between submissions.
+		in.NoRoom, in.Composed, in.Complete = nil, false, true
+		want := Compose(in)
+		sc, ok := submitCaseOf(fmt.Sprintf("request %d %+v", i, in), in, want, 1)
+		if !ok {
+			continue
+		}
+		if want.Prefer != "" {
+			prefers++
+		}
+		cases = append(cases, sc, sc)
+	}
+	if prefers < len(cases)/20 {
+		t.Fatalf("only %d of %d requests get a preference; the generator misses the main path", prefers, len(cases)/2)
+	}
+	got := runSubmitCases(t, "dofile("+absLua(t, jobSubmitLua)+")\n", cases)
+	for i, c := range cases {
+		if got[i] != c.want {
+			t.Errorf("%s, submission %d: left as\n %q, want\n %q", c.name, i%2+1, got[i], c.want)
+		}
+	}
+	t.Logf("%d requests, each submitted twice, %d with a preference", len(cases)/2, prefers)
 }
 
 // TestLuaJobSubmitFindsTheModule: the shipped script finds the module

@@ -272,6 +272,10 @@ func Compose(in ComposeInput) Composition {
 		}
 		prefer = countedPrefer(ands, feature, k, n)
 	}
+	if nestedParens(prefer) {
+		note("no preference: --prefer=%s puts parentheses inside parentheses, which Slurm refuses, rejecting the job", prefer)
+		return out
+	}
 	if len(prefer) > MaxExpression {
 		note("no preference: --prefer=%s… would be %d characters, over Slurm's limit of %d", prefer[:40], len(prefer), MaxExpression)
 		return out
@@ -280,6 +284,27 @@ func Compose(in ComposeInput) Composition {
 	out.Holders = k
 	note("preferring %d node(s) holding %s: --prefer=%s", min(k, n), in.Model, prefer)
 	return out
+}
+
+// nestedParens reports whether expr has parentheses inside parentheses,
+// as joinAnd makes of a user's expression that has its own beside an OR:
+// ((ib-a&ib-b)|ib-a)&llmgw.m1. Slurm rejects the job at submit (22.05:
+// "Invalid feature specification"; 24.11, 26.05: "Invalid preferred
+// feature specification"), where without the preference it runs
+// (TestSiteJobSubmitMatchesShipped, docs/slurm/behaviour.md §1).
+func nestedParens(expr string) bool {
+	depth := 0
+	for _, r := range expr {
+		switch r {
+		case '(':
+			if depth++; depth > 1 {
+				return true
+			}
+		case ')':
+			depth--
+		}
+	}
+	return false
 }
 
 // hasToken reports whether comment has token as one of its words.

@@ -65,6 +65,15 @@ const e2eFeatureInterval = 3 * time.Second
 const (
 	e2eReportInterval = 2 * time.Second
 	e2eStaleAfter     = coordinator.StaleIntervals * e2eReportInterval
+	// e2eReconfigureWithin bounds how long llmgw's features stay wiped
+	// after `scontrol reconfigure`: the next sync (one interval, plus the
+	// sync itself and slurmctld busy with the reconfigure), and one failed
+	// sync's retry besides, since 24.11 restarts slurmctld and every slurmd
+	// on a reconfigure (docs/slurm/RELEASES.md) and a sync that finds it
+	// not answering retries after a second, up to an interval later. Seen:
+	// 0.6–3.1 s with a 3 s interval on all three releases (seven runs),
+	// against interval+2 s (5 s) before, a margin of 1.6.
+	e2eReconfigureWithin = 2*e2eFeatureInterval + 2*time.Second
 )
 
 // e2e is the running stack.
@@ -724,7 +733,7 @@ func TestSubmitEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("features are back within one interval after scontrol reconfigure", func(t *testing.T) {
+	t.Run("features are back at the next sync after scontrol reconfigure", func(t *testing.T) {
 		// The jobs above fetched weights, so the nodes hold more than at
 		// the start: what they should carry is what the coordinator
 		// publishes, once Slurm agrees with it.
@@ -738,9 +747,16 @@ func TestSubmitEndToEnd(t *testing.T) {
 		}
 		start := time.Now()
 		for {
+			// A read that fails while 24.11's restarted slurmctld comes up
+			// (it restarts on a reconfigure) is a miss, not a failure: the
+			// deadline below names it if it lasts.
 			nodes, err := e.sl.Nodes(ctx)
 			if err != nil {
-				t.Fatal(err)
+				if time.Since(start) > e2eReconfigureWithin {
+					t.Fatalf("sinfo %s after the reconfigure: %v", time.Since(start).Round(time.Millisecond), err)
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue
 			}
 			for _, n := range nodes {
 				if f, ok := e2eFabric[n.Name]; ok && (!slices.Contains(n.Active, f) || !slices.Contains(n.Available, f)) {
@@ -756,10 +772,7 @@ func TestSubmitEndToEnd(t *testing.T) {
 			if len(bad) == 0 {
 				break
 			}
-			// One interval, plus the sync itself and slurmctld busy with
-			// the reconfigure, on a machine shared with other work (3.0 s
-			// was seen with a 3 s interval).
-			if time.Since(start) > e2eFeatureInterval+2*time.Second {
+			if time.Since(start) > e2eReconfigureWithin {
 				t.Fatalf("features not back %s after the reconfigure: %s", time.Since(start).Round(time.Millisecond), bad)
 			}
 			time.Sleep(100 * time.Millisecond)

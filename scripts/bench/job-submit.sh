@@ -5,6 +5,9 @@
 # a job without a model).
 #
 #   scripts/bench/job-submit.sh [NODES...]      (default: 2000 10000)
+#   MODULE_BEFORE=<git rev> adds a row for the module as it was at that rev
+#   BEFORE=<git rev> names the old script's rev (default 01f69a2); BEFORE=
+#   leaves its row out
 #
 # slurmctld runs job_submit.lua for every submission under its locks and the
 # plugin's own, one at a time, so its cost per call caps the submissions per
@@ -13,24 +16,39 @@
 # partition, one of 8 fabrics, a random mix of 0-6 of 50 models.
 #
 # Cases, each timed over many submissions in one Lua state, as slurmctld keeps
-# one: a job without a model; a job with one (--comment llmgw:model=M, a
-# model held by some nodes); the same with a constraint on the fabric; and
-# the first job after the feature file's nodes changed (parse and index).
-# "before" runs the script as it was before the module (BEFORE=<git rev>,
-# default the last commit with it), which read and scanned the whole file for
-# every job that named a model.
+# one, all within one second of the module's clock (os.time()), the best of
+# five batches (the machine is shared: `uptime` beside the figures):
+#   no model        a job that names no model
+#   model           one that does (--comment llmgw:model=M, a model held by
+#                   some nodes), a request asked before
+#   model+constr.   the same with a constraint on the fabric
+#   new request     a job whose request was not asked before (an --exclude of
+#                   its own): its placement is composed, the file's index kept
+#   next second     the first job of a new second, the file unchanged: the
+#                   module opens the file and reads its header line (once a
+#                   second, whatever the rate of submissions)
+#   after change    the first job after the file's nodes changed (parse and
+#                   index)
+# "before" runs the script as it was before the module (BEFORE=<git rev>),
+# which read and scanned the whole file for every job that named a model;
+# its rows have only the first three cases.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.."
 command -v lua5.1 >/dev/null || { echo "job-submit.sh: lua5.1 is not installed (apt-get install lua5.1)" >&2; exit 1; }
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(2000 10000)
-before=${BEFORE:-01f69a2}
+before=${BEFORE-01f69a2}
+module_before=${MODULE_BEFORE:-}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! git show "$before:slurm/lua/job_submit.lua" >"$tmp/before.lua" 2>/dev/null; then
-	echo "job-submit.sh: no slurm/lua/job_submit.lua at $before; the before column is left out (set BEFORE=<rev>)" >&2
+if [[ -n $before ]] && ! git show "$before:slurm/lua/job_submit.lua" >"$tmp/before.lua" 2>/dev/null; then
+	echo "job-submit.sh: no slurm/lua/job_submit.lua at $before; the before row is left out (set BEFORE=<rev>)" >&2
 	rm -f "$tmp/before.lua"
+fi
+if [[ -n $module_before ]] && ! git show "$module_before:slurm/lua/llmgw_submit.lua" >"$tmp/module-before.lua"; then
+	echo "job-submit.sh: no slurm/lua/llmgw_submit.lua at $module_before" >&2
+	exit 1
 fi
 
 cat >"$tmp/bench.lua" <<'LUA'
@@ -60,63 +78,107 @@ end
 write_file("00000000000000b1")
 
 local submit
-if which == "after" then
-	local llmgw = dofile(path)
-	submit = llmgw.submit
-else
+if which == "before" then
 	dofile(path)
 	submit = slurm_job_submit
+else
+	local llmgw = dofile(path)
+	submit = llmgw.submit
 end
 local parts = { gpu = setmetatable({ name = "gpu", flag_default = 1 }, { _part_rec_ptr = "gpu@1" }) }
 submit({ comment = "first" }, parts, 0)
 clock = 1010
 
-local function per_call(make, n)
-	-- One warm-up call: the first after a load parses the file.
-	submit(make(0), parts, 0)
-	local t0 = os.clock()
-	for i = 1, n do
-		submit(make(i), parts, 0)
+-- per_call: µs per submission of each case (a function that makes the
+-- job), the best of 5 batches of n/5 each, the cases' batches taken in
+-- turn: the machine is shared, a batch another process interrupted says
+-- nothing of the script, and taking the cases in turn puts them under the
+-- same load.
+local seq = 0
+local function per_call(cases, n)
+	local best = {}
+	for _, make in ipairs(cases) do
+		-- One warm-up call: the first after a load parses the file.
+		submit(make(0), parts, 0)
 	end
-	return (os.clock() - t0) / n * 1e6
+	local m = math.max(1, math.floor(n / 5))
+	for _ = 1, 5 do
+		for c, make in ipairs(cases) do
+			local t0 = os.clock()
+			for _ = 1, m do
+				seq = seq + 1
+				submit(make(seq), parts, 0)
+			end
+			local t = (os.clock() - t0) / m * 1e6
+			best[c] = best[c] and math.min(best[c], t) or t
+		end
+	end
+	return unpack(best)
 end
 local function job(comment, features)
 	return function()
 		return { comment = comment, features = features, min_nodes = 1 }
 	end
 end
-local n = which == "after" and 20000 or math.max(20, math.floor(2e6 / nodes))
-local plain = per_call(job("hello"), 20000)
-local model = per_call(job("llmgw:model=m7"), n)
-local constrained = per_call(job("llmgw:model=m7", "ib-3"), n)
+local module = which ~= "before"
+local plain, model, constrained
+if module then
+	plain, model, constrained = per_call({ job("hello"), job("llmgw:model=m7"), job("llmgw:model=m7", "ib-3") }, 20000)
+else
+	-- The old script takes milliseconds a job: fewer of them.
+	plain = per_call({ job("hello") }, 20000)
+	model, constrained = per_call({ job("llmgw:model=m7"), job("llmgw:model=m7", "ib-3") }, math.max(5, math.floor(2e5 / nodes)))
+end
 local check = job("llmgw:model=m7", "ib-3")()
 submit(check, parts, 0)
--- The first job after a change of the nodes: a new digest, the file parsed.
-local changed = 0
-if which == "after" then
-	local rounds = math.max(3, math.floor(2e5 / nodes))
+local fresh, relook, changed = -1, -1, -1
+if module then
+	-- A request not asked before: an --exclude of its own (a node the
+	-- cluster does not have, so the placement is the same).
+	fresh = per_call({ function(i)
+		return { comment = "llmgw:model=m7", features = "ib-3", min_nodes = 1, exc_nodes = "login" .. i }
+	end }, math.max(200, math.floor(2e7 / nodes)))
+	-- The first job of a new second: the file looked at again, unchanged.
+	local rounds = 2000
+	relook = 0
+	for _ = 1, rounds do
+		clock = clock + 1
+		local j = job("llmgw:model=m7")()
+		local t0 = os.clock()
+		submit(j, parts, 0)
+		relook = relook + (os.clock() - t0)
+	end
+	relook = relook / rounds * 1e6
+	-- The first job after a change of the nodes: a new digest, the file
+	-- parsed, a second later.
+	rounds = math.max(3, math.floor(2e5 / nodes))
+	changed = 0
 	for r = 1, rounds do
 		write_file(string.format("%016x", 0xc0 + r))
+		clock = clock + 1
+		local j = job("llmgw:model=m7")()
 		local t0 = os.clock()
-		submit(job("llmgw:model=m7")(), parts, 0)
+		submit(j, parts, 0)
 		changed = changed + (os.clock() - t0)
 	end
 	changed = changed / rounds * 1e6
 end
-io.write(string.format("%.1f %.1f %.1f %.1f %s\n", plain, model, constrained, changed, check.prefer or "none"))
+io.write(string.format("%.1f %.1f %.1f %.1f %.1f %.1f %s\n", plain, model, constrained, fresh, relook, changed, check.prefer or "none"))
 LUA
 
-printf '%-7s %-7s %12s %12s %16s %14s %10s\n' nodes script "no model" "model" "model+constr." "after change" "model/none"
+fmt='%-6s %-8s %8s µs %8s µs %8s µs %8s µs %8s µs %10s µs %8sx\n'
+printf '%-6s %-8s %11s %11s %11s %11s %11s %13s %9s\n' nodes script "no model" "model" "model+con." "new req." "next sec." "after change" "model/no"
 for nodes in "${sizes[@]}"; do
-	for which in before after; do
+	for which in before module after; do
 		case $which in
-		before) [[ -e $tmp/before.lua ]] || continue; script=$tmp/before.lua ;;
-		after) script=$PWD/slurm/lua/llmgw_submit.lua ;;
+		before) [[ -e $tmp/before.lua ]] || continue; script=$tmp/before.lua; label=$before ;;
+		module) [[ -e $tmp/module-before.lua ]] || continue; script=$tmp/module-before.lua; label=$module_before ;;
+		after) script=$PWD/slurm/lua/llmgw_submit.lua; label=tree ;;
 		esac
-		read -r plain model constrained changed prefer < <(LLMGW_FEATURE_FILE=$tmp/features lua5.1 "$tmp/bench.lua" "$nodes" "$which" "$script" "$tmp/features")
+		read -r plain model constrained fresh relook changed prefer < <(LLMGW_FEATURE_FILE=$tmp/features lua5.1 "$tmp/bench.lua" "$nodes" "$which" "$script" "$tmp/features")
 		[[ $prefer == "(ib-3)&llmgw.m7" ]] || { echo "job-submit.sh: the $which script gave the constrained job prefer=$prefer, want (ib-3)&llmgw.m7: it did not compose, so its time says nothing" >&2; exit 1; }
-		[[ $which == after ]] || changed=-
-		printf '%-7s %-7s %10s µs %10s µs %14s µs %12s µs %9sx\n' "$nodes" "$which" "$plain" "$model" "$constrained" "$changed" \
+		[[ $which != before ]] || fresh=- relook=- changed=-
+		printf "$fmt" "$nodes" "${label:0:8}" "$plain" "$model" "$constrained" "$fresh" "$relook" "$changed" \
 			"$(awk -v a="$model" -v b="$plain" 'BEGIN { printf "%.1f", a / b }')"
 	done
 done

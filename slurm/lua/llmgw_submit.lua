@@ -81,12 +81,18 @@ the site's job_submit.lua. On a cluster with a backup controller the
 feature file must be readable there too (a shared path, or the coordinator
 writing to both), or jobs get no preference while the backup is in charge.
 
-Cost: slurmctld runs this for every submission, under its locks. A job
-without a model costs a table walk; a job with one costs an open and one
-line read of the feature file, and a count over groups of nodes that look
-alike to the job. The file is parsed only when its nodes changed (the
-header's lines= digest), and the groups are kept per partition, model and
-constraint. scripts/bench/job-submit.sh measures it.
+Cost: slurmctld runs this for every submission, under its locks, so a job
+that names a model must cost little more than one that does not (at most
+twice: docs/design.md §6). A job without a model costs a table walk. A job
+with one costs a few table lookups and the note it writes: the feature file
+is looked at (opened, its header line read) at most once per second of
+os.time(), so a rewrite is seen up to a second late (llmgw.features says
+why that is harmless); it is parsed only when its nodes changed (the
+header's lines= digest); and what a request was given (preference,
+exclusion, note) is kept for the next job that asks the same, until the
+nodes change. A request not asked before costs a count over groups of
+nodes that look alike to it, kept per partition, model and constraint.
+scripts/bench/job-submit.sh measures each.
 
 Keep PREFIX and the composition in step with slurm/prefer.go:
 slurm/lua_test.go runs both on the same table.
@@ -131,30 +137,46 @@ local function trim(s)
 	return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
-local function fields(s)
-	local out = {}
-	for f in (s or ""):gmatch("%S+") do
-		out[#out + 1] = f
-	end
-	return out
-end
-
+-- has_token: token is one of s's whitespace-separated fields. Found in
+-- place, without splitting s into a table: it runs for every submission.
 local function has_token(s, token)
-	for _, f in ipairs(fields(s)) do
-		if f == token then
+	if s == nil then
+		return false
+	end
+	local init = 1
+	while true do
+		local i, j = s:find(token, init, true)
+		if not i then
+			return false
+		end
+		if (i == 1 or s:find("^%s", i - 1)) and (j == #s or s:find("^%s", j + 1)) then
 			return true
 		end
+		init = i + 1
 	end
-	return false
 end
 
+-- model_from_comment: the rest of the first field that starts with
+-- llmgw:model= and goes on, found in place as has_token is (every
+-- submission, a model or not, asks).
 function llmgw.model_from_comment(comment)
-	for _, f in ipairs(fields(comment)) do
-		if f:sub(1, #COMMENT_TAG) == COMMENT_TAG and #f > #COMMENT_TAG then
-			return f:sub(#COMMENT_TAG + 1)
-		end
+	if comment == nil then
+		return nil
 	end
-	return nil
+	local init = 1
+	while true do
+		local i, j = comment:find(COMMENT_TAG, init, true)
+		if not i then
+			return nil
+		end
+		if i == 1 or comment:find("^%s", i - 1) then
+			local rest = comment:match("^%S+", j + 1)
+			if rest then
+				return rest
+			end
+		end
+		init = i + 1
+	end
 end
 
 -- Feature expressions: the user's constraint and preference, ANDed. A tree
@@ -303,6 +325,9 @@ local function parse_job_expr(constraint, prefer, complete)
 end
 
 local function mentions(expr, feature)
+	if expr == nil or expr == "" then
+		return false
+	end
 	for t in (expr or ""):gmatch("[^&|()%[%]*!]+") do
 		if trim(t) == feature then
 			return true
@@ -324,6 +349,22 @@ local function join_and(parts, count)
 		end
 	end
 	return table.concat(out, "&")
+end
+
+-- nested_parens: slurm/prefer.go nestedParens.
+local function nested_parens(s)
+	local depth = 0
+	for c in s:gmatch("[()]") do
+		if c == "(" then
+			depth = depth + 1
+			if depth > 1 then
+				return true
+			end
+		else
+			depth = depth - 1
+		end
+	end
+	return false
 end
 
 -- flatten: slurm/prefer.go featureExpr.flatten; nil when x holds an OR.
@@ -390,7 +431,8 @@ end
 -- partition list share its set. The projections cache (see project) starts
 -- empty.
 local function index_nodes(nodes)
-	local ix = { all = nodes, by_name = {}, by_part = {}, part_sets = {}, projections = {}, nprojections = 0 }
+	local ix = { all = nodes, by_name = {}, by_part = {}, part_sets = {}, projections = {}, nprojections = 0,
+		placements = {}, nplacements = 0 }
 	for _, nd in ipairs(nodes) do
 		local pset = ix.part_sets[nd.parts]
 		if not pset then
@@ -488,23 +530,15 @@ local function project(ix, p, feature, features)
 	return groups
 end
 
--- compose is slurm.Compose: the same input fields (snake case as in
--- testdata/compose/cases.json) and the same result. The nodes come as
--- input.cluster (a list) or input.index (index_nodes of one, kept between
--- submissions).
-function llmgw.compose(input)
-	local out = { notes = {} }
+-- tag_comment: compose's comment, and its notes, in out. Apart from place
+-- because it depends on the job's comment, which a submission rarely shares
+-- with another: llmgw.submit keeps place's answer per request, and has no
+-- comment to tag (see apply).
+local function tag_comment(input, out)
 	local function note(s)
 		out.notes[#out.notes + 1] = s
 	end
 	local model = input.model
-	local feature = PREFIX .. model
-	local n = input.nodes or 0
-	if n < 1 then
-		n = 1
-	end
-	local ix = input.index or index_list(input.cluster or {})
-
 	local tags = {}
 	if input.spank then
 		out.spank_model = model
@@ -525,6 +559,22 @@ function llmgw.compose(input)
 		end
 		note("comment not tagged with " .. tags[#tags] .. ": it would pass Slurm's limit of " .. MAX_EXPRESSION)
 		tags[#tags] = nil
+	end
+end
+
+-- place: compose's preference and exclusion for the nodes of ix, as
+-- {prefer=, exclude=, holders=, notes={...}}. Nothing in it depends on the
+-- job's comment: llmgw.submit keeps it per request (see remember).
+local function place(input, ix)
+	local out = { notes = {} }
+	local function note(s)
+		out.notes[#out.notes + 1] = s
+	end
+	local model = input.model
+	local feature = PREFIX .. model
+	local n = input.nodes or 0
+	if n < 1 then
+		n = 1
 	end
 
 	local user_excl = {}
@@ -664,6 +714,10 @@ function llmgw.compose(input)
 		end
 		prefer = counted_prefer(ands, feature, k, n)
 	end
+	if nested_parens(prefer) then
+		note("no preference: prefer=" .. prefer .. " puts parentheses inside parentheses, which Slurm refuses, rejecting the job")
+		return out
+	end
 	if #prefer > MAX_EXPRESSION then
 		note("no preference: it would be " .. #prefer .. " characters, over Slurm's limit of " .. MAX_EXPRESSION)
 		return out
@@ -671,6 +725,21 @@ function llmgw.compose(input)
 	out.prefer = prefer
 	out.holders = k
 	note("prefer=" .. prefer)
+	return out
+end
+
+-- compose is slurm.Compose: the same input fields (snake case as in
+-- testdata/compose/cases.json) and the same result. The nodes come as
+-- input.cluster (a list) or input.index (index_nodes of one, kept between
+-- submissions).
+function llmgw.compose(input)
+	local out = { notes = {} }
+	tag_comment(input, out)
+	local placed = place(input, input.index or index_list(input.cluster or {}))
+	out.prefer, out.exclude, out.holders = placed.prefer, placed.exclude, placed.holders
+	for _, s in ipairs(placed.notes) do
+		out.notes[#out.notes + 1] = s
+	end
 	return out
 end
 
@@ -811,6 +880,44 @@ end
 -- The clock; a test sets its own.
 llmgw.now = os.time
 
+-- The feature file as last looked at: when (llmgw.now()), which path, and
+-- what load_features answered (the index and header, or nil and why), and
+-- the freshness gate's answer for it (see apply).
+local looked = { at = nil, path = nil, index = nil, header = nil, gate = nil }
+
+-- features is load_features at most once per second of llmgw.now(): the
+-- first submission that names a model in a second opens the file and reads
+-- its header line; the others of that second take what it found, the
+-- parsed index and header, or why there is none (a missing file is not
+-- opened again either). An open alone costs several times what the rest of
+-- a job costs (~9 µs against a few), and slurmctld pays it under its locks
+-- for every submission; once a second it pays it once.
+--
+-- The price is that a rewrite of the file is seen up to one second late
+-- (os.time() has whole seconds: a look at second s stands until the clock
+-- reads another second, backwards too). Why that is harmless:
+--   - the freshness gate (llmgw.fresh) only grows more careful with an
+--     older header: a later file's synced= is no earlier, so a header the
+--     gate trusts from the last look it would trust read afresh. A
+--     reconfigure or a restart that wipes the features is seen in the
+--     partition records at the submission itself, not through the file.
+--   - the node lines trail Slurm already: the coordinator writes them after
+--     its scontrol calls and the read-back, a debounce (1 s) after the
+--     agents' reports, which come seconds after weights arrive or leave. A
+--     feature Slurm dropped and the file still lists is a window the file
+--     has anyway; this widens it by at most one second.
+function llmgw.features(path, now)
+	if now == looked.at and path == looked.path then
+		return looked.index, looked.header
+	end
+	local index, header = llmgw.load_features(path)
+	looked.at, looked.path, looked.index, looked.header = now, path, index, header
+	-- The freshness gate's answer for this look: apply asks llmgw.fresh
+	-- once per look and rebuild, not once per job.
+	looked.gate = nil
+	return index, header
+end
+
 -- What this Lua state has seen of slurmctld's tables (see the top): each
 -- partition's record pointer as last seen, and when slurmctld was last seen
 -- to rebuild them (nil until a pointer was seen at all).
@@ -910,24 +1017,23 @@ function llmgw.model_from_job(job_desc)
 	return nil
 end
 
-local function partitions_of(job_desc, part_list)
-	local parts = {}
-	if job_desc.partition and job_desc.partition ~= "" then
-		for p in job_desc.partition:gmatch("[^,]+") do
-			parts[#parts + 1] = p
-		end
-		return parts
-	end
+-- default_partitions: slurmctld's default partitions, comma-separated, for
+-- a job that names none; a string, not a table, since it is part of a kept
+-- placement's key and most submissions need nothing more.
+local function default_partitions(part_list)
+	local list = ""
 	for _, rec in pairs(part_list or {}) do
-		if rec.flag_default and rec.flag_default ~= 0 then
-			parts[#parts + 1] = rec.name
+		if rec.flag_default and rec.flag_default ~= 0 and rec.name then
+			list = list == "" and rec.name or (list .. "," .. rec.name)
 		end
 	end
-	return parts
+	return list
 end
 
-local function note_admin(job_desc, text)
-	local c = "llmgw: " .. text
+-- note_admin adds "llmgw: <text>" to the job's AdminComment; note_llmgw
+-- adds a note that begins with "llmgw: " already (a kept one: see
+-- placement).
+local function note_llmgw(job_desc, c)
 	if job_desc.admin_comment and job_desc.admin_comment ~= "" then
 		c = job_desc.admin_comment .. "; " .. c
 	end
@@ -937,31 +1043,107 @@ local function note_admin(job_desc, text)
 	job_desc.admin_comment = c
 end
 
+local function note_admin(job_desc, text)
+	note_llmgw(job_desc, "llmgw: " .. text)
+end
+
+-- named begins every note of a job with a model: the model and where it
+-- came from, so that scontrol show job tells which of llmgw's pieces saw
+-- it.
+local function named(model, from_spank)
+	return "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)")
+end
+
+-- At most this many placements are kept per version of the feature file;
+-- past it they are dropped and built again as jobs ask.
+local MAX_PLACEMENTS = 1024
+
+-- placement makes place's answer for a job's request and keeps it in the
+-- index of the feature file's nodes (so dropped with it when the nodes
+-- change), keyed by everything place reads from the job: model,
+-- partitions, constraint, preference, excluded nodes, whether it names its
+-- nodes, and node count; apply looks it up there first.
+-- Jobs of a cluster ask the same few things over and over (an array, a
+-- pipeline, a team's script), so after the first such job a submission
+-- costs a few table lookups, not a composition; the note for AdminComment
+-- is kept ready-made too, one for each place the model can come from.
+-- scripts/bench/job-submit.sh measures both ("model", "new request").
+local function placement(index, model, nodes, job_desc, plist, nodelist, constraint, prefer, exclude, complete)
+	local parts = {}
+	for p in plist:gmatch("[^,]+") do
+		parts[#parts + 1] = p
+	end
+	local placed = place({
+		model = model,
+		constraint = job_desc.features,
+		prefer = job_desc.prefer,
+		nodes = nodes,
+		exclude = llmgw.expand(job_desc.exc_nodes),
+		nodelist = nodelist,
+		partitions = parts,
+		complete = complete,
+	}, index)
+	if placed.exclude then
+		placed.exc_nodes = table.concat(placed.exclude, ",")
+	end
+	local rest = (#parts > 0 and (" in " .. table.concat(parts, ",")) or "") .. ": " .. table.concat(placed.notes, "; ")
+	placed.what_spank = "llmgw: " .. named(model, true) .. rest
+	placed.what_comment = "llmgw: " .. named(model, false) .. rest
+	if index.nplacements >= MAX_PLACEMENTS then
+		index.placements, index.nplacements = {}, 0
+	end
+	local t = index.placements
+	for _, k in ipairs({ model, plist, constraint, prefer, exclude, nodelist }) do
+		local sub = t[k]
+		if not sub then
+			sub = {}
+			t[k] = sub
+		end
+		t = sub
+	end
+	t[nodes] = placed
+	index.nplacements = index.nplacements + 1
+	return placed
+end
+
+-- The model names found valid: a cluster uses a few, and a lookup costs
+-- less than the pattern, for every job that names one. Bounded, since the
+-- names come from users.
+local MAX_VALID_NAMES = 1024
+local valid_names, nvalid_names = {}, 0
+
 -- apply does the work; llmgw.submit guards it.
-local function apply(job_desc, part_list)
+local function apply(job_desc, part_list, now)
 	local model, from_spank = llmgw.model_from_job(job_desc)
 	if not model then
 		return
 	end
-	if not llmgw.valid_model(model) then
-		note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
-		return
+	if not valid_names[model] then
+		if not llmgw.valid_model(model) then
+			note_admin(job_desc, "model " .. model .. " is not a valid model name; nothing added")
+			return
+		end
+		if nvalid_names >= MAX_VALID_NAMES then
+			valid_names, nvalid_names = {}, 0
+		end
+		valid_names[model], nvalid_names = true, nvalid_names + 1
 	end
-	if has_token(job_desc.comment, COMPOSED_TAG) then
+	if job_desc.comment and job_desc.comment:find(COMPOSED_TAG, 1, true) and has_token(job_desc.comment, COMPOSED_TAG) then
 		note_admin(job_desc, "model " .. model .. ": composed by llmgw sbatch")
 		return
 	end
-	if mentions(job_desc.prefer, PREFIX .. model) then
+	if job_desc.prefer and job_desc.prefer ~= "" and mentions(job_desc.prefer, PREFIX .. model) then
 		-- llmgw sbatch composed it already, from fresher features.
 		note_admin(job_desc, "model " .. model .. ": preference already set")
 		return
 	end
-	-- Every note below names the model and where it came from, so that
-	-- scontrol show job tells which of llmgw's pieces saw it.
-	local named = "model " .. model .. (from_spank and " (--llmgw-model)" or " (comment)")
-	local index, header = llmgw.load_features(llmgw.feature_file)
+	-- llmgw.features, called only when this second's look does not stand.
+	local path, index, header = llmgw.feature_file, looked.index, looked.header
+	if now ~= looked.at or path ~= looked.path then
+		index, header = llmgw.features(path, now)
+	end
 	if not index then
-		note_admin(job_desc, named .. ": no preference: feature file " .. tostring(header))
+		note_admin(job_desc, named(model, from_spank) .. ": no preference: feature file " .. tostring(header))
 		slurm.log_info("llmgw: job for %s: no preference: feature file: %s", model, tostring(header))
 		return
 	end
@@ -969,7 +1151,15 @@ local function apply(job_desc, part_list)
 	if type(nodes) ~= "number" or nodes >= NO_VAL then
 		nodes = 1
 	end
-	local fresh, why, only_old = llmgw.fresh(header, llmgw.now())
+	-- The gate's answer is kept with this second's look (looked.gate): the
+	-- same header and second give the same answer until a rebuild is seen.
+	local gate = looked.gate
+	if not gate or gate.rebuilt_at ~= rebuilt_at then
+		local fresh, why, only_old = llmgw.fresh(header, now)
+		gate = { rebuilt_at = rebuilt_at, fresh = fresh, why = why, only_old = only_old }
+		looked.gate = gate
+	end
+	local fresh, why, only_old = gate.fresh, gate.why, gate.only_old
 	local stale_note
 	if not fresh then
 		-- With ignore_prefer_validation a single-node job whose preference
@@ -979,42 +1169,49 @@ local function apply(job_desc, part_list)
 		-- keeps the gate. After a rebuild the flag itself may be out of
 		-- date (the rebuild may have turned the option off): gate.
 		if not (only_old and header.fallback and nodes == 1) then
-			note_admin(job_desc, named .. ": no preference: " .. why)
+			note_admin(job_desc, named(model, from_spank) .. ": no preference: " .. why)
 			slurm.log_info("llmgw: job for %s: no preference: %s", model, why)
 			return
 		end
 		stale_note = why .. ", but slurmctld ignores prefer validation and a single-node job falls back by itself"
 	end
-	local parts = partitions_of(job_desc, part_list)
-	local r = llmgw.compose({
-		model = model,
-		constraint = job_desc.features,
-		prefer = job_desc.prefer,
-		nodes = nodes,
-		exclude = llmgw.expand(job_desc.exc_nodes),
-		nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "",
-		comment = job_desc.comment,
-		partitions = parts,
-		index = index,
-		complete = header.all == true,
-		spank = from_spank,
-	})
-	if r.prefer then
-		job_desc.prefer = r.prefer
+	local plist = job_desc.partition
+	if plist == nil or plist == "" then
+		plist = default_partitions(part_list)
 	end
-	if r.exclude then
-		job_desc.exc_nodes = table.concat(r.exclude, ",")
+	local nodelist = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
+	local constraint, prefer, exclude = job_desc.features or "", job_desc.prefer or "", job_desc.exc_nodes or ""
+	-- The kept placement, if this request was asked before: a tree of
+	-- tables, one level per part of the request, rather than one string
+	-- key, since the parts are strings slurmctld made already, so looking
+	-- them up allocates nothing, where joining them made a new string (and
+	-- a number turned into one) for every job.
+	local placed = index.placements[model]
+	placed = placed and placed[plist]
+	placed = placed and placed[constraint]
+	placed = placed and placed[prefer]
+	placed = placed and placed[exclude]
+	placed = placed and placed[nodelist]
+	placed = placed and placed[nodes]
+	if not placed then
+		placed = placement(index, model, nodes, job_desc, plist, nodelist, constraint, prefer, exclude, header.all == true)
 	end
-	if r.comment then
-		job_desc.comment = r.comment
+	if placed.prefer then
+		job_desc.prefer = placed.prefer
 	end
-	local where = #parts > 0 and (" in " .. table.concat(parts, ",")) or ""
-	local what = named .. where .. ": " .. table.concat(r.notes, "; ")
+	if placed.exc_nodes then
+		job_desc.exc_nodes = placed.exc_nodes
+	end
+	-- The comment stays as it is: compose tags it with the model unless the
+	-- model came from the SPANK option or the comment has the tag, and here
+	-- the model came from one or the other (llmgw.model_from_job).
+	-- TestLuaSiteScriptMatchesShipped holds the comment to Compose's.
+	local what = from_spank and placed.what_spank or placed.what_comment
 	if stale_note then
 		what = what .. " (" .. stale_note .. ")"
 	end
-	note_admin(job_desc, what)
-	slurm.log_info("llmgw: %s", what)
+	note_llmgw(job_desc, what)
+	slurm.log_info("%s", what)
 end
 
 -- submit is what a site's slurm_job_submit calls (job_submit.lua beside
@@ -1025,13 +1222,14 @@ end
 function llmgw.submit(job_desc, part_list, submit_uid)
 	-- Every submission, with a model or not, so that a rebuild is seen as
 	-- soon as possible.
-	local noted, nerr = pcall(llmgw.note_tables, part_list, llmgw.now())
+	local now = llmgw.now()
+	local noted, nerr = pcall(llmgw.note_tables, part_list, now)
 	if not noted then
 		slurm.log_error("llmgw: noting slurmctld's partition records: %s", tostring(nerr))
 		-- A rebuild could have gone unseen: trust no file until one is.
 		llmgw.forget_tables()
 	end
-	local ok, err = pcall(apply, job_desc, part_list)
+	local ok, err = pcall(apply, job_desc, part_list, now)
 	if not ok then
 		-- Never reject a job on llmgw's account.
 		slurm.log_error("llmgw: job_submit failed, job left as submitted: %s", tostring(err))

@@ -298,6 +298,7 @@ func checkSlurm(v slurmView, o Options) []Finding {
 	fs = append(fs, checkSpank(v, o)...)
 	fs = append(fs, checkJobSubmit(v)...)
 	fs = append(fs, checkPreferValidation(v)...)
+	fs = append(fs, checkBackfill(v)...)
 	return fs
 }
 
@@ -665,7 +666,41 @@ func checkJobSubmit(v slurmView) []Finding {
 	default:
 		fs = append(fs, Finding{Check: "job_submit.lua", Message: lua + " is llmgw's"})
 	}
+	if ctl := controllers(v); len(ctl) > 1 {
+		// Only this host can be checked from here; the others are said.
+		fs = append(fs, Finding{Check: "job_submit.lua", Message: fmt.Sprintf(
+			"slurm.conf names %d controllers (%s): whichever is in charge runs job_submit.lua, so each needs it, and llmgw_submit.lua, beside its slurm.conf, and the coordinator's feature_file readable there (a shared path, or a copy kept in step); without it jobs submitted to a backup in charge get no preference (README)",
+			len(ctl), strings.Join(ctl, ", "))})
+	}
 	return fs
+}
+
+// controllers are the hosts slurm.conf (else the running slurmctld) names
+// as controllers, the primary first: SlurmctldHost lines, or the older
+// ControlMachine and BackupController. A value is "host" or
+// "host(address)".
+func controllers(v slurmView) []string {
+	for _, c := range []slurm.Config{v.file, v.live} {
+		if c == nil {
+			continue
+		}
+		var out []string
+		for _, h := range c.All("SlurmctldHost") {
+			name, _, _ := strings.Cut(h, "(")
+			out = append(out, name)
+		}
+		if len(out) == 0 {
+			for _, k := range []string{"ControlMachine", "BackupController"} {
+				if h, ok := c.Get(k); ok {
+					out = append(out, h)
+				}
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return nil
 }
 
 // --- agent, coordinator, cache -----------------------------------------------

@@ -60,6 +60,7 @@ func (h host) good() slurm.Config {
 		"prologepilogtimeout": "1860",
 		"plugstackconfig":     h.dir + "/etc/plugstack.conf",
 		"jobsubmitplugins":    "lua",
+		"schedulerparameters": "bf_continue",
 	}
 }
 
@@ -185,6 +186,67 @@ func TestJobSubmitLua(t *testing.T) {
 	if sev, _ := worst(fs, "job_submit.lua"); sev != -1 {
 		t.Errorf("job_submit.lua checked although lua is not enabled")
 	}
+}
+
+// TestJobSubmitBackupController: with a backup controller, llmgw doctor
+// says that every controller needs job_submit.lua and the feature file, as
+// slurm.conf names them (several SlurmctldHost lines, or the older
+// ControlMachine and BackupController), and says nothing of it with one.
+func TestJobSubmitBackupController(t *testing.T) {
+	h := newHost(t)
+	conf := filepath.Join(h.dir, "etc/slurm.conf")
+	msgs := func(file string) string {
+		write(t, conf, file, 0o644)
+		c, err := slurm.ReadConf(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, f := range CheckSettings(with(h.good(), kvs(c)...), conf, nil, h.opts()) {
+			if f.Check == "job_submit.lua" {
+				b.WriteString(f.Severity.String() + " " + f.Message + "\n")
+			}
+		}
+		return b.String()
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"two SlurmctldHost lines", "SlurmctldHost=ctl1(10.0.0.1)\nSlurmctldHost=ctl2\n", "2 controllers (ctl1, ctl2)"},
+		{"ControlMachine and BackupController", "ControlMachine=ctl1\nBackupController=ctl2\n", "2 controllers (ctl1, ctl2)"},
+	} {
+		if got := msgs(tc.file); !strings.Contains(got, tc.want) || !strings.Contains(got, "feature_file readable there") {
+			t.Errorf("%s: job_submit.lua findings %q; want %q and the feature file", tc.name, got, tc.want)
+		}
+	}
+	if got := msgs("SlurmctldHost=ctl1\n"); strings.Contains(got, "controllers") {
+		t.Errorf("one controller: %q; want nothing said of others", got)
+	}
+	// The running slurmctld's view, as 22.05's scontrol prints it, when
+	// slurm.conf cannot be read here.
+	out, err := os.ReadFile("../../../slurm/testdata/22.05/scontrol-show-config.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, "SlurmctldHost[1]        = vm2(127.0.0.2)\n"...)
+	live, err := slurm.ParseShowConfig(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	for _, f := range CheckSettings(nil, conf, with(live, "jobsubmitplugins", "lua"), h.opts()) {
+		said = append(said, f.Message)
+	}
+	if got := strings.Join(said, "\n"); !strings.Contains(got, "2 controllers (vm, vm2)") {
+		t.Errorf("from scontrol show config: %q; want both controllers named", got)
+	}
+}
+
+// kvs flattens a Config for with.
+func kvs(c slurm.Config) []string {
+	var out []string
+	for k, v := range c {
+		out = append(out, k, v)
+	}
+	return out
 }
 
 // TestRunReadsFiles runs the whole doctor on a slurm.conf file, with scontrol
