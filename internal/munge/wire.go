@@ -23,7 +23,9 @@ import (
 // poller, and the P runs other requests meanwhile.
 //
 // Encode goes through Enc (libmunge or the programs, as New picks): the
-// agent encodes one credential per report, and nothing waits behind it.
+// agent encodes one credential per report, and nothing waits behind it. So
+// does a decode when munged answers in a message format other than munge
+// 0.5's.
 type Wire struct {
 	Path string
 	Enc  Codec
@@ -163,6 +165,13 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 		return fail("munged answered with magic %#x, not %#x: is this munged's socket?", m, wireMagic)
 	}
 	if hdr[4] != wireVersion {
+		if w.Enc != nil {
+			// A munged of another message format: libmunge (or unmunge)
+			// speaks it. Safe to ask again: had this munged decoded the
+			// credential, its replay check refuses the second decode.
+			c.Close()
+			return w.Enc.Decode(ctx, cred)
+		}
 		return fail("munged speaks message version %d; this llmgw speaks %d (munge 0.5)", hdr[4], wireVersion)
 	}
 	if hdr[5] != wireDecRsp {

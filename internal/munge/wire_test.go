@@ -199,3 +199,29 @@ func TestWireDecodeTriesARefusedSocketAgain(t *testing.T) {
 		t.Fatalf("decode while munged came back 15 ms later: %+v, %v; want the credential", c, err)
 	}
 }
+
+// recordingCodec is a Codec that answers every decode with c and counts
+// them: the stand-in for libmunge in a unit test of Wire's fallback.
+type recordingCodec struct {
+	c     munge.Cred
+	calls atomic.Int32
+}
+
+func (r *recordingCodec) Encode(context.Context, []byte) (string, error) { return "", errors.New("no") }
+func (r *recordingCodec) Socket() string                                 { return "" }
+func (r *recordingCodec) Decode(context.Context, string) (munge.Cred, error) {
+	r.calls.Add(1)
+	return r.c, nil
+}
+
+// A munged that answers in another message format (a later munge) is
+// asked through Enc, which speaks whatever format libmunge was built for,
+// rather than every report being refused.
+func TestWireDecodeFallsBackForOtherMessageVersion(t *testing.T) {
+	sock := silentMunged(t, []byte{0x00, 0x60, 0x6d, 0x4b, 5, 5, 0, 0, 0, 0, 0})
+	enc := &recordingCodec{c: munge.Cred{UID: 0, Payload: []byte("p")}}
+	c, err := (&munge.Wire{Path: sock, Enc: enc, Timeout: time.Second}).Decode(context.Background(), "MUNGE:AAAA:")
+	if err != nil || enc.calls.Load() != 1 || string(c.Payload) != "p" {
+		t.Fatalf("decode against a munged of message version 5: %+v, %v, %d calls to Enc; want Enc's answer", c, err, enc.calls.Load())
+	}
+}
