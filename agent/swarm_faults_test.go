@@ -507,6 +507,23 @@ func (e *fabricEnv) resumedAt(node, dead string, chunk int64, since time.Time) t
 	return time.Time{}
 }
 
+// nextOriginReader waits for the first origin request, after dead, of a
+// node other than the seed that died then: the lease's next holder.
+func (e *fabricEnv) nextOriginReader(t *testing.T, seed string, dead time.Time) originReq {
+	t.Helper()
+	var next originReq
+	until(t, 10*time.Second, "another node read the origin after the seed died", func() bool {
+		for _, r := range e.o.requests() {
+			if r.node != seed && r.start.After(dead) {
+				next = r
+				return true
+			}
+		}
+		return false
+	})
+	return next
+}
+
 func (e *fabricEnv) report(t testing.TB) {
 	t.Helper()
 	e.mu.Lock()
@@ -629,16 +646,7 @@ func seedDeath(t *testing.T, caughtUp bool, k int) {
 	dead := time.Now()
 	v2, v3 := n2.verified(), n3.verified()
 	seed.kill()
-	var next originReq
-	until(t, 10*time.Second, "another node read the origin after the seed died", func() bool {
-		for _, r := range e.o.requests() {
-			if r.node != seed.name && r.start.After(dead) {
-				next = r
-				return true
-			}
-		}
-		return false
-	})
+	next := e.nextOriginReader(t, seed.name, dead)
 	recovery := next.start.Sub(dead)
 	t.Logf("seed died with %d/%d bytes from the origin (%s had %d chunks verified, %s %d): %s read the origin %v later, bytes %d-, If-Range %s",
 		e.o.sent.Load(), size, n2.name, v2, n3.name, v3, next.node, recovery.Round(time.Millisecond), next.from, next.ifRange)

@@ -145,16 +145,7 @@ func TestSwarmHolderDiesMidLiveChunk(t *testing.T) {
 	})
 	dead := time.Now()
 	seed.kill()
-	var next originReq
-	until(t, 10*time.Second, "another node read the origin after the seed died", func() bool {
-		for _, r := range e.o.requests() {
-			if r.node != seed.name && r.start.After(dead) {
-				next = r
-				return true
-			}
-		}
-		return false
-	})
+	next := e.nextOriginReader(t, seed.name, dead)
 	recovery := next.start.Sub(dead)
 	t.Logf("seed died with a member %d bytes into live chunk %d: %s read the origin %v later, bytes %d-, If-Range %s",
 		got, chunk, next.node, recovery.Round(time.Millisecond), next.from, next.ifRange)
