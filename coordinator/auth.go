@@ -254,6 +254,14 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 		}
 		return nil
 	}
+	if !c.addr.IsValid() || c.addr.IsUnspecified() {
+		// munged puts 0.0.0.0 in a credential when it could not find its
+		// own host's address: such a credential says nothing about where
+		// it came from, whatever a node's address resolves to.
+		s.trust.refused.Inc()
+		s.log.WithField("node", node).Warn("refused: a credential with no origin address (its munged could not resolve its host; set munged --origin)")
+		return errDenied
+	}
 	addrs, known := s.trust.nodes.lookup(r.Context(), node)
 	if !known {
 		s.trust.refused.Inc()

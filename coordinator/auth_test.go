@@ -45,6 +45,8 @@ type mungeEnv struct {
 	// NodeHostname (localhost) resolves to it.
 	coord munge.Codec
 	nodes *fixedNodes
+	// realm starts more munged daemons with the same key.
+	realm *mungetest.Realm
 }
 
 // slurmUserUID is the test's SlurmUser: daemon, uid 1 on Debian. The
@@ -60,7 +62,7 @@ func newMungeEnv(t *testing.T) *mungeEnv {
 	coord := realm.Start("127.0.0.1")
 	m := &mungeEnv{n1: realm.Start("127.0.0.2"), n2: realm.Start("127.0.0.3")}
 	m.nodes = &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}, {"n2", []string{"127.0.0.3", "localhost"}}}}
-	m.coord = coord
+	m.coord, m.realm = coord, realm
 	cfg := Config{MungeSocket: coord.Socket(), Nodes: m.nodes, SlurmUser: fmt.Sprint(slurmUserUID), AdminGroups: []string{"nogroup"}}
 	m.testEnv = newEnv(t, cfg, testTokens)
 	return m
@@ -155,6 +157,21 @@ func TestMungeNodeHostnameResolved(t *testing.T) {
 	}
 	if got := m.nodeNames(t); len(got) != 1 || got[0] != "n2" {
 		t.Errorf("nodes stored: %v, want [n2]", got)
+	}
+}
+
+// TestMungeUnknownOriginRefused: munged writes 0.0.0.0 into a credential
+// when it cannot resolve its own host. That says nothing of where the
+// credential came from, so it speaks for no node, even one whose address
+// in Slurm is (wrongly) 0.0.0.0 too.
+func TestMungeUnknownOriginRefused(t *testing.T) {
+	m := newMungeEnv(t)
+	m.nodes.nodes = append(m.nodes.nodes, KnownNode{"n3", []string{"0.0.0.0", ""}})
+	nowhere := m.realm.Start("0.0.0.0")
+	_, err := m.as(nowhere).PostReport(context.Background(), report("n3", "", 1))
+	wantDenied(t, "a credential with origin 0.0.0.0 posting n3's report", err)
+	if got := m.nodeNames(t); len(got) != 0 {
+		t.Errorf("nodes stored: %v, want none", got)
 	}
 }
 

@@ -113,6 +113,16 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	fail := func(format string, args ...any) (Cred, error) {
 		return Cred{}, &Error{Op: "decode", Status: StatusSocket, Msg: fmt.Sprintf(format, args...) + " (socket " + w.Path + ")"}
 	}
+	// One deadline for the whole decode, the wait for a turn included:
+	// a report's handler has no deadline of its own, and while munged
+	// hangs the handlers queued behind the slots would otherwise wait
+	// on, then spend credentials whose senders have long given up.
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = wireTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	w.slotsOnce.Do(func() {
 		n := w.MaxInFlight
 		if n <= 0 {
@@ -131,14 +141,7 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 		return fail("cannot reach munged: %v; is munged running?", err)
 	}
 	defer c.Close()
-	timeout := w.Timeout
-	if timeout <= 0 {
-		timeout = wireTimeout
-	}
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+	deadline, _ := ctx.Deadline()
 	c.SetDeadline(deadline)
 	// A cancelled ctx ends the exchange now rather than at the deadline.
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
@@ -165,14 +168,14 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 		return fail("munged answered with magic %#x, not %#x: is this munged's socket?", m, wireMagic)
 	}
 	if hdr[4] != wireVersion {
-		if w.Enc != nil {
-			// A munged of another message format: libmunge (or unmunge)
-			// speaks it. Safe to ask again: had this munged decoded the
-			// credential, its replay check refuses the second decode.
-			c.Close()
-			return w.Enc.Decode(ctx, cred)
-		}
-		return fail("munged speaks message version %d; this llmgw speaks %d (munge 0.5)", hdr[4], wireVersion)
+		// Refused, never asked again through libmunge: a munged that
+		// answered has read the request and may have decoded (and
+		// cached) the credential, and libmunge marks its own retries,
+		// which munged's replay check lets through. A real munged never
+		// answers a version it cannot read (it closes the connection),
+		// so this is something else on the socket, or a munged of a
+		// later format that this llmgw must learn first.
+		return fail("munged answered in message version %d; this llmgw speaks %d (munge 0.5): check what listens on the socket, or upgrade llmgw", hdr[4], wireVersion)
 	}
 	if hdr[5] != wireDecRsp {
 		return fail("munged answered with message type %d, not a decode answer (%d)", hdr[5], wireDecRsp)
