@@ -202,6 +202,16 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 		s.trust.refused.Inc()
 		return r, errDenied
 	}
+	var me *munge.Error
+	if errors.As(err, &me) && me.Status == munge.StatusSocket {
+		// The coordinator's own munged did not answer: nothing is known
+		// of the credential, so this is no refusal of the caller. A 401
+		// here made every agent log that its token was refused while
+		// munged restarted; a 503 says to try again, and tells a
+		// stranger only that munged is down.
+		s.log.WithField("path", r.URL.Path).WithError(err).Warn("cannot judge a MUNGE credential: munged does not answer")
+		return r, api.Errorf(api.CodeUnavailable, "the coordinator cannot reach its munged; try again")
+	}
 	if err != nil {
 		return deny("%v", err)
 	}

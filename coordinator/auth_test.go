@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,6 +173,23 @@ func TestMungeUnknownOriginRefused(t *testing.T) {
 	wantDenied(t, "a credential with origin 0.0.0.0 posting n3's report", err)
 	if got := m.nodeNames(t); len(got) != 0 {
 		t.Errorf("nodes stored: %v, want none", got)
+	}
+}
+
+// TestMungeDownIsUnavailable: when the coordinator's own munged does not
+// answer, nothing is known of the credential: a 503 to try again, not the
+// refusal that made agents report a bad token while munged restarted.
+func TestMungeDownIsUnavailable(t *testing.T) {
+	realm := mungetest.New(t)
+	n1 := realm.Start("127.0.0.2")
+	nodes := &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}}}
+	gone := filepath.Join(t.TempDir(), "munge.socket") // nothing listens
+	env := newEnv(t, Config{MungeSocket: gone, Nodes: nodes}, testTokens)
+	c := &api.Client{BaseURL: env.url, Auth: munge.Authenticator{Codec: n1}}
+	_, err := c.PostReport(context.Background(), report("n1", "", 1))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != api.CodeUnavailable {
+		t.Fatalf("a report while the coordinator's munged is down: %v; want 503 %s", err, api.CodeUnavailable)
 	}
 }
 
