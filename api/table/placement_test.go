@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 func squeeze(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -53,5 +54,24 @@ func TestWritePlacement(t *testing.T) {
 	}
 	if s := b.String(); !strings.Contains(s, "(no candidate nodes)") || strings.Contains(s, "HOLDERS") || strings.Contains(s, "USE:") {
 		t.Errorf("no nodes:\n%s", s)
+	}
+}
+
+// A model of several files shows its first source and how many more.
+func TestWriteModelsSets(t *testing.T) {
+	f := func(src string) catalog.File { return catalog.File{Source: src} }
+	var b bytes.Buffer
+	err := WriteModels(&b, []api.Model{
+		{Name: "two", Source: "https://o/q-1.gguf", Files: []catalog.File{f("https://o/q-1.gguf"), f("https://o/q-2.gguf")}},
+		{Name: "three", Source: "https://o/r-1.gguf", Files: []catalog.File{f("https://o/r-1.gguf"), f("https://o/r-2.gguf"), f("https://o/r-3.gguf")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := squeeze(b.String())
+	for _, want := range []string{"two https://o/q-1.gguf (+1 file) ", "three https://o/r-1.gguf (+2 files) "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("models table %q; want %q", got, want)
+		}
 	}
 }

@@ -219,7 +219,11 @@ func WriteModels(w io.Writer, models []api.Model) error {
 		}
 		src := m.Source
 		if m.IsSet() {
-			src = fmt.Sprintf("%s (+%d files)", m.Source, len(m.Files)-1)
+			more := "files"
+			if len(m.Files) == 2 {
+				more = "file"
+			}
+			src = fmt.Sprintf("%s (+%d %s)", m.Source, len(m.Files)-1, more)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, src, size, gpu, sum, from, updated)
 	}
