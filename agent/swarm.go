@@ -112,7 +112,14 @@ type swarm struct {
 	down       map[string]time.Time // peer address -> when it failed
 	validator  string
 	fromOrigin atomic.Int64
+	// fromPeers counts the bytes of chunks read from peers that landed
+	// (verified, written); discarded the peers' bytes thrown away (a cut or
+	// stalled stream, a holder change, a digest mismatch). Counted as they
+	// arrived, discarded bytes made the coordinator's "from peers" figures
+	// and scripts/bench/fanout.sh's "no verified byte fetched twice" check
+	// say a survivor of a seed killed mid-chunk fetched twice.
 	fromPeers  atomic.Int64
+	discarded  atomic.Int64
 	candidates []int // chunks on disk that must be verified again
 
 	// verifiedc wakes the lease holder's reporter when it verified a chunk
@@ -319,7 +326,7 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.h.mu.Lock()
-	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
+	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load()+s.discarded.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
 		// Nothing fetched yet: take the swarm's chunk size.
 		s.chunk = p.ChunkSize
 		s.h.chunkSize = p.ChunkSize
@@ -752,8 +759,6 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 				n += m
 				l.got.Store(int64(n))
 				l.last.Store(time.Now().UnixNano())
-				s.fromPeers.Add(int64(m))
-				s.onBytes("peer", int64(m))
 			}
 			if err != nil && n < len(buf) {
 				l.err = fmt.Errorf("live read of chunk %d from peer %s: %w", i, holder.Addr, err)
@@ -832,18 +837,23 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 	switch {
 	case l.err != nil:
 		s.log.WithError(l.err).Debug("swarm: live read of the holder's chunk ended; reading it the usual way")
+		s.discard(l.got.Load())
 		return nil
 	case l.sum != want:
 		s.log.WithField("peer", l.holder).Warn("swarm: the lease holder's live chunk does not match its digest; dropping it as a peer")
 		s.mu.Lock()
 		s.bad[l.holder] = true
 		s.mu.Unlock()
+		s.discard(l.got.Load())
 		return nil
 	}
 	from, _ := s.bounds(l.i)
 	if _, err := s.fh.WriteAt(l.buf, from); err != nil {
+		s.discard(l.got.Load())
 		return err
 	}
+	s.fromPeers.Add(int64(len(l.buf)))
+	s.onBytes("peer", int64(len(l.buf)))
 	s.landed(l.i)
 	s.saveSidecar()
 	s.progress()
@@ -859,6 +869,17 @@ func (s *swarm) dropLive() {
 	if l != nil {
 		l.cancel()
 		<-l.done
+		s.discard(l.got.Load())
+	}
+}
+
+// discard counts n bytes from peers that were thrown away: the agent's
+// llmgw_agent_swarm_received_bytes_total{from="peer_discarded"}, apart from
+// the bytes that landed.
+func (s *swarm) discard(n int64) {
+	if n > 0 {
+		s.discarded.Add(n)
+		s.onBytes("peer_discarded", n)
 	}
 }
 
@@ -951,9 +972,8 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	buf := make([]byte, to-from+1)
 	// Every byte that arrives restarts the stall timer.
 	n, err := io.ReadFull(countReader{resp.Body, func(int) { stall.Reset(peerStall) }}, buf)
-	s.fromPeers.Add(int64(n))
-	s.onBytes("peer", int64(n))
 	if err != nil {
+		s.discard(int64(n))
 		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 			err = c
 		}
@@ -963,11 +983,17 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	want := s.sums[i]
 	s.mu.Unlock()
 	if hexSum(buf) != want {
+		s.discard(int64(n))
 		return errBadChunk
 	}
 	if _, err := s.fh.WriteAt(buf, from); err != nil {
+		s.discard(int64(n))
 		return err
 	}
+	// Counted once it landed: what a peer sent that was thrown away is
+	// not a copy this member has (discard).
+	s.fromPeers.Add(int64(n))
+	s.onBytes("peer", int64(n))
 	s.landed(i)
 	s.saveSidecar()
 	s.progress()

@@ -434,9 +434,10 @@ func (n *fnode) fetch(t testing.TB) {
 	n.sw = &swarm{coord: n, codec: n.codec, node: n.name, fabric: "ib-a", source: n.e.o.url, sum: n.e.sum, size: int64(len(n.e.data)),
 		chunk: n.e.chunk, target: target, part: target + ".part", origin: origin, peer: n.peer, files: n.files, log: log2,
 		onBytes: func(from string, b int64) {
-			if from == "origin" {
+			switch from {
+			case "origin":
 				n.fromOriginCount.Add(b)
-			} else {
+			case "peer":
 				n.fromPeersCount.Add(b)
 			}
 		}}
