@@ -142,6 +142,11 @@ type swarm struct {
 	// when its digest reached this member: the bytes cut-through moved
 	// before the chunk was verified anywhere.
 	liveAtDigest map[int]int64
+	// liveRefused is the holder and chunk whose live read was refused
+	// (416: the holder is reading another chunk; 503: its live slots are
+	// full); not asked again until the holder or the chunk changes, where
+	// it was asked again at every plan. Under mu.
+	liveRefused liveKey
 
 	// The whole file's sha256, computed while the fetch runs: chunks
 	// [0, hashed) are in hsum, read back through fh as the verified
@@ -700,6 +705,12 @@ type liveFetch struct {
 	err error
 }
 
+// liveKey names one live read: a holder and a chunk.
+type liveKey struct {
+	holder string
+	i      int
+}
+
 // startLive starts streaming, from the lease holder, the first chunk this
 // member lacks whose digest is not known yet: the one the holder is
 // reading. One stream at a time, so one chunk buffer; a holder reading
@@ -712,6 +723,11 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 	defer s.mu.Unlock()
 	if s.live != nil {
 		return
+	}
+	if s.liveRefused.holder != plan.Holder {
+		// Another holder since the refusal: the lease may come back to
+		// the one that refused, then reading another chunk.
+		s.liveRefused = liveKey{}
 	}
 	var holder api.SwarmPeer
 	for _, p := range plan.Peers {
@@ -729,7 +745,7 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 			break
 		}
 	}
-	if i < 0 {
+	if i < 0 || s.liveRefused == (liveKey{holder.Node, i}) {
 		return
 	}
 	from, to := s.bounds(i)
@@ -747,6 +763,11 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusPartialContent {
 			l.err = fmt.Errorf("peer %s answered %s to a live read", holder.Addr, resp.Status)
+			if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable || resp.StatusCode == http.StatusServiceUnavailable {
+				s.mu.Lock()
+				s.liveRefused = liveKey{holder.Node, i}
+				s.mu.Unlock()
+			}
 			return
 		}
 		buf := make([]byte, to-from+1)

@@ -182,3 +182,30 @@ func TestSwarmHolderDiesMidLiveChunk(t *testing.T) {
 		t.Errorf("%d origin reads at once; the lease allows one", e.o.maxActive)
 	}
 }
+
+// TestSwarmLiveRefusalNotAskedAgain: a holder that refuses a member's live
+// read (503, its live slots full) is not asked for that chunk again at
+// every plan; only once it reads another chunk.
+func TestSwarmLiveRefusalNotAskedAgain(t *testing.T) {
+	e := newFabric(t, 6, faultChunk, faultChunk*2, 84, 85)
+	seed, n2 := e.nodes["n84"], e.nodes["n85"]
+	seed.busy(n2.name)
+	seed.fetch(t)
+	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
+	n2.fetch(t)
+	seed.wait(t, 30*time.Second)
+	seed.busy("")
+	n2.wait(t, 10*time.Second)
+	e.report(t)
+	seed.servedMu.Lock()
+	defer seed.servedMu.Unlock()
+	if len(seed.busyLive) == 0 {
+		t.Fatalf("%s never asked %s for a live chunk", n2.name, seed.name)
+	}
+	for i, k := range seed.busyLive {
+		t.Logf("%s asked for live chunk %d %d times, told 503", n2.name, i, k)
+		if k > 1 {
+			t.Errorf("%s asked %s for live chunk %d %d times after a 503; once, until the holder or the chunk changes", n2.name, seed.name, i, k)
+		}
+	}
+}
