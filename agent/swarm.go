@@ -847,6 +847,15 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 		}
 	}
 	if l.err == nil && want == "" {
+		if plan.Holder != l.holder {
+			// Whole, but its holder lost the lease before the digest came
+			// out (died, or this member took the lease and reads the chunk
+			// from the origin itself): the digest may never come, and kept,
+			// the buffer would pin a second chunk of memory for the rest
+			// of the file.
+			s.dropLive()
+			return nil
+		}
 		// Whole, its digest not here yet: kept until it is (the holder
 		// publishes it within a report of its last byte).
 		return nil
