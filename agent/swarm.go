@@ -49,6 +49,13 @@ const peerParallel = 3
 // no more than the relay that dies, within the 2 s issue 18 allows.
 const peerStall = time.Second
 
+// liveFloorRate is the slowest the rest of a live chunk may come once its
+// digest is out, as fetch's fetch_min_speed default is for an origin
+// connection: a holder that trickles (a byte every 900 ms escapes
+// peerStall) would otherwise hold settleLive, and the member's reports,
+// without limit.
+const liveFloorRate = fetch.DefaultMinSpeed
+
 // peerDownFor is how long a peer that failed a read is left alone by this
 // member, whatever the plans say: a plan can list it again before the
 // coordinator has heard it is unreachable, and a hung peer costs a
@@ -825,10 +832,14 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 			return nil // streaming, the digest not out yet
 		}
 		// The holder had the whole chunk when it published the digest:
-		// the rest is on its way at fabric speed, unless the holder died.
+		// the rest is on its way at fabric speed, unless the holder died
+		// or trickles it; then the chunk is read the usual way.
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		waited := time.Now().UnixNano()
+		from, to := s.bounds(l.i)
+		rest := max(to-from+1-l.got.Load(), 0)
+		deadline := time.Now().Add(peerStall + time.Duration(rest)*time.Second/time.Duration(liveFloorRate))
 	wait:
 		for {
 			select {
@@ -840,6 +851,11 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 			case <-t.C:
 				if time.Since(time.Unix(0, max(l.last.Load(), waited))) > peerStall {
 					s.log.WithField("peer", l.holder).Info("swarm: the holder's live chunk stopped coming; reading it the usual way")
+					s.dropLive()
+					return nil
+				}
+				if time.Now().After(deadline) {
+					s.log.WithField("peer", l.holder).Infof("swarm: the rest of the holder's live chunk comes slower than %d bytes/s; reading it the usual way", liveFloorRate)
 					s.dropLive()
 					return nil
 				}

@@ -6,14 +6,19 @@ package agent
 import (
 	"context"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
 
 // settleSwarm is member n1 of a swarm of a file of chunks chunks, with
@@ -76,5 +81,82 @@ func TestSettleLiveDropsAFinishedChunkOfAFormerHolder(t *testing.T) {
 		if s.has(1) {
 			t.Errorf("a live chunk whose digest never came was landed")
 		}
+	}
+}
+
+// TestSettleLiveEndsATrickle: once the digest is out, a holder that sends
+// the rest of its live chunk a byte at a time, each within peerStall of
+// the last, holds settleLive (and the member's reports) no longer than
+// peerStall plus the rest at liveFloorRate; the chunk is then read the
+// usual way, nothing of the trickle landed.
+func TestSettleLiveEndsATrickle(t *testing.T) {
+	const chunk = 16 << 10
+	realm := mungetest.New(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in holder: 206 for the whole chunk, then a byte every
+	// 200 ms.
+	stop := make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(chunk))
+		w.WriteHeader(http.StatusPartialContent)
+		for range chunk {
+			w.Write([]byte{1})
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			case <-stop:
+				return
+			}
+		}
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		close(stop)
+		srv.Close()
+	})
+	s := settleSwarm(t, 4, chunk)
+	s.codec = realm.Start("127.0.0.1")
+	s.peer = peerClient()
+	s.sum = strings.Repeat("ab", 32)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	plan := api.SwarmPlan{Holder: "n2", Peers: []api.SwarmPeer{{Node: "n2", Addr: l.Addr().String()}}}
+	s.startLive(ctx, plan)
+	s.mu.Lock()
+	lf := s.live
+	s.mu.Unlock()
+	if lf == nil || lf.i != 0 {
+		t.Fatalf("no live stream of chunk 0 started: %+v", lf)
+	}
+	until(t, 5*time.Second, "the trickle began", func() bool { return lf.got.Load() > 0 })
+	// The digest comes out.
+	s.mu.Lock()
+	s.sums[0] = strings.Repeat("cd", 32)
+	s.mu.Unlock()
+	limit := peerStall + time.Duration(chunk)*time.Second/time.Duration(liveFloorRate)
+	settled := make(chan error, 1)
+	began := time.Now()
+	go func() { settled <- s.settleLive(ctx, plan) }()
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(limit + 10*time.Second):
+		t.Fatalf("settleLive still waiting on a trickling holder after %v; peerStall plus the chunk at %d bytes/s is %v", time.Since(began).Round(time.Millisecond), liveFloorRate, limit)
+	}
+	t.Logf("settleLive gave up on the trickle after %v, %d bytes in", time.Since(began).Round(time.Millisecond), lf.got.Load())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live != nil {
+		t.Errorf("the trickling live stream was kept")
+	}
+	if s.has(0) {
+		t.Errorf("a chunk of which a trickle came was landed")
 	}
 }
