@@ -58,7 +58,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 		}),
 		swarmBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "swarm_received_bytes_total",
-			Help: "Bytes a swarm fetch received, by where from (origin or peer): one copy per fabric means the origin's share is one file per fabric.",
+			Help: "Bytes a swarm fetch received, by where from (origin; peer, chunks that landed verified; peer_discarded, peers' bytes thrown away on a cut stream or a digest mismatch): one copy per fabric means the origin's share is one file per fabric.",
 		}, []string{"from"}),
 		swarmServed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "swarm_served_bytes_total",
@@ -99,6 +99,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	}
 	m.swarmBytes.WithLabelValues("origin")
 	m.swarmBytes.WithLabelValues("peer")
+	m.swarmBytes.WithLabelValues("peer_discarded")
 	m.info.WithLabelValues(version).Set(1)
 	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,

@@ -23,6 +23,14 @@ import (
 // 503 and moves to another holder.
 const maxUploads = 8
 
+// maxLiveUploads bounds the live streams (serveLive) a node serves at once,
+// apart from maxUploads: a live stream lasts as long as the origin takes to
+// deliver the chunk (about 5 s in scripts/bench/fanout.sh), and in a fabric
+// of more than a few nodes the members caught up with the holder would
+// otherwise take every slot, leaving verified reads from the holder 503.
+// Beyond it a member reads the chunk once it is verified.
+const maxLiveUploads = maxUploads / 2
+
 // resolvePeerAddr is the node's chunk server address from peer_addr, or
 // peer_interface's first IPv4 (else IPv6) address and peer_port; "" when
 // neither is set.
@@ -187,6 +195,8 @@ type peerServer struct {
 	cacheDir string
 	files    *holdings
 	slots    chan struct{}
+	// liveSlots are the live streams', apart from the verified reads'.
+	liveSlots chan struct{}
 	// onServed, when set, is given the bytes each answer sent: the
 	// agent's llmgw_agent_swarm_served_bytes_total, which shows which
 	// node fed its fabric, and that a node of another fabric fed none.
@@ -194,7 +204,8 @@ type peerServer struct {
 }
 
 func newPeerServer(addr, fabric string, codec munge.Codec, cacheDir string, files *holdings) *peerServer {
-	return &peerServer{addr: addr, fabric: fabric, codec: codec, uid: uint32(os.Geteuid()), cacheDir: cacheDir, files: files, slots: make(chan struct{}, maxUploads)}
+	return &peerServer{addr: addr, fabric: fabric, codec: codec, uid: uint32(os.Geteuid()), cacheDir: cacheDir, files: files,
+		slots: make(chan struct{}, maxUploads), liveSlots: make(chan struct{}, maxLiveUploads)}
 }
 
 func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -208,9 +219,13 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
+	slots := s.slots
+	if live {
+		slots = s.liveSlots
+	}
 	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
 	default:
 		http.Error(w, "busy: ask another holder", http.StatusServiceUnavailable)
 		return

@@ -205,3 +205,68 @@ func TestPeerServerLiveChunk(t *testing.T) {
 		t.Errorf("a live read whose origin read broke: %d bytes, error %v; want 100 and an error", len(b), err)
 	}
 }
+
+// TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots: live streams last
+// as long as the origin takes to deliver the chunk, so they have slots of
+// their own: with as many live streams open as verified reads may be, the
+// ones beyond maxLiveUploads are told 503 and a verified chunk is still
+// served.
+func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
+	realm := mungetest.New(t)
+	data, sum := testData(t, 3*testChunk)
+	dir := t.TempDir()
+	part := filepath.Join(dir, "model.bin.part")
+	if err := os.WriteFile(part, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk}
+	h.mark(0)
+	files := &holdings{}
+	files.put(sum, h)
+	l, err := net.Listen("tcp", "127.0.0.26:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start("127.0.0.26"), dir, files)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	// Chunk 1 is being read from the origin, its first bytes in, the rest
+	// not coming until the end of the test: every live stream stays open.
+	c := newLiveChunk(1, testChunk, make([]byte, testChunk))
+	copy(c.buf, data[testChunk:testChunk+100])
+	c.grew(100)
+	h.setLive(c)
+	defer c.fail()
+	client := realm.Start("127.0.0.27")
+	ctx := context.Background()
+	var open int
+	for k := 0; k < maxUploads; k++ {
+		resp, err := peerGet(ctx, http.DefaultClient, client, "n27", "ib-a", addr, sum, testChunk, 2*testChunk-1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch resp.StatusCode {
+		case http.StatusPartialContent:
+			open++
+			defer resp.Body.Close()
+		case http.StatusServiceUnavailable:
+			resp.Body.Close()
+		default:
+			resp.Body.Close()
+			t.Fatalf("live read %d: %s, want 206 or 503", k, resp.Status)
+		}
+	}
+	if open != maxLiveUploads {
+		t.Errorf("%d live streams open at once, want maxLiveUploads = %d", open, maxLiveUploads)
+	}
+	resp, err := peerGet(ctx, http.DefaultClient, client, "n27", "ib-a", addr, sum, 0, testChunk-1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent || err != nil || string(got) != string(data[:testChunk]) {
+		t.Errorf("verified read with the live slots full: %s, %d bytes, %v; want 206 and the chunk", resp.Status, len(got), err)
+	}
+}

@@ -49,6 +49,13 @@ const peerParallel = 3
 // no more than the relay that dies, within the 2 s issue 18 allows.
 const peerStall = time.Second
 
+// liveFloorRate is the slowest the rest of a live chunk may come once its
+// digest is out, as fetch's fetch_min_speed default is for an origin
+// connection: a holder that trickles (a byte every 900 ms escapes
+// peerStall) would otherwise hold settleLive, and the member's reports,
+// without limit.
+const liveFloorRate = fetch.DefaultMinSpeed
+
 // peerDownFor is how long a peer that failed a read is left alone by this
 // member, whatever the plans say: a plan can list it again before the
 // coordinator has heard it is unreachable, and a hung peer costs a
@@ -112,7 +119,14 @@ type swarm struct {
 	down       map[string]time.Time // peer address -> when it failed
 	validator  string
 	fromOrigin atomic.Int64
+	// fromPeers counts the bytes of chunks read from peers that landed
+	// (verified, written); discarded the peers' bytes thrown away (a cut or
+	// stalled stream, a holder change, a digest mismatch). Counted as they
+	// arrived, discarded bytes made the coordinator's "from peers" figures
+	// and scripts/bench/fanout.sh's "no verified byte fetched twice" check
+	// say a survivor of a seed killed mid-chunk fetched twice.
 	fromPeers  atomic.Int64
+	discarded  atomic.Int64
 	candidates []int // chunks on disk that must be verified again
 
 	// verifiedc wakes the lease holder's reporter when it verified a chunk
@@ -135,6 +149,11 @@ type swarm struct {
 	// when its digest reached this member: the bytes cut-through moved
 	// before the chunk was verified anywhere.
 	liveAtDigest map[int]int64
+	// liveRefused is the holder and chunk whose live read was refused
+	// (416: the holder is reading another chunk; 503: its live slots are
+	// full); not asked again until the holder or the chunk changes, where
+	// it was asked again at every plan. Under mu.
+	liveRefused liveKey
 
 	// The whole file's sha256, computed while the fetch runs: chunks
 	// [0, hashed) are in hsum, read back through fh as the verified
@@ -319,7 +338,7 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.h.mu.Lock()
-	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
+	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load()+s.discarded.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
 		// Nothing fetched yet: take the swarm's chunk size.
 		s.chunk = p.ChunkSize
 		s.h.chunkSize = p.ChunkSize
@@ -569,13 +588,19 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			s.sums[i] = sum
 		}
 		s.mu.Unlock()
-		s.landed(i)
-		s.saveSidecar()
-		s.progress()
+		// Verified and its digest recorded: the reporter publishes both
+		// now. Signalled after landed, the digest the fabric waits for
+		// (the members streaming this chunk live hold it until then) went
+		// out only after the chunk was read back and hashed for the whole
+		// file's sum.
+		s.h.mark(i)
 		select {
 		case s.verifiedc <- struct{}{}:
 		default:
 		}
+		s.landed(i)
+		s.saveSidecar()
+		s.progress()
 	}
 	return nil
 }
@@ -693,6 +718,12 @@ type liveFetch struct {
 	err error
 }
 
+// liveKey names one live read: a holder and a chunk.
+type liveKey struct {
+	holder string
+	i      int
+}
+
 // startLive starts streaming, from the lease holder, the first chunk this
 // member lacks whose digest is not known yet: the one the holder is
 // reading. One stream at a time, so one chunk buffer; a holder reading
@@ -705,6 +736,11 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 	defer s.mu.Unlock()
 	if s.live != nil {
 		return
+	}
+	if s.liveRefused.holder != plan.Holder {
+		// Another holder since the refusal: the lease may come back to
+		// the one that refused, then reading another chunk.
+		s.liveRefused = liveKey{}
 	}
 	var holder api.SwarmPeer
 	for _, p := range plan.Peers {
@@ -722,7 +758,7 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 			break
 		}
 	}
-	if i < 0 {
+	if i < 0 || s.liveRefused == (liveKey{holder.Node, i}) {
 		return
 	}
 	from, to := s.bounds(i)
@@ -740,6 +776,11 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusPartialContent {
 			l.err = fmt.Errorf("peer %s answered %s to a live read", holder.Addr, resp.Status)
+			if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable || resp.StatusCode == http.StatusServiceUnavailable {
+				s.mu.Lock()
+				s.liveRefused = liveKey{holder.Node, i}
+				s.mu.Unlock()
+			}
 			return
 		}
 		buf := make([]byte, to-from+1)
@@ -752,8 +793,6 @@ func (s *swarm) startLive(ctx context.Context, plan api.SwarmPlan) {
 				n += m
 				l.got.Store(int64(n))
 				l.last.Store(time.Now().UnixNano())
-				s.fromPeers.Add(int64(m))
-				s.onBytes("peer", int64(m))
 			}
 			if err != nil && n < len(buf) {
 				l.err = fmt.Errorf("live read of chunk %d from peer %s: %w", i, holder.Addr, err)
@@ -799,10 +838,14 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 			return nil // streaming, the digest not out yet
 		}
 		// The holder had the whole chunk when it published the digest:
-		// the rest is on its way at fabric speed, unless the holder died.
+		// the rest is on its way at fabric speed, unless the holder died
+		// or trickles it; then the chunk is read the usual way.
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		waited := time.Now().UnixNano()
+		from, to := s.bounds(l.i)
+		rest := max(to-from+1-l.got.Load(), 0)
+		deadline := time.Now().Add(peerStall + time.Duration(rest)*time.Second/time.Duration(liveFloorRate))
 	wait:
 		for {
 			select {
@@ -817,10 +860,24 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 					s.dropLive()
 					return nil
 				}
+				if time.Now().After(deadline) {
+					s.log.WithField("peer", l.holder).Infof("swarm: the rest of the holder's live chunk comes slower than %d bytes/s; reading it the usual way", liveFloorRate)
+					s.dropLive()
+					return nil
+				}
 			}
 		}
 	}
 	if l.err == nil && want == "" {
+		if plan.Holder != l.holder {
+			// Whole, but its holder lost the lease before the digest came
+			// out (died, or this member took the lease and reads the chunk
+			// from the origin itself): the digest may never come, and kept,
+			// the buffer would pin a second chunk of memory for the rest
+			// of the file.
+			s.dropLive()
+			return nil
+		}
 		// Whole, its digest not here yet: kept until it is (the holder
 		// publishes it within a report of its last byte).
 		return nil
@@ -832,18 +889,23 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 	switch {
 	case l.err != nil:
 		s.log.WithError(l.err).Debug("swarm: live read of the holder's chunk ended; reading it the usual way")
+		s.discard(l.got.Load())
 		return nil
 	case l.sum != want:
 		s.log.WithField("peer", l.holder).Warn("swarm: the lease holder's live chunk does not match its digest; dropping it as a peer")
 		s.mu.Lock()
 		s.bad[l.holder] = true
 		s.mu.Unlock()
+		s.discard(l.got.Load())
 		return nil
 	}
 	from, _ := s.bounds(l.i)
 	if _, err := s.fh.WriteAt(l.buf, from); err != nil {
+		s.discard(l.got.Load())
 		return err
 	}
+	s.fromPeers.Add(int64(len(l.buf)))
+	s.onBytes("peer", int64(len(l.buf)))
 	s.landed(l.i)
 	s.saveSidecar()
 	s.progress()
@@ -859,6 +921,17 @@ func (s *swarm) dropLive() {
 	if l != nil {
 		l.cancel()
 		<-l.done
+		s.discard(l.got.Load())
+	}
+}
+
+// discard counts n bytes from peers that were thrown away: the agent's
+// llmgw_agent_swarm_received_bytes_total{from="peer_discarded"}, apart from
+// the bytes that landed.
+func (s *swarm) discard(n int64) {
+	if n > 0 {
+		s.discarded.Add(n)
+		s.onBytes("peer_discarded", n)
 	}
 }
 
@@ -951,9 +1024,8 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	buf := make([]byte, to-from+1)
 	// Every byte that arrives restarts the stall timer.
 	n, err := io.ReadFull(countReader{resp.Body, func(int) { stall.Reset(peerStall) }}, buf)
-	s.fromPeers.Add(int64(n))
-	s.onBytes("peer", int64(n))
 	if err != nil {
+		s.discard(int64(n))
 		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 			err = c
 		}
@@ -963,11 +1035,17 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	want := s.sums[i]
 	s.mu.Unlock()
 	if hexSum(buf) != want {
+		s.discard(int64(n))
 		return errBadChunk
 	}
 	if _, err := s.fh.WriteAt(buf, from); err != nil {
+		s.discard(int64(n))
 		return err
 	}
+	// Counted once it landed: what a peer sent that was thrown away is
+	// not a copy this member has (discard).
+	s.fromPeers.Add(int64(n))
+	s.onBytes("peer", int64(n))
 	s.landed(i)
 	s.saveSidecar()
 	s.progress()

@@ -301,8 +301,9 @@ type fnode struct {
 	release         chan struct{} // closed at the end: hung handlers return
 	servedTo        map[string]int
 	servedMu        sync.Mutex
-	busyTo          string // a node told 503 busy, as at maxUploads
-	flipLiveTo      string // a node whose live reads get a byte flipped
+	busyTo          string        // a node told 503 busy, as at maxUploads
+	busyLive        map[int64]int // live reads told 503 busy, by chunk
+	flipLiveTo      string        // a node whose live reads get a byte flipped
 }
 
 func (e *fabricEnv) startNode(k int) *fnode {
@@ -313,7 +314,7 @@ func (e *fabricEnv) startNode(k int) *fnode {
 		t.Fatal(err)
 	}
 	n := &fnode{e: e, name: fmt.Sprintf("n%d", k), ip: ip, addr: l.Addr().String(), codec: e.realm.Start(ip), files: &holdings{},
-		dir: t.TempDir(), stuck: make(chan peerReq, 16), release: make(chan struct{}), servedTo: map[string]int{}, peer: peerClient(),
+		dir: t.TempDir(), stuck: make(chan peerReq, 16), release: make(chan struct{}), servedTo: map[string]int{}, busyLive: map[int64]int{}, peer: peerClient(),
 		peerRate: 16 << 20}
 	n.srv = &http.Server{Handler: n.tap(newPeerServer(n.addr, "ib-a", n.codec, n.dir, n.files))}
 	go n.srv.Serve(l)
@@ -356,6 +357,11 @@ func (n *fnode) tap(h http.Handler) http.Handler {
 		busy := n.busyTo == req
 		n.servedMu.Unlock()
 		if busy {
+			if r.URL.RawQuery == "live=1" {
+				n.servedMu.Lock()
+				n.busyLive[from/n.e.chunk]++
+				n.servedMu.Unlock()
+			}
 			http.Error(w, "busy: ask another holder", http.StatusServiceUnavailable)
 			return
 		}
@@ -434,9 +440,10 @@ func (n *fnode) fetch(t testing.TB) {
 	n.sw = &swarm{coord: n, codec: n.codec, node: n.name, fabric: "ib-a", source: n.e.o.url, sum: n.e.sum, size: int64(len(n.e.data)),
 		chunk: n.e.chunk, target: target, part: target + ".part", origin: origin, peer: n.peer, files: n.files, log: log2,
 		onBytes: func(from string, b int64) {
-			if from == "origin" {
+			switch from {
+			case "origin":
 				n.fromOriginCount.Add(b)
-			} else {
+			case "peer":
 				n.fromPeersCount.Add(b)
 			}
 		}}

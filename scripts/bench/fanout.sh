@@ -431,7 +431,7 @@ run() {
 		total=$((total + b))
 		m=$(($(counter "$k" eth0 rx_bytes) + $(counter "$k" eth0 tx_bytes) - ${before[m$k]}))
 		f=$(($(counter "$k" fab0 rx_bytes) + $(counter "$k" fab0 tx_bytes) - ${before[f$k]}))
-		a="n$k $(fabric_of "$k") origin=$b mgmt_link=$m fabric_link=$f from_origin=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="origin"}') from_peers=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer"}')"
+		a="n$k $(fabric_of "$k") origin=$b mgmt_link=$m fabric_link=$f from_origin=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="origin"}') from_peers=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer"}') peer_discarded=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer_discarded"}')"
 		echo "$a" >>"$R/nodes"
 	done
 	# The seed of a fabric is the node the origin sent most to; every other
