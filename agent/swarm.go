@@ -588,13 +588,19 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			s.sums[i] = sum
 		}
 		s.mu.Unlock()
-		s.landed(i)
-		s.saveSidecar()
-		s.progress()
+		// Verified and its digest recorded: the reporter publishes both
+		// now. Signalled after landed, the digest the fabric waits for
+		// (the members streaming this chunk live hold it until then) went
+		// out only after the chunk was read back and hashed for the whole
+		// file's sum.
+		s.h.mark(i)
 		select {
 		case s.verifiedc <- struct{}{}:
 		default:
 		}
+		s.landed(i)
+		s.saveSidecar()
+		s.progress()
 	}
 	return nil
 }
