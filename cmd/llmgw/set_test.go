@@ -170,7 +170,7 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	}
 	m := models.Models[0]
 	setName := catalog.SetName(m)
-	if code, out, _ := llmgwRun(t, anon, "models", "list"); code != 0 || !strings.Contains(out, "(+1 files)") || !strings.Contains(out, "2 unpinned") {
+	if code, out, _ := llmgwRun(t, anon, "models", "list"); code != 0 || !strings.Contains(out, "(+1 file)") || !strings.Contains(out, "2 unpinned") {
 		t.Errorf("models list:\n%s", out)
 	}
 
