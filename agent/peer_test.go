@@ -137,16 +137,7 @@ func TestPeerServerLiveChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk}
-	files := &holdings{}
-	files.put(sum, h)
-	l, err := net.Listen("tcp", "127.0.0.24:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start("127.0.0.24"), dir, files)}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	addr := servePeer(t, realm, "127.0.0.24", dir, sum, h)
 	client := realm.Start("127.0.0.25")
 	ctx := context.Background()
 	get := func(fabric string, i int64) *http.Response {
@@ -221,16 +212,7 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	}
 	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk}
 	h.mark(0)
-	files := &holdings{}
-	files.put(sum, h)
-	l, err := net.Listen("tcp", "127.0.0.26:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start("127.0.0.26"), dir, files)}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	addr := servePeer(t, realm, "127.0.0.26", dir, sum, h)
 	// Chunk 1 is being read from the origin, its first bytes in, the rest
 	// not coming until the end of the test: every live stream stays open.
 	c := newLiveChunk(1, testChunk, make([]byte, testChunk))
@@ -269,4 +251,22 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	if resp.StatusCode != http.StatusPartialContent || err != nil || string(got) != string(data[:testChunk]) {
 		t.Errorf("verified read with the live slots full: %s, %d bytes, %v; want 206 and the chunk", resp.Status, len(got), err)
 	}
+}
+
+// servePeer serves h, the file of sum in dir, from a chunk server of
+// fabric ib-a on ip (its own munged, of realm), until the test ends; it
+// returns the server's address.
+func servePeer(t *testing.T, realm *mungetest.Realm, ip, dir, sum string, h *held) string {
+	t.Helper()
+	files := &holdings{}
+	files.put(sum, h)
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	srv := &http.Server{Handler: newPeerServer(addr, "ib-a", realm.Start(ip), dir, files)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return addr
 }

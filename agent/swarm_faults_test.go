@@ -514,6 +514,17 @@ func (e *fabricEnv) resumedAt(node, dead string, chunk int64, since time.Time) t
 	return time.Time{}
 }
 
+// seedFirst starts seed's fetch and, once it holds the lease and reads the
+// origin, the others': the fault tests' seed is the first to ask.
+func (e *fabricEnv) seedFirst(t *testing.T, seed *fnode, others ...*fnode) {
+	t.Helper()
+	seed.fetch(t)
+	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
+	for _, n := range others {
+		n.fetch(t)
+	}
+}
+
 // nextOriginReader waits for the first origin request, after dead, of a
 // node other than the seed that died then: the lease's next holder.
 func (e *fabricEnv) nextOriginReader(t *testing.T, seed string, dead time.Time) originReq {
@@ -579,10 +590,7 @@ func relayFault(t *testing.T, close bool) {
 	// The relay is slow enough that a chunk from it is in flight a while.
 	relay.peerRate = 1 << 20
 	seed.busy(reader.name)
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	relay.fetch(t)
-	reader.fetch(t)
+	e.seedFirst(t, seed, relay, reader)
 	until(t, 20*time.Second, "the relay served the reader a chunk", func() bool { return relay.served(reader.name) > 0 })
 	relay.hang.Store(true)
 	var stuck peerReq
@@ -638,10 +646,7 @@ func TestSwarmRelayHangsMidBody(t *testing.T) { relayFault(t, false) }
 func seedDeath(t *testing.T, caughtUp bool, k int) {
 	e := newFabric(t, 32, faultChunk, 2<<20, k, k+1, k+2)
 	seed, n2, n3 := e.nodes[nodeName(k)], e.nodes[nodeName(k+1)], e.nodes[nodeName(k+2)]
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	n2.fetch(t)
-	n3.fetch(t)
+	e.seedFirst(t, seed, n2, n3)
 	size := int64(len(e.data))
 	until(t, 20*time.Second, "the origin served half the file", func() bool { return e.o.sent.Load() >= size/2 })
 	if caughtUp {
@@ -693,10 +698,7 @@ func TestSwarmNoPeerReachableFallsBackWithinLease(t *testing.T) {
 	cut.peer = &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
 		return nil, errors.New("fabric link down")
 	}}}
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	e.nodes["n62"].fetch(t)
-	cut.fetch(t)
+	e.seedFirst(t, seed, e.nodes["n62"], cut)
 	seed.wait(t, 30*time.Second)
 	e.nodes["n62"].wait(t, 30*time.Second)
 	cut.wait(t, 60*time.Second)
@@ -739,9 +741,7 @@ func TestSwarmHolderReadsPeersFirst(t *testing.T) {
 	e := newFabric(t, 16, faultChunk, 16<<20, 71, 72)
 	seed, slow := e.nodes["n71"], e.nodes["n72"]
 	seed.peerRate = 128 << 10
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	slow.fetch(t)
+	e.seedFirst(t, seed, slow)
 	seed.wait(t, 30*time.Second)
 	slow.wait(t, 60*time.Second)
 	e.report(t)
@@ -759,9 +759,7 @@ func TestSwarmHolderStuckOnOriginLosesLease(t *testing.T) {
 	e := newFabric(t, 16, faultChunk, 4<<20, 75, 76)
 	seed, other := e.nodes["n75"], e.nodes["n76"]
 	e.o.stall, e.o.stallAt, e.o.stalled = seed.name, int64(len(e.data))/2, make(chan struct{})
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	other.fetch(t)
+	e.seedFirst(t, seed, other)
 	select {
 	case <-e.o.stalled:
 	case <-time.After(20 * time.Second):
@@ -800,9 +798,7 @@ func TestSwarmSlowOriginKeepsLease(t *testing.T) {
 	// and the next one 5 s on see no whole chunk yet.
 	e := newFabric(t, 2, faultChunk, faultChunk/7, 81, 82)
 	seed, other := e.nodes["n81"], e.nodes["n82"]
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	other.fetch(t)
+	e.seedFirst(t, seed, other)
 	seed.wait(t, 40*time.Second)
 	other.wait(t, 40*time.Second)
 	for _, r := range e.o.requests() {

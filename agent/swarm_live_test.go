@@ -41,10 +41,7 @@ func TestSwarmLiveChunkCutThrough(t *testing.T) {
 	const chunks = 8
 	e := newFabric(t, chunks, faultChunk, faultChunk*2, 91, 92, 93)
 	seed, n2, n3 := e.nodes["n91"], e.nodes["n92"], e.nodes["n93"]
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	n2.fetch(t)
-	n3.fetch(t)
+	e.seedFirst(t, seed, n2, n3)
 	seed.wait(t, 30*time.Second)
 	seedDone := time.Now()
 	n2.wait(t, 10*time.Second)
@@ -79,10 +76,7 @@ func TestSwarmLiveChunkWrongBytes(t *testing.T) {
 	seed.servedMu.Lock()
 	seed.flipLiveTo = lied.name
 	seed.servedMu.Unlock()
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	n2.fetch(t)
-	lied.fetch(t)
+	e.seedFirst(t, seed, n2, lied)
 	seed.wait(t, 30*time.Second)
 	n2.wait(t, 10*time.Second)
 	lied.wait(t, 10*time.Second)
@@ -127,10 +121,7 @@ func TestSwarmLiveChunkWrongBytes(t *testing.T) {
 func TestSwarmHolderDiesMidLiveChunk(t *testing.T) {
 	e := newFabric(t, 16, faultChunk, faultChunk*2, 97, 98, 99)
 	seed, n2, n3 := e.nodes["n97"], e.nodes["n98"], e.nodes["n99"]
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	n2.fetch(t)
-	n3.fetch(t)
+	e.seedFirst(t, seed, n2, n3)
 	size := int64(len(e.data))
 	until(t, 20*time.Second, "the origin served half the file", func() bool { return e.o.sent.Load() >= size/2 })
 	var chunk int
@@ -190,9 +181,7 @@ func TestSwarmLiveRefusalNotAskedAgain(t *testing.T) {
 	e := newFabric(t, 6, faultChunk, faultChunk*2, 84, 85)
 	seed, n2 := e.nodes["n84"], e.nodes["n85"]
 	seed.busy(n2.name)
-	seed.fetch(t)
-	until(t, 5*time.Second, "the seed holds the lease and reads", func() bool { return e.o.sent.Load() > 0 })
-	n2.fetch(t)
+	e.seedFirst(t, seed, n2)
 	seed.wait(t, 30*time.Second)
 	seed.busy("")
 	n2.wait(t, 10*time.Second)
