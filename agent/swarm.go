@@ -882,23 +882,24 @@ func (s *swarm) settleLive(ctx context.Context, plan api.SwarmPlan) error {
 		// publishes it within a report of its last byte).
 		return nil
 	}
-	s.mu.Lock()
-	s.live = nil
-	s.mu.Unlock()
-	l.cancel()
+	// The stream has ended (l.done is closed): dropLive only forgets it.
 	switch {
 	case l.err != nil:
 		s.log.WithError(l.err).Debug("swarm: live read of the holder's chunk ended; reading it the usual way")
-		s.discard(l.got.Load())
+		s.dropLive()
 		return nil
 	case l.sum != want:
 		s.log.WithField("peer", l.holder).Warn("swarm: the lease holder's live chunk does not match its digest; dropping it as a peer")
 		s.mu.Lock()
 		s.bad[l.holder] = true
 		s.mu.Unlock()
-		s.discard(l.got.Load())
+		s.dropLive()
 		return nil
 	}
+	s.mu.Lock()
+	s.live = nil
+	s.mu.Unlock()
+	l.cancel()
 	from, _ := s.bounds(l.i)
 	if _, err := s.fh.WriteAt(l.buf, from); err != nil {
 		s.discard(l.got.Load())

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,14 +24,14 @@ import (
 // poller, and the P runs other requests meanwhile.
 //
 // Encode goes through Enc (libmunge or the programs, as New picks): the
-// agent encodes one credential per report, and nothing waits behind it. So
-// does a decode when munged answers in a message format other than munge
-// 0.5's.
+// agent encodes one credential per report, and nothing waits behind it. A
+// decode never does: see Decode.
 type Wire struct {
 	Path string
 	Enc  Codec
-	// Timeout bounds one exchange with munged when ctx has no earlier
-	// deadline; libmunge's is 2 s. Zero means wireTimeout.
+	// Timeout bounds one decode, the wait for a turn (MaxInFlight)
+	// included, when ctx has no earlier deadline; libmunge's is 2 s. Zero
+	// means wireTimeout.
 	Timeout time.Duration
 	// MaxInFlight bounds the decodes talking to munged at once (zero:
 	// DefaultMaxInFlight); the rest wait their turn here. Through libmunge
@@ -103,12 +104,10 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	if len(cred) > maxWireCred {
 		return Cred{}, &Error{Op: "decode", Status: statusBadArg, Msg: fmt.Sprintf("the credential is %d bytes; the limit is %d", len(cred), maxWireCred)}
 	}
-	for i := 0; i < len(cred); i++ {
-		if cred[i] == 0 {
-			// libmunge sends the credential as a C string: it would end
-			// at the NUL, and munged would judge a prefix.
-			return Cred{}, &Error{Op: "decode", Status: statusBadArg, Msg: "the credential contains a NUL byte"}
-		}
+	if strings.IndexByte(cred, 0) >= 0 {
+		// libmunge sends the credential as a C string: it would end at
+		// the NUL, and munged would judge a prefix.
+		return Cred{}, &Error{Op: "decode", Status: statusBadArg, Msg: "the credential contains a NUL byte"}
 	}
 	fail := func(format string, args ...any) (Cred, error) {
 		return Cred{}, &Error{Op: "decode", Status: StatusSocket, Msg: fmt.Sprintf(format, args...) + " (socket " + w.Path + ")"}
