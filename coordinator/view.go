@@ -149,7 +149,6 @@ type storedNode struct {
 	same bool
 }
 
-// sameWeights says whether key is the fingerprint of node's stored weights.
 // noWeights says whether node has no weights fingerprint on record: it
 // never reported weights since the coordinator started.
 func (v *view) noWeights(node string) bool {
@@ -159,6 +158,7 @@ func (v *view) noWeights(node string) bool {
 	return !ok
 }
 
+// sameWeights says whether key is the fingerprint of node's stored weights.
 func (v *view) sameWeights(node string, key [32]byte) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
