@@ -84,27 +84,52 @@ const (
 	knownNodesMinAge = 10 * time.Second
 )
 
+// A node's hostnames are looked up again after resolvedMaxAge, not on every
+// read of the list: at 10,000 nodes a list read each minute that dropped
+// every answer was 10,000 lookups a minute. A lookup that failed is tried
+// again at the next read. One lookup waits at most resolveTimeout: a node
+// whose NodeHostname the site's DNS does not answer for is refused after
+// that (its NodeAddr still counts), and holds up no other node's report.
+const (
+	resolvedMaxAge = 10 * time.Minute
+	resolveTimeout = 2 * time.Second
+)
+
 // knownNodes caches a NodeSource, and each node's addresses resolved on
 // first use.
 type knownNodes struct {
 	src NodeSource
 	// refresh serialises reads of src; mu guards the fields below and is
-	// never held across one.
+	// never held across one, nor across a name lookup.
 	refresh sync.Mutex
 	mu      sync.Mutex
 	list    map[string][]string
-	addrs   map[string][]netip.Addr
+	addrs   map[string]resolved
 	read    time.Time
 	err     error
 	now     func() time.Time
+	// resolve looks a hostname up (net.DefaultResolver; a test counts).
+	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// onRead, when set, is given every list read successfully (the
 	// coordinator forgets nodes that left it); it runs in a goroutine of
 	// its own, so the report that caused the read does not wait.
 	onRead func(names map[string]bool)
 }
 
+// resolved is a node's addresses as looked up from its names at a time.
+type resolved struct {
+	names []string
+	addrs []netip.Addr
+	at    time.Time
+	// failed: a name did not resolve, so the next read of the list tries
+	// it again.
+	failed bool
+}
+
 func newKnownNodes(src NodeSource) *knownNodes {
-	return &knownNodes{src: src, now: time.Now}
+	return &knownNodes{src: src, now: time.Now, resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	}}
 }
 
 // lookup returns node's addresses and whether the cluster knows it.
@@ -118,35 +143,44 @@ func (k *knownNodes) lookup(ctx context.Context, node string) ([]netip.Addr, boo
 		k.reload(ctx)
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	names, ok := k.list[node]
+	r, done := k.addrs[node]
+	k.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	if a, done := k.addrs[node]; done {
-		return a, true
+	if done {
+		return r.addrs, true
 	}
-	var out []netip.Addr
+	// Outside mu: a slow answer for this node must not hold up the
+	// reports of every other. Two reports of one node may both look up;
+	// the answers are the same.
+	r = resolved{names: names, at: k.now()}
 	for _, n := range names {
 		if n == "" {
 			continue
 		}
 		if a, err := netip.ParseAddr(n); err == nil {
-			out = append(out, a.Unmap())
+			r.addrs = append(r.addrs, a.Unmap())
 			continue
 		}
-		// Resolved under mu: once per node per list, and a node's
-		// hostname is in /etc/hosts or the site's DNS, which answer fast.
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", n)
+		lctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+		ips, err := k.resolve(lctx, n)
+		cancel()
 		if err != nil {
+			r.failed = true
 			continue
 		}
 		for _, a := range ips {
-			out = append(out, a.Unmap())
+			r.addrs = append(r.addrs, a.Unmap())
 		}
 	}
-	k.addrs[node] = out
-	return out, true
+	k.mu.Lock()
+	if cur, still := k.list[node]; still && slices.Equal(cur, names) {
+		k.addrs[node] = r
+	}
+	k.mu.Unlock()
+	return r.addrs, true
 }
 
 // reload reads the list again unless another caller just did.
@@ -173,11 +207,17 @@ func (k *knownNodes) reload(ctx context.Context) {
 	}
 	k.list = make(map[string][]string, len(nodes))
 	names := make(map[string]bool, len(nodes))
+	old := k.addrs
+	k.addrs = make(map[string]resolved, len(nodes))
 	for _, n := range nodes {
 		k.list[n.Name] = n.Addrs
 		names[n.Name] = true
+		// Kept while the node's names are the same, every one of them
+		// resolved, and not for longer than resolvedMaxAge.
+		if r, ok := old[n.Name]; ok && !r.failed && slices.Equal(r.names, n.Addrs) && k.now().Sub(r.at) < resolvedMaxAge {
+			k.addrs[n.Name] = r
+		}
 	}
-	k.addrs = make(map[string][]netip.Addr, len(nodes))
 	if k.onRead != nil {
 		go k.onRead(names)
 	}

@@ -2,10 +2,16 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/slurm"
 )
@@ -71,5 +77,91 @@ func TestSlurmNodesAddressesFromScontrol(t *testing.T) {
 				t.Errorf("KnownNodes = %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestKnownNodesResolveOutsideTheLock: a node whose NodeHostname the DNS is
+// slow to answer for holds up no other node's lookup, and a name resolved
+// once is not looked up again at every read of the list, only after
+// resolvedMaxAge; a name that failed is tried again at the next read.
+//
+// Seen failing as it should: with the lookup under mu, n2's lookup waited
+// for n1's answer; with the addresses dropped at each read, every minute
+// looked every name up again.
+func TestKnownNodesResolveOutsideTheLock(t *testing.T) {
+	src := &fixedNodes{nodes: []KnownNode{
+		{"n1", []string{"10.0.0.1", "slow.example"}},
+		{"n2", []string{"127.0.0.3", ""}},
+		{"n3", []string{"gone.example"}},
+	}}
+	k := newKnownNodes(src)
+	now := time.Unix(1_000_000, 0)
+	k.now = func() time.Time { return now }
+	var calls sync.Map // host -> *atomic.Int64
+	count := func(host string) int64 {
+		c, _ := calls.LoadOrStore(host, new(atomic.Int64))
+		return c.(*atomic.Int64).Load()
+	}
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	k.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		c, _ := calls.LoadOrStore(host, new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		switch host {
+		case "slow.example":
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-release
+			return []netip.Addr{netip.MustParseAddr("10.9.9.9")}, nil
+		default:
+			return nil, errors.New("no such host")
+		}
+	}
+	ctx := context.Background()
+
+	n1 := make(chan []netip.Addr)
+	go func() {
+		a, _ := k.lookup(ctx, "n1")
+		n1 <- a
+	}()
+	<-started
+	n2 := make(chan []netip.Addr)
+	go func() {
+		a, _ := k.lookup(ctx, "n2")
+		n2 <- a
+	}()
+	select {
+	case a := <-n2:
+		if want := []netip.Addr{netip.MustParseAddr("127.0.0.3")}; !slices.Equal(a, want) {
+			t.Errorf("n2's addresses: %v; want %v", a, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("n2's lookup waited for n1's hostname to resolve")
+	}
+	close(release)
+	if a, want := <-n1, []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.9.9.9")}; !slices.Equal(a, want) {
+		t.Errorf("n1's addresses: %v; want %v", a, want)
+	}
+	if _, ok := k.lookup(ctx, "n3"); !ok {
+		t.Fatal("n3 is in the list")
+	}
+
+	// The next read of the list, a minute on: n1's answer stands, n3's
+	// failed name is asked again.
+	now = now.Add(knownNodesMaxAge + time.Second)
+	k.lookup(ctx, "n1")
+	k.lookup(ctx, "n3")
+	if got := src.reads.Load(); got != 2 {
+		t.Fatalf("the list was read %d times; want 2", got)
+	}
+	if a, b := count("slow.example"), count("gone.example"); a != 1 || b != 2 {
+		t.Errorf("after a read of the list: slow.example looked up %d times, gone.example %d; want 1 and 2", a, b)
+	}
+	// Past resolvedMaxAge, n1's name is asked again.
+	now = now.Add(resolvedMaxAge)
+	k.lookup(ctx, "n1")
+	if a := count("slow.example"); a != 2 {
+		t.Errorf("past %v: slow.example looked up %d times; want 2", resolvedMaxAge, a)
 	}
 }
