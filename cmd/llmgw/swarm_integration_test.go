@@ -36,7 +36,7 @@ func swarmMetricsAddr(k int) string { return fmt.Sprintf("127.0.0.1:%d", 31310+k
 // Everything is real: slurmd runs each node's Prolog and TaskProlog (the
 // dev cluster's hooks), each node has its own agent process whose chunk
 // server listens on its own fabric address, peers and the coordinator know
-// the nodes by credentials from the cluster's own munged, and the origin is
+// the nodes by credentials from each node's own munged, and the origin is
 // an HTTP server on 127.0.0.1 that counts what it sends.
 //
 // First a job on n1 fetches the model, so that n1 holds it as a real
@@ -55,13 +55,11 @@ func TestSwarmOnCluster(t *testing.T) {
 	bin, sl := clusterBin(t)
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
-	// The dev cluster's munged (scripts/dev-cluster), which slurmctld and
-	// every slurmd use: the agents' credentials come from it, as they
-	// would from /run/munge on a real node.
-	mungeSock := filepath.Join(filepath.Dir(conf), "munge", "munge.socket.2")
-	if _, err := os.Stat(mungeSock); err != nil {
-		t.Fatalf("the dev cluster's munge socket: %v; scripts/dev-cluster up starts it", err)
-	}
+	// The dev cluster's munged daemons (scripts/dev-cluster): the
+	// coordinator decodes through the controller's, and each node's agent
+	// and hooks sign with that node's own, whose origin is the node's
+	// NodeAddr, as they would through /run/munge on a real node.
+	ctlMunge := devMungeSocket(t, conf, "")
 	scontrol, err1 := exec.LookPath("scontrol")
 	sinfo, err2 := exec.LookPath("sinfo")
 	if err1 != nil || err2 != nil {
@@ -71,10 +69,10 @@ func TestSwarmOnCluster(t *testing.T) {
 	base := t.TempDir()
 
 	// The coordinator with MUNGE on: reports only from Slurm's nodes, from
-	// root on their addresses (all 127.0.0.1 here); the admin token still
+	// root on their addresses (127.0.0.1K here); the admin token still
 	// changes the catalog.
 	coordConf := filepath.Join(base, "coordinator.toml")
-	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", mungeSock)), 0o644); err != nil {
+	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := startCoordinator(t, bin, base, "--config", coordConf, "--report-interval", "1s",
@@ -127,7 +125,7 @@ func TestSwarmOnCluster(t *testing.T) {
 		}
 		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
 			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
-			c.url, mungeSock, n, e2eFabric[n], swarmPeerAddr(k), swarmMetricsAddr(k),
+			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], swarmPeerAddr(k), swarmMetricsAddr(k),
 			cacheOf[n], filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
 		path := filepath.Join(hookDir, n+".toml")
 		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
