@@ -392,7 +392,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	case result != prev:
 		// Logged once per kind of failure, not once per retry: a coordinator
 		// down overnight is one line, and the metric counts the attempts.
-		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result) + "; retrying with backoff, still serving this node")
+		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, cfg.MungeSocket != "") + "; retrying with backoff, still serving this node")
 	default:
 		log.WithError(err).WithField("result", result).Debug("report not delivered")
 	}
@@ -443,6 +443,13 @@ func (a *Agent) Once(ctx context.Context) (r *api.Report, sent bool, err error) 
 	a.scan(ctx)
 	r, _, err = a.report(ctx)
 	return r, err == nil && a.Config().Coordinator != "", err
+}
+
+// WhyNotSent says what a report's failure (Once's err) means in practice
+// and what to check, as the running agent logs it: `llmgw agent --once` is
+// how an admin checks a node's setup, and "401" alone says nothing.
+func (a *Agent) WhyNotSent(err error) string {
+	return skippedWhat(classify(err), a.Config().MungeSocket != "")
 }
 
 // Status is what the agent knows, as the socket's GET /v1/status answers.

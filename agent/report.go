@@ -174,9 +174,16 @@ func classify(err error) string {
 }
 
 // skippedWhat says, for a log line, what a failed report means in practice.
-func skippedWhat(result string) string {
+// munge says the agent signs with MUNGE credentials, not a token: a refusal
+// then is about the node, not a file.
+func skippedWhat(result string, munge bool) string {
 	switch result {
 	case resultRejected:
+		if munge {
+			// The coordinator gives every refusal one message and logs the
+			// reason; these are the reasons it can have.
+			return "the coordinator refused this node's MUNGE credential (its log says why): the node name must be one Slurm knows (--node, SLURMD_NODENAME), the agent must run as root or the coordinator's agent_user, this host's munged must speak from one of the node's addresses (NodeAddr, NodeHostname; munged --origin), and its key must be the cluster's"
+		}
 		return "the coordinator refused this agent's token; --token-file must hold this node's own token ('llmgw nodes token NODE' on the coordinator's side), or set munge_socket"
 	case resultNoToken:
 		return "no report can be sent without the token"

@@ -113,7 +113,7 @@ func agentOnce(ctx context.Context, e *env, a *agent.Agent) error {
 	coord := a.Config().Coordinator
 	switch {
 	case err != nil:
-		return fmt.Errorf("report not sent: %w", err)
+		return fmt.Errorf("report not sent: %w; %s", err, a.WhyNotSent(err))
 	case sent:
 		fmt.Fprintf(e.stderr, "llmgw agent: report %d sent to %s\n", r.Seq, coord)
 	default:

@@ -79,6 +79,11 @@ func TestMungeEndToEnd(t *testing.T) {
 		if code != want {
 			t.Errorf("agent --once --node %s from gpu01's host: exit %d, want %d: %s", node, code, want, errs)
 		}
+		// Refused, the agent says what a MUNGE refusal can mean, not that
+		// a token file is wrong: it has none.
+		if want != 0 && (!strings.Contains(errs, "refused this node's MUNGE credential") || strings.Contains(errs, "token")) {
+			t.Errorf("agent --once --node %s refused: it logged %q; want the reasons a MUNGE credential is refused, and no word of a token", node, errs)
+		}
 	}
 	code, out, errs := llmgwRun(t, user, "status", "--json")
 	if code != 0 || !strings.Contains(out, `"total": 1`) {
