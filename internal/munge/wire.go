@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,6 +143,9 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 		return fail("cannot reach munged: %v; is munged running?", err)
 	}
 	defer c.Close()
+	if err := checkServer(c); err != nil {
+		return fail("%v", err)
+	}
 	deadline, _ := ctx.Deadline()
 	c.SetDeadline(deadline)
 	// A cancelled ctx ends the exchange now rather than at the deadline.
@@ -219,6 +225,53 @@ func (w *Wire) dial(ctx context.Context) (net.Conn, error) {
 		}
 	}
 }
+
+// checkServer refuses a socket served by anyone but root, the munge user or
+// this process's own user. Whatever answers here decides who every report
+// and peer request comes from, and a socket path can be squatted (a
+// directory others may write to, a munged that is down and a user's
+// listener in its place) or mistyped; libmunge does not ask. The kernel
+// says who called listen() on the other end (SO_PEERCRED); munged drops
+// root for the munge user before it listens, and a munged this process
+// started itself is as trusted as it is.
+func checkServer(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, gerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if gerr != nil {
+		return fmt.Errorf("cannot tell who serves the socket (SO_PEERCRED): %v", gerr)
+	}
+	if cred.Uid == 0 || int(cred.Uid) == os.Geteuid() {
+		return nil
+	}
+	if uid, ok := mungeUID(); ok && cred.Uid == uid {
+		return nil
+	}
+	return fmt.Errorf("the process serving it (pid %d) runs as uid %d, which is neither root, the munge user nor this process's user: not munged's socket, or one squatted; name munged's own socket (normally %s)", cred.Pid, cred.Uid, DefaultSocket)
+}
+
+// mungeUID is the munge user's uid, looked up once, on first use: the
+// hooks never decode, and pay nothing for it.
+var mungeUID = sync.OnceValues(func() (uint32, bool) {
+	u, err := user.Lookup("munge")
+	if err != nil {
+		return 0, false
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(uid), err == nil
+})
 
 // parseDecodeAnswer reads a decode answer's body; ok is false when it is
 // short, long, or has an address that is neither absent nor IPv4.

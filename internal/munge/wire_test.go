@@ -6,10 +6,12 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,4 +227,99 @@ func (r *recordingCodec) Socket() string                                 { retur
 func (r *recordingCodec) Decode(context.Context, string) (munge.Cred, error) {
 	r.calls.Add(1)
 	return r.c, nil
+}
+
+// listenFDEnv makes this test binary, started as a child by
+// TestWireDecodeRefusesASocketOfAnotherUser, call listen() on its fd 3 and
+// exit: the kernel then records the child's uid as the socket's server,
+// which is what the decoder asks (SO_PEERCRED).
+const listenFDEnv = "LLMGW_WIRE_TEST_LISTEN_FD3"
+
+func init() {
+	if os.Getenv(listenFDEnv) != "1" {
+		return
+	}
+	if err := syscall.Listen(3, 16); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// A socket whose listener is neither root, the munge user nor this
+// process's user is not munged's: a user who squats the path (munged down,
+// a directory others may write to) would otherwise decide who every report
+// comes from. The same answer from a listener of this process's own is
+// taken.
+//
+// Seen failing as it should: without checkServer, the decode through the
+// socket nobody listens on returned uid 0's credential.
+func TestWireDecodeRefusesASocketOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the listener is made by a child running as nobody")
+	}
+	// Not t.TempDir: nobody must reach the binary it runs.
+	dir, err := os.MkdirTemp("/var/tmp", "llmgw-wire-test.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "munge.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bound here, listened on by the child as nobody (65534), served here.
+	sock := filepath.Join(dir, "munge.socket")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "squatter")
+	defer f.Close()
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), listenFDEnv+"=1")
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the child listening as nobody: %v: %s", err, out)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				c.Read(buf)
+				c.Write(decodeAnswer([]byte("payload")))
+			}()
+		}
+	}()
+
+	_, err = (&munge.Wire{Path: sock}).Decode(context.Background(), "MUNGE:AAAA:")
+	var me *munge.Error
+	if !errors.As(err, &me) || me.Status != munge.StatusSocket || !strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), sock) {
+		t.Errorf("decode through a socket nobody listens on: %v; want a socket error naming uid 65534 and %s", err, sock)
+	}
+	own := silentMunged(t, decodeAnswer([]byte("payload")))
+	if c, err := (&munge.Wire{Path: own}).Decode(context.Background(), "MUNGE:AAAA:"); err != nil || string(c.Payload) != "payload" {
+		t.Errorf("the same answer from this process's own listener: %+v, %v; want it taken", c, err)
+	}
 }
