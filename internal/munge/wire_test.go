@@ -28,6 +28,12 @@ func silentMunged(t *testing.T, answer []byte) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveAnswer(t, l, answer)
+	return sock
+}
+
+// serveAnswer is silentMunged's server on a listener of the caller's.
+func serveAnswer(t *testing.T, l net.Listener, answer []byte) {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
@@ -45,7 +51,6 @@ func silentMunged(t *testing.T, answer []byte) string {
 			}()
 		}
 	}()
-	return sock
 }
 
 // A decode waits for munged on the network poller, so it ends when its
@@ -297,21 +302,7 @@ func TestWireDecodeRefusesASocketOfAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 4096)
-				c.Read(buf)
-				c.Write(decodeAnswer([]byte("payload")))
-			}()
-		}
-	}()
+	serveAnswer(t, l, decodeAnswer([]byte("payload")))
 
 	_, err = (&munge.Wire{Path: sock}).Decode(context.Background(), "MUNGE:AAAA:")
 	var me *munge.Error
