@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/llmgw/llmgw/api"
 )
 
 // Wire decodes credentials by speaking munged's own client protocol on its
@@ -231,35 +233,21 @@ func (w *Wire) dial(ctx context.Context) (net.Conn, error) {
 // and peer request comes from, and a socket path can be squatted (a
 // directory others may write to, a munged that is down and a user's
 // listener in its place) or mistyped; libmunge does not ask. The kernel
-// says who called listen() on the other end (SO_PEERCRED); munged drops
-// root for the munge user before it listens, and a munged this process
-// started itself is as trusted as it is.
+// says who called listen() on the other end (api.PeerUID, as the hooks ask
+// of the agent's socket); munged drops root for the munge user before it
+// listens, and a munged this process started itself is as trusted as it is.
 func checkServer(c net.Conn) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return nil
-	}
-	raw, err := uc.SyscallConn()
+	uid, err := api.PeerUID(c)
 	if err != nil {
-		return err
+		return fmt.Errorf("cannot tell who serves the socket: %v", err)
 	}
-	var cred *syscall.Ucred
-	var gerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, gerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if gerr != nil {
-		return fmt.Errorf("cannot tell who serves the socket (SO_PEERCRED): %v", gerr)
-	}
-	if cred.Uid == 0 || int(cred.Uid) == os.Geteuid() {
+	if uid == 0 || int(uid) == os.Geteuid() {
 		return nil
 	}
-	if uid, ok := mungeUID(); ok && cred.Uid == uid {
+	if m, ok := mungeUID(); ok && uid == m {
 		return nil
 	}
-	return fmt.Errorf("the process serving it (pid %d) runs as uid %d, which is neither root, the munge user nor this process's user: not munged's socket, or one squatted; name munged's own socket (normally %s)", cred.Pid, cred.Uid, DefaultSocket)
+	return fmt.Errorf("the process serving it runs as uid %d, which is neither root, the munge user nor this process's user: not munged's socket, or one squatted; name munged's own socket (normally %s)", uid, DefaultSocket)
 }
 
 // mungeUID is the munge user's uid, looked up once, on first use: the
