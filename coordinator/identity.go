@@ -214,7 +214,7 @@ func (k *knownNodes) reload(ctx context.Context) {
 		names[n.Name] = true
 		// Kept while the node's names are the same, every one of them
 		// resolved, and not for longer than resolvedMaxAge.
-		if r, ok := old[n.Name]; ok && !r.failed && slices.Equal(r.names, n.Addrs) && k.now().Sub(r.at) < resolvedMaxAge {
+		if r, ok := old[n.Name]; ok && !r.failed && slices.Equal(r.names, n.Addrs) && k.read.Sub(r.at) < resolvedMaxAge {
 			k.addrs[n.Name] = r
 		}
 	}
