@@ -65,11 +65,15 @@ func (sw *swarms) snapshot(now time.Time) []api.SwarmStatus {
 	out := make([]api.SwarmStatus, 0, len(sw.m))
 	for _, g := range sw.m {
 		if now.Sub(g.last) > swarmIdle {
-			continue // expire drops it at the next report
+			continue // the next sweep drops it (swarmexpire.go)
 		}
 		st := api.SwarmStatus{Fabric: g.key.fabric, Source: g.key.source, SHA256: g.key.sha, Size: g.size, Chunks: g.chunks,
 			Holder: g.holder, LeaseChanges: g.leaseChanges, FromOrigin: g.fromOrigin, FromPeers: g.fromPeers,
-			Idle: round(now.Sub(g.last).Seconds())}
+			Idle: round(now.Sub(g.last).Seconds()), Recorded: g.recorded, Frozen: len(g.disputes)}
+		for n := range g.refuted {
+			st.Refuted = append(st.Refuted, n)
+		}
+		slices.SortFunc(st.Refuted, nodeCmpFunc)
 		unreach := map[string]bool{}
 		for _, m := range g.members {
 			if !m.gone {

@@ -33,6 +33,9 @@ type view struct {
 	// empty after a restart, which costs one full decode per node.
 	keys map[string][32]byte
 	cat  *placement.Catalog
+	// files indexes cat's fetched files by source, for the swarms
+	// (swarmcheck.go).
+	files map[string]catalogFile
 	// catID and catGen are the catalog's identity and generation, read
 	// with cat, so that GET /v1/models never pairs models with another
 	// generation's number.
@@ -110,6 +113,7 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	}
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
+	v.files = catalogFiles(models)
 	v.catID, v.catGen = catID, catGen
 	return nil
 }
