@@ -7,10 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge"
@@ -85,6 +88,106 @@ type held struct {
 	// live is the chunk this node is reading from the origin as the lease
 	// holder, served with ?live=1 before it is verified; nil otherwise.
 	live *liveChunk
+	// members are who may read this file from this node, as the latest
+	// plan of its swarm lists them (api.SwarmPlan.Members); nil before any
+	// plan: nobody.
+	members *swarmMembers
+	// refresh, when set, asks the coordinator for a plan now, and so for
+	// the members; refreshMu serialises the asks, and refreshed is when
+	// the last began.
+	refresh   func(context.Context) error
+	refreshMu sync.Mutex
+	refreshed time.Time
+}
+
+// swarmMembers is what a plan says of the members of a file's swarm.
+type swarmMembers struct {
+	// legacy: the plan came from a coordinator that lists no members (no
+	// Instance either, from before issue 24): every requester of this
+	// node's fabric is served, as then, so that agents may be upgraded
+	// before their coordinator.
+	legacy bool
+	// bound: the coordinator binds members' credentials to addresses.
+	bound bool
+	addrs map[string][]netip.Addr
+}
+
+// refreshEvery is how often at most a chunk server asks the coordinator
+// for a plan on behalf of requesters its latest plan does not list: a
+// member that joined since waits at most this long, and a stranger with a
+// root credential can make it ask four times a second, no more.
+const refreshEvery = 250 * time.Millisecond
+
+// setMembers keeps the members p lists, when it lists them.
+func (h *held) setMembers(p api.SwarmPlan) {
+	m := &swarmMembers{bound: p.AddrsBound, addrs: make(map[string][]netip.Addr, len(p.Members))}
+	switch {
+	case p.Instance == "":
+		m.legacy = true
+	case len(p.Members) == 0:
+		return // a plan for a member leaving, or refused: nothing new
+	}
+	for _, x := range p.Members {
+		as := []netip.Addr{}
+		for _, a := range x.Addrs {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				as = append(as, ip.Unmap())
+			}
+		}
+		m.addrs[x.Node] = as
+	}
+	h.mu.Lock()
+	h.members = m
+	h.mu.Unlock()
+}
+
+// admits says whether the latest plan lists node as a member whose
+// credentials may come from addr.
+func (h *held) admits(node string, addr netip.Addr) bool {
+	h.mu.Lock()
+	m := h.members
+	h.mu.Unlock()
+	if m == nil {
+		return false
+	}
+	if m.legacy {
+		return true
+	}
+	as, ok := m.addrs[node]
+	return ok && (!m.bound || slices.Contains(as, addr.Unmap()))
+}
+
+// admit is admits, after asking the coordinator for a fresh plan when the
+// latest does not list node: a reader that joined the swarm since (one
+// that has verified nothing yet, above all) must be served, and the plan
+// of a node that finished its fetch is as old as its last report.
+func (h *held) admit(ctx context.Context, node string, addr netip.Addr) bool {
+	if h.admits(node, addr) {
+		return true
+	}
+	if h.refresh == nil {
+		return false
+	}
+	came := time.Now()
+	h.refreshMu.Lock()
+	defer h.refreshMu.Unlock()
+	if h.refreshed.After(came) {
+		// A plan asked for since this request came lists every member
+		// that joined before it.
+		return h.admits(node, addr)
+	}
+	if wait := refreshEvery - time.Since(h.refreshed); wait > 0 {
+		if sleep(ctx, wait) != nil {
+			return false
+		}
+	}
+	h.refreshed = time.Now()
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := h.refresh(rctx); err != nil {
+		return false
+	}
+	return h.admits(node, addr)
 }
 
 // liveChunk is one chunk as it arrives from the origin: buf[:n] has come,
@@ -321,7 +424,11 @@ func (s *peerServer) serveLive(w http.ResponseWriter, r *http.Request, h *held, 
 
 // authenticate accepts a request only with a MUNGE credential made by root
 // (or the agent's own user) on a cluster host, for exactly this request to
-// exactly this server, from a node that says it is of this fabric.
+// exactly this server, from a node that says it is of this fabric and that
+// the coordinator's plan of the file's swarm lists as a member, from one of
+// that member's addresses (issue 24): the fabric header is the requester's
+// word, and a node of another fabric once read this fabric's chunks with
+// it.
 func (s *peerServer) authenticate(r *http.Request) error {
 	if r.Host != s.addr {
 		return fmt.Errorf("request for %q, this is %s", r.Host, s.addr)
@@ -341,9 +448,14 @@ func (s *peerServer) authenticate(r *http.Request) error {
 	if c.UID != 0 && c.UID != s.uid {
 		return fmt.Errorf("credential of uid %d: only the agents (root) may read chunks", c.UID)
 	}
-	want := api.PeerMungePayload(r.Method, r.Host, r.URL.RequestURI(), r.Header.Get(api.PeerNodeHeader), fabric, r.Header.Get("Range"))
+	node := r.Header.Get(api.PeerNodeHeader)
+	want := api.PeerMungePayload(r.Method, r.Host, r.URL.RequestURI(), node, fabric, r.Header.Get("Range"))
 	if string(c.Payload) != string(want) {
 		return errors.New("the credential was made for another request")
+	}
+	sum, _ := strings.CutPrefix(r.URL.Path, "/"+api.Version+"/chunks/")
+	if h := s.files.get(sum); h != nil && !h.admit(r.Context(), node, c.Addr) {
+		return fmt.Errorf("node %q with a credential from %s is no member of this file's swarm in fabric %s as the coordinator lists them (node and address)", node, c.Addr, s.fabric)
 	}
 	return nil
 }

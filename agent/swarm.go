@@ -63,9 +63,15 @@ type swarm struct {
 	fh *os.File
 	h  *held
 
-	mu         sync.Mutex
-	sums       []string       // known digests, by chunk
-	mine       map[int]string // digests this node computed from origin bytes
+	mu   sync.Mutex
+	sums []string       // known digests, by chunk
+	mine map[int]string // digests this node computed from origin bytes, to send
+	// sent are the digests of mine the coordinator acknowledged: sent
+	// again when the plan's Instance changes (a restarted coordinator
+	// knows none), so that a restart costs a report interval, not the
+	// chunks read so far.
+	sent       map[int]string
+	instance   string
 	acked      int
 	bad        map[string]bool
 	unreach    []string
@@ -136,6 +142,7 @@ func (s *swarm) run(ctx context.Context) error {
 		s.chunk = api.DefaultChunkSize
 	}
 	s.mine = map[int]string{}
+	s.sent = map[int]string{}
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
 	s.verifiedc = make(chan struct{}, 1)
@@ -174,7 +181,7 @@ func (s *swarm) run(ctx context.Context) error {
 		return err
 	}
 	s.n = s.nChunks()
-	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, have: have}
+	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, have: have, refresh: s.refreshMembers}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -260,7 +267,26 @@ func (s *swarm) run(ctx context.Context) error {
 	done = true
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	s.coord.Swarm(cctx, s.report(true, false))
+	if p, err := s.coord.Swarm(cctx, s.report(true, false)); err == nil {
+		s.h.setMembers(p)
+	}
+	return nil
+}
+
+// refreshMembers asks the coordinator for a plan now, for the members the
+// chunk server may serve (held.admit): a node its latest plan does not
+// list asked it for a chunk. After the fetch, the node reports as what it
+// is then, complete; the plan's other news is for the run loop's next
+// report.
+func (s *swarm) refreshMembers(ctx context.Context) error {
+	s.h.mu.Lock()
+	complete := s.h.complete
+	s.h.mu.Unlock()
+	p, err := s.coord.Swarm(ctx, s.report(complete, false))
+	if err != nil {
+		return err
+	}
+	s.h.setMembers(p)
 	return nil
 }
 
@@ -288,8 +314,20 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 }
 
 func (s *swarm) takePlan(p api.SwarmPlan) {
+	s.h.setMembers(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if p.Instance != "" && p.Instance != s.instance {
+		if s.instance != "" && len(s.sent) > 0 {
+			// Another coordinator process: it has none of the digests
+			// this node read from the origin. Send them all again.
+			s.log.WithField("digests", len(s.sent)).Info("swarm: the coordinator restarted; sending it the digests this node read from the origin again")
+			for i, v := range s.sent {
+				s.mine[i] = v
+			}
+		}
+		s.instance = p.Instance
+	}
 	s.h.mu.Lock()
 	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load()+s.discarded.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
 		// Nothing fetched yet: take the swarm's chunk size.
@@ -317,8 +355,9 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	// Acknowledged digests are the coordinator's now: stop resending them,
 	// keeping those it has not stored.
 	if p.SumsKnown > 0 {
-		for i := range s.mine {
-			if i < len(p.Sums) && p.Sums[i] == s.mine[i] {
+		for i, v := range s.mine {
+			if i < len(p.Sums) && p.Sums[i] == v {
+				s.sent[i] = v
 				delete(s.mine, i)
 			}
 		}

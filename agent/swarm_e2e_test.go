@@ -42,6 +42,7 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 	// 64 MiB/s: the seed takes about a second, so the others read from it
 	// while it reads (pipelined), not after.
 	e.o = newFOrigin(t, e, 64<<20)
+	addCatalogFile(t, e.url, e.o.url, sum, int64(len(data)))
 
 	var agents []*Agent
 	for i, k := range names {

@@ -82,6 +82,16 @@ func startCoordinator(t testing.TB, realm *mungetest.Realm, nodes map[string]str
 	return "http://" + l.Addr().String()
 }
 
+// addCatalogFile makes source (pinned to sum, size bytes) a model of the
+// catalog of the coordinator at url: a swarm is only for a catalog file.
+func addCatalogFile(t testing.TB, url, source, sum string, size int64) {
+	t.Helper()
+	admin := &api.Client{BaseURL: url, Token: "admin-secret"}
+	if _, err := admin.PutModel(context.Background(), api.Model{Name: "model", Source: source, SHA256: sum, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fabricEnv is one fabric (ib-a) fetching one file.
 type fabricEnv struct {
 	t     testing.TB
@@ -117,6 +127,7 @@ func newFabric(t testing.TB, chunks int, chunk, originRate int64, names ...int) 
 	}
 	e.url = startCoordinator(t, realm, ips, chunk)
 	e.o = newFOrigin(t, e, originRate)
+	addCatalogFile(t, e.url, e.o.url, sum, int64(len(data)))
 	for _, k := range names {
 		e.startNode(k)
 	}
