@@ -23,3 +23,9 @@ CREATE TABLE chunk_sums (
 	PRIMARY KEY (source, sha256, chunk_size)
 ) STRICT;
 CREATE INDEX chunk_sums_name ON chunk_sums (name);
+
+-- peer_addr is the chunk server address of the node's last report: kept, so
+-- that a restarted coordinator offers a node as a swarm peer at once, not
+-- only after the node's next report (up to report_interval later), while
+-- its swarm reports are back within a fraction of a second.
+ALTER TABLE nodes ADD COLUMN peer_addr TEXT NOT NULL DEFAULT '';
