@@ -58,13 +58,19 @@ const (
 	nonAdminUID  = 8
 )
 
-func newMungeEnv(t *testing.T) *mungeEnv {
+func newMungeEnv(t *testing.T) *mungeEnv { return newMungeEnvWith(t, nil) }
+
+// newMungeEnvWith is newMungeEnv with the configuration changed by set.
+func newMungeEnvWith(t *testing.T, set func(*Config)) *mungeEnv {
 	realm := mungetest.New(t)
 	coord := realm.Start("127.0.0.1")
 	m := &mungeEnv{n1: realm.Start("127.0.0.2"), n2: realm.Start("127.0.0.3")}
 	m.nodes = &fixedNodes{nodes: []KnownNode{{Name: "n1", Addrs: []string{"127.0.0.2", ""}}, {Name: "n2", Addrs: []string{"127.0.0.3", "localhost"}}}}
 	m.coord, m.realm = coord, realm
 	cfg := Config{MungeSocket: coord.Socket(), Nodes: m.nodes, SlurmUser: fmt.Sprint(slurmUserUID), AdminGroups: []string{"nogroup"}}
+	if set != nil {
+		set(&cfg)
+	}
 	m.testEnv = newEnv(t, cfg, testTokens)
 	return m
 }

@@ -17,18 +17,13 @@ import (
 // not connected. Without fabric_features (one fabric, or no Slurm to ask)
 // the report's fabric stands, and `llmgw doctor` says so (Status.FabricsFrom).
 
-// Where status says fabrics come from.
-const (
-	fabricsFromSlurm = "slurm"
-	fabricsFromNodes = "nodes"
-)
-
-// fabricsFrom is where this coordinator takes nodes' fabrics from.
+// fabricsFrom is where this coordinator takes nodes' fabrics from, as
+// status says it (api.Status.FabricsFrom).
 func (s *Server) fabricsFrom() string {
 	if len(s.cfg.FabricFeatures) > 0 {
-		return fabricsFromSlurm
+		return api.FabricsFromSlurm
 	}
-	return fabricsFromNodes
+	return api.FabricsFromNodes
 }
 
 // slurmFabric is node's fabric as Slurm's node list has it: the one of

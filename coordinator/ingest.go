@@ -399,7 +399,6 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 			// So do the seed asks, at every report until the node holds
 			// the model.
 			ans.Seed = s.seedAsks(r.Context(), rep.Node)
-			s.swarms.notePeerAddr(rep.Node, rep.PeerAddr)
 		}
 		writeJSON(w, http.StatusAccepted, ans)
 		return nil

@@ -152,8 +152,6 @@ type swarms struct {
 	byFile map[fileKey]map[string]*swarm
 	// joined counts each node's memberships, every one until it expires.
 	joined map[string]int
-	// peerAddr is each node's chunk server address from its last report.
-	peerAddr map[string]string
 	// bytes totals the members' increments per fabric (swarmstatus.go).
 	bytes fabricTraffic
 	// resendUntil ends the window, from this process's first swarm report,
@@ -166,18 +164,7 @@ type swarms struct {
 
 func newSwarms() *swarms {
 	return &swarms{m: map[swarmKey]*swarm{}, byFile: map[fileKey]map[string]*swarm{}, joined: map[string]int{},
-		peerAddr: map[string]string{}, expired: make(chan struct{})}
-}
-
-// notePeerAddr records the chunk server address a node reported.
-func (sw *swarms) notePeerAddr(node, addr string) {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	if addr == "" {
-		delete(sw.peerAddr, node)
-		return
-	}
-	sw.peerAddr[node] = addr
+		expired: make(chan struct{})}
 }
 
 // exists says whether the swarm of key is in the registry.
@@ -222,7 +209,9 @@ func (s *Server) postSwarm(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if rec != nil {
-		s.recordSums(r.Context(), rec)
+		if list := s.recordSums(r.Context(), rec); len(list) == len(plan.Sums) {
+			plan.Sums, plan.Recorded = list, true
+		}
 	}
 	if wait != nil {
 		// Nothing to read yet: answer when there is, or at WaitMs. The

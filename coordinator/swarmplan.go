@@ -60,7 +60,7 @@ func (sw *swarms) peers(s *Server, g *swarm, m *swarmMember, now time.Time) ([]a
 		if t, ok := m.unreach[n]; ok && now.Sub(t) < unreachableFor {
 			continue
 		}
-		addr := sw.peerAddr[n]
+		addr := vn.peerAddr
 		if addr == "" {
 			continue
 		}

@@ -51,10 +51,11 @@ func (t *fabricTraffic) add(fabric string, origin, peers int64) {
 
 // servesPeers says whether node reported a chunk server address, so that
 // its fabric's members are offered it as a peer.
-func (sw *swarms) servesPeers(node string) bool {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	return sw.peerAddr[node] != ""
+func (s *Server) servesPeers(node string) bool {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	vn := s.view.nodes[node]
+	return vn != nil && vn.peerAddr != ""
 }
 
 // snapshot returns every swarm not yet idle as of now, by fabric, source

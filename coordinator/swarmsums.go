@@ -223,8 +223,8 @@ func (sw *swarms) claim(g *swarm, m *swarmMember, readable bool) *sumsRecord {
 
 // recordSums writes rec with the catalog's pin and makes the list that is
 // then recorded (rec's, or one recorded before it) every swarm's of the
-// file.
-func (s *Server) recordSums(ctx context.Context, rec *sumsRecord) {
+// file, and returns it; nil when it could not be written.
+func (s *Server) recordSums(ctx context.Context, rec *sumsRecord) []string {
 	log := s.log.WithFields(logrus.Fields{"model": rec.model, "source": api.RedactSource(rec.source), "sha256": rec.sha, "verified_by": rec.nodes})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -241,7 +241,7 @@ func (s *Server) recordSums(ctx context.Context, rec *sumsRecord) {
 		for _, g := range sw.byFile[fk] {
 			g.recording = false
 		}
-		return
+		return nil
 	}
 	log.Info("swarm: the file's chunk digests are recorded with its pin; no member's digests change them now")
 	for _, g := range sw.byFile[fk] {
@@ -257,6 +257,7 @@ func (s *Server) recordSums(ctx context.Context, rec *sumsRecord) {
 		g.recording = false
 		g.notify()
 	}
+	return list
 }
 
 func sortedInts(m map[int]string) []int {

@@ -55,6 +55,9 @@ type viewNode struct {
 	// cacheDir is where the node fetches to; gc asks about the cache
 	// names it reported there.
 	cacheDir string
+	// peerAddr is its chunk server's address, "" none: swarm plans offer
+	// it to the node's fabric.
+	peerAddr string
 }
 
 // presenceNode is the one place a stored node becomes a node of the
@@ -68,6 +71,7 @@ func presenceNode(n *store.Node) *viewNode {
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,
 		cacheDir:     n.CacheDir,
+		peerAddr:     n.PeerAddr,
 	}
 	if len(n.Fetches) > 0 {
 		vn.Fetches = make([]placement.Fetch, len(n.Fetches))
