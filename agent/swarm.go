@@ -66,12 +66,18 @@ type swarm struct {
 	mu   sync.Mutex
 	sums []string       // known digests, by chunk
 	mine map[int]string // digests this node computed from origin bytes, to send
-	// sent are the digests of mine the coordinator acknowledged: sent
-	// again when the plan's Instance changes (a restarted coordinator
-	// knows none), so that a restart costs a report interval, not the
-	// chunks read so far.
-	sent       map[int]string
-	instance   string
+	// sent are the digests of mine the coordinator acknowledged. When the
+	// plan's Instance changes (a restarted coordinator knows none) they are
+	// sent again, with the digest of every chunk verified here: the
+	// coordinator publishes a digest two members resend alike, and the
+	// lease holder's, so that a restart costs a report interval, not the
+	// chunks read so far. resending are the chunks resent so, and
+	// resendPlans how many more plans they are sent with before those the
+	// coordinator did not take go back to sent.
+	sent        map[int]string
+	instance    string
+	resending   map[int]bool
+	resendPlans int
 	acked      int
 	bad        map[string]bool
 	unreach    []string
@@ -318,13 +324,22 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p.Instance != "" && p.Instance != s.instance {
-		if s.instance != "" && len(s.sent) > 0 {
+		if s.instance != "" {
 			// Another coordinator process: it has none of the digests
-			// this node read from the origin. Send them all again.
-			s.log.WithField("digests", len(s.sent)).Info("swarm: the coordinator restarted; sending it the digests this node read from the origin again")
+			// this node knows. Send them all again.
+			s.resending = map[int]bool{}
 			for i, v := range s.sent {
-				s.mine[i] = v
+				s.mine[i], s.resending[i] = v, true
 			}
+			for i, v := range s.sums {
+				if v != "" && i < s.n && s.has(i) {
+					if _, ok := s.mine[i]; !ok {
+						s.mine[i], s.resending[i] = v, true
+					}
+				}
+			}
+			s.resendPlans = 4
+			s.log.WithField("digests", len(s.resending)).Info("swarm: the coordinator restarted; sending it the digests of the chunks this node holds again")
 		}
 		s.instance = p.Instance
 	}
@@ -360,6 +375,19 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 				s.sent[i] = v
 				delete(s.mine, i)
 			}
+		}
+	}
+	if s.resendPlans > 0 {
+		if s.resendPlans--; s.resendPlans == 0 {
+			// Resent and not taken (no second member has them, nor the
+			// holder): not sent in every report from now on.
+			for i := range s.resending {
+				if v, ok := s.mine[i]; ok {
+					s.sent[i] = v
+					delete(s.mine, i)
+				}
+			}
+			s.resending = nil
 		}
 	}
 	if s.validator == "" {

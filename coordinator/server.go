@@ -147,7 +147,6 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 		s.features = newFeatures(s)
 	}
 	go s.writer()
-	go s.swarms.expireLoop(s)
 	return s, nil
 }
 
@@ -156,7 +155,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 func (s *Server) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
-	<-s.swarms.expired
+	s.swarms.stopped()
 	s.features.wait()
 }
 

@@ -158,13 +158,14 @@ type swarms struct {
 	// in which any member's digests are taken: the resends of members that
 	// read the origin under a coordinator that restarted (swarmsums.go).
 	resendUntil time.Time
-	// expired is closed when expireLoop has returned.
-	expired chan struct{}
+	// sweeping starts the expiry's sweeps at the first swarm report;
+	// expired is closed when they have ended.
+	sweeping sync.Once
+	expired  chan struct{}
 }
 
 func newSwarms() *swarms {
-	return &swarms{m: map[swarmKey]*swarm{}, byFile: map[fileKey]map[string]*swarm{}, joined: map[string]int{},
-		expired: make(chan struct{})}
+	return &swarms{m: map[swarmKey]*swarm{}, byFile: map[fileKey]map[string]*swarm{}, joined: map[string]int{}}
 }
 
 // exists says whether the swarm of key is in the registry.
@@ -204,6 +205,7 @@ func (s *Server) postSwarm(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.swarms.startExpiry(s)
 	plan, wait, rec, err := s.swarms.report(s, &rep, in, s.now())
 	if err != nil {
 		return err
@@ -335,12 +337,11 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 	}
 	sw.noteAccusations(g, m, rep, now, log)
 
-	// Digests first: a holder's new digest is the evidence that keeps its
-	// lease, checked next.
-	known, contradicted := sw.takeSums(g, m, rep, in.readable, now, log)
-	sw.checkLease(s, g, m, rep, contradicted, now, log)
+	// The lease before the digests: a member that takes it now gives its
+	// digests as the holder (after a restart, the seed taking the lease
+	// back from a late joiner publishes what it read at once).
+	sw.checkLease(s, g, m, rep, in.readable, now, log)
 	m.fromOrig, m.fromPeers = rep.FromOrigin, rep.FromPeers
-
 	if rep.Gone {
 		if g.holder == rep.Node {
 			sw.passLease(s, g, now, "gone")
@@ -352,6 +353,9 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 		}
 	} else {
 		sw.takeLease(s, g, m, now, log)
+	}
+	known := sw.takeSums(g, m, rep, in.readable, now, log)
+	if !rep.Gone {
 		sw.takeValidator(g, m, rep, log)
 	}
 	rec := sw.claim(g, m, in.readable)

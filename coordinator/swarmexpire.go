@@ -14,6 +14,24 @@ import (
 // swarmExpireEvery is how often the registry is swept.
 const swarmExpireEvery = time.Second
 
+// startExpiry starts the sweeps, once: at the first swarm report, since a
+// registry that never had a swarm has nothing to sweep.
+func (sw *swarms) startExpiry(s *Server) {
+	sw.sweeping.Do(func() {
+		sw.expired = make(chan struct{})
+		go sw.expireLoop(s)
+	})
+}
+
+// stopped waits for the sweeps to end, when they ever started; the server
+// has stopped them (s.stop).
+func (sw *swarms) stopped() {
+	sw.sweeping.Do(func() {})
+	if sw.expired != nil {
+		<-sw.expired
+	}
+}
+
 // expireLoop sweeps the registry every swarmExpireEvery until the server
 // stops.
 func (sw *swarms) expireLoop(s *Server) {

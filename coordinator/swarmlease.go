@@ -45,8 +45,9 @@ type lease struct {
 	heir      string
 	heirUntil time.Time
 	// progressAt is when the holder last showed evidence of reading the
-	// origin, or took the lease.
+	// origin, or took the lease; leaseAt when it took it.
 	progressAt time.Time
+	leaseAt    time.Time
 	// orig0 is the holder's FromOrigin when it took the lease; evidenced
 	// the chunks whose digest it gave under this lease.
 	orig0     int64
@@ -67,16 +68,26 @@ func (g *swarm) evidence(i int, now time.Time) {
 
 // checkLease ends the holder's lease when it has been silent too long, is
 // unreachable and silent a little, has shown no evidence of origin reads
-// for the lease timeout, or gave a digest that contradicts the recorded
-// list. m is the member reporting rep, its byte counts not yet updated.
-func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.SwarmReport, contradicted bool, now time.Time, log *logrus.Entry) {
+// for the lease timeout, or gives a digest that contradicts the recorded
+// list. m is the member reporting rep, its byte counts not yet updated;
+// readable says rep's chunk indexes are the swarm's.
+func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.SwarmReport, readable bool, now time.Time, log *logrus.Entry) {
 	if g.holder == m.node {
 		if rep.FromOrigin > m.fromOrig && rep.FromOrigin-g.orig0 <= int64(len(g.evidenced)+originAllowance)*g.chunkSize {
 			g.progressAt = now
 		}
-		if contradicted {
-			m.noLeaseUntil = now.Add(evidenceBan)
-			sw.passLease(s, g, now, "its digest contradicts the file's recorded list")
+		for i, d := range rep.Sums {
+			switch {
+			case !readable:
+			case g.recorded && g.sums[i] != d:
+				m.noLeaseUntil = now.Add(evidenceBan)
+				sw.passLease(s, g, now, fmt.Sprintf("its digest of chunk %d contradicts the file's recorded list", i))
+				return
+			case g.sums[i] == "":
+				// A digest for a chunk nobody published: takeSums counts
+				// it once taken; it is progress now.
+				g.progressAt = now
+			}
 		}
 	}
 	// The holder's lease ends when it has been silent too long, or sooner
@@ -98,6 +109,15 @@ func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.Swarm
 		case dead:
 			sw.passLease(s, g, now, fmt.Sprintf("unreachable and silent %v", silent.Round(time.Millisecond)))
 		}
+	}
+	// A holder that took the lease a moment ago and has given no digest
+	// yet yields it to a member further ahead: after a coordinator
+	// restart the first to ask is often a node that joined late, and the
+	// seed, which has half the file, would then stop reading while the
+	// late joiner read it all again from the origin.
+	if h := g.members[g.holder]; h != nil && h != m && len(g.evidenced) == 0 && now.Sub(g.leaseAt) < successorWait &&
+		m.verified > h.verified && sw.live(s, m, now) && !g.passedOver(m, now) {
+		sw.passLease(s, g, now, fmt.Sprintf("%s is further ahead (%d chunks against %d) and it has read nothing yet", m.node, m.verified, h.verified))
 	}
 	// A holder whose chunks two members found bad reads nothing its
 	// fabric can use.
@@ -128,7 +148,7 @@ func (sw *swarms) takeLease(s *Server, g *swarm, m *swarmMember, now time.Time, 
 		return
 	}
 	g.holder, g.heir = m.node, ""
-	g.progressAt = now
+	g.progressAt, g.leaseAt = now, now
 	g.orig0 = m.fromOrig
 	g.evidenced = map[int]bool{}
 	m.held = true

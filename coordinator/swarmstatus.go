@@ -70,7 +70,7 @@ func (sw *swarms) snapshot(now time.Time) []api.SwarmStatus {
 		}
 		st := api.SwarmStatus{Fabric: g.key.fabric, Source: g.key.source, SHA256: g.key.sha, Size: g.size, Chunks: g.chunks,
 			Holder: g.holder, LeaseChanges: g.leaseChanges, FromOrigin: g.fromOrigin, FromPeers: g.fromPeers,
-			Idle: round(now.Sub(g.last).Seconds()), Recorded: g.recorded, Frozen: len(g.disputes)}
+			Idle: round(now.Sub(g.last).Seconds()), Recorded: g.recorded, Frozen: g.frozen()}
 		for n := range g.refuted {
 			st.Refuted = append(st.Refuted, n)
 		}

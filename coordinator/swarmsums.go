@@ -17,17 +17,22 @@ import (
 // accuse them, or fetch a liar's chunks that the final check then throws
 // away. So:
 //
-//   - A digest is an origin reader's word: it is taken from the lease
-//     holder, from a member that held the lease in this swarm since the
-//     coordinator started, and, in the first seconds of the coordinator's
-//     swarm traffic, from any member (the resends after a restart,
-//     api.SwarmPlan.Instance). No other member's, whatever it claims: a
-//     member that says it is complete earns nothing by saying so. Its
-//     claim earlier replaced the holder's digests.
+//   - A digest is published on the word of an origin reader: the lease
+//     holder, or a member that held the lease in this swarm since the
+//     coordinator started. No other member's, whatever it claims: a member
+//     that says it is complete earns nothing by saying so (its claim once
+//     replaced the holder's digests).
+//   - In the first seconds of the coordinator's swarm traffic (resendWindow)
+//     the members of swarms that ran under a coordinator that restarted
+//     resend the digests of the chunks they hold (api.SwarmPlan.Instance).
+//     Such a member is a witness, not a reader: a witness's digest is
+//     published once a second member offers the same one, and an origin
+//     reader's stands against a lone witness. One liar resending made-up
+//     digests then publishes none.
 //   - Two readers that disagree on a chunk freeze it: no digest is
-//     published for it until a second origin read agrees with one of the
-//     two (two distinct readers with one digest, none other with two). The
-//     readers whose digest lost are named in the log and in status.
+//     published until a second offer agrees with one of them (two distinct
+//     members with one digest, no other digest with two). The members whose
+//     digest lost are named in the log and in status.
 //   - Once two members reported the whole file verified against the pin
 //     while the swarm's list was whole and never changed, the list is the
 //     verified file's: every chunk each of them holds matched it, and the
@@ -36,24 +41,24 @@ import (
 //     every fabric and after restarts, and no report changes it. One
 //     member's claim is not enough: it may be a liar's.
 
-// resendWindow is how long after this process's first swarm report any
-// member's digests are taken: the members of swarms that were under way
-// when the coordinator restarted resend theirs on their first plan from the
-// new instance, within a report interval or two.
+// resendWindow is how long after this process's first swarm report the
+// members' resent digests are taken as witnesses': the members of swarms
+// that were under way when the coordinator restarted resend theirs on their
+// first plan from the new instance, within a report interval or two.
 func resendWindow(cfg Config) time.Duration { return 2 * cfg.SwarmLeaseTimeout }
 
 // digests is a swarm's chunk digests and how they stand.
 type digests struct {
 	// sums are the published digests, by chunk ("" unknown or frozen); by
-	// the reader each was first taken from.
+	// the reader each was taken from ("" when settled by two, or recorded).
 	sums []string
 	by   []string
 	// published counts the non-empty sums.
 	published int
-	// disputes are the frozen chunks: by digest, the readers that offered
-	// it.
-	disputes map[int]map[string]map[string]bool
-	// refuted counts, per reader, its digests that lost a dispute or
+	// offers are the digests offered for chunks not published, by digest,
+	// each with its offerers (true: an origin reader, false: a witness).
+	offers map[int]map[string]map[string]bool
+	// refuted counts, per member, its digests that lost to others or
 	// contradict the recorded list.
 	refuted map[string]int
 	// rewritten says a published digest was ever frozen or replaced: the
@@ -71,7 +76,7 @@ type digests struct {
 func (d *digests) init(chunks int, recorded []string) {
 	d.sums = make([]string, chunks)
 	d.by = make([]string, chunks)
-	d.disputes = map[int]map[string]map[string]bool{}
+	d.offers = map[int]map[string]map[string]bool{}
 	d.refuted = map[string]int{}
 	d.claims = map[string]bool{}
 	if recorded != nil {
@@ -86,19 +91,33 @@ func (d *digests) setRecorded(list []string) {
 		d.by[i] = ""
 	}
 	d.published = len(d.sums)
-	d.disputes = map[int]map[string]map[string]bool{}
+	d.offers = map[int]map[string]map[string]bool{}
 	d.recorded = true
 }
 
+// frozen counts the chunks two members gave different digests for, none
+// published.
+func (d *digests) frozen() int {
+	n := 0
+	for _, by := range d.offers {
+		if len(by) > 1 {
+			n++
+		}
+	}
+	return n
+}
+
 // takeSums takes the digests rep offers that its member may give, and
-// returns how many of them are now the published ones (SumsKnown), and
-// whether a digest of the lease holder contradicts the recorded list.
-func (sw *swarms) takeSums(g *swarm, m *swarmMember, rep *api.SwarmReport, readable bool, now time.Time, log *logrus.Entry) (known int, contradicted bool) {
+// returns how many of them are now the published ones (SumsKnown). A
+// holder's digest that contradicts the recorded list has cost it the lease
+// already (checkLease).
+func (sw *swarms) takeSums(g *swarm, m *swarmMember, rep *api.SwarmReport, readable bool, now time.Time, log *logrus.Entry) (known int) {
 	if !readable || len(rep.Sums) == 0 {
-		return 0, false
+		return 0
 	}
 	holder := g.holder == m.node
-	reader := holder || m.held || now.Before(sw.resendUntil)
+	reader := holder || m.held
+	witness := !reader && now.Before(sw.resendUntil)
 	for _, i := range sortedInts(rep.Sums) {
 		d := rep.Sums[i]
 		switch {
@@ -117,75 +136,87 @@ func (sw *swarms) takeSums(g *swarm, m *swarmMember, rep *api.SwarmReport, reada
 			// that disagrees read other bytes, or lies.
 			g.refuted[m.node]++
 			log.WithFields(logrus.Fields{"chunk": i, "recorded": g.sums[i], "offered": d}).Warn("swarm: a member's digest contradicts the file's recorded digest list; ignored")
-			contradicted = contradicted || holder
 			continue
-		case !reader:
+		case !reader && !witness:
 			continue
-		}
-		if by := g.disputes[i]; by != nil {
-			if by[d] == nil {
-				by[d] = map[string]bool{}
+		case g.sums[i] != "":
+			if !reader || g.by[i] == "" {
+				// A witness against a published digest, or anyone against
+				// one two members agreed on: the published one stands.
+				g.refuted[m.node]++
+				continue
 			}
-			by[d][m.node] = true
-			if g.settle(i, log) == d {
-				known++
-				if holder {
-					g.evidence(i, now)
-				}
-			}
-			continue
+			// Two readers disagree: neither is published until a second
+			// offer agrees with one of them.
+			log.WithFields(logrus.Fields{"chunk": i, "published": g.sums[i], "published_by": g.by[i], "offered": d}).
+				Warn("swarm: two origin readers disagree on a chunk's digest; the chunk is frozen until a second read agrees with one")
+			g.offers[i] = map[string]map[string]bool{g.sums[i]: {g.by[i]: true}}
+			g.sums[i], g.by[i] = "", ""
+			g.published--
+			g.rewritten = true
 		}
-		if g.sums[i] == "" {
-			g.sums[i], g.by[i] = d, m.node
-			g.published++
+		if g.offers[i] == nil {
+			g.offers[i] = map[string]map[string]bool{}
+		}
+		if g.offers[i][d] == nil {
+			g.offers[i][d] = map[string]bool{}
+		}
+		g.offers[i][d][m.node] = reader
+		if g.decide(i, log) == d {
 			known++
 			if holder {
 				g.evidence(i, now)
 			}
-			continue
 		}
-		// Two readers disagree: neither is published until a second
-		// origin read agrees with one of them.
-		log.WithFields(logrus.Fields{"chunk": i, "published": g.sums[i], "published_by": g.by[i], "offered": d}).
-			Warn("swarm: two origin readers disagree on a chunk's digest; the chunk is frozen until a second origin read agrees with one")
-		g.disputes[i] = map[string]map[string]bool{g.sums[i]: {g.by[i]: true}, d: {m.node: true}}
-		g.sums[i], g.by[i] = "", ""
-		g.published--
-		g.rewritten = true
 	}
-	return known, contradicted
+	return known
 }
 
-// settle publishes the digest of frozen chunk i that two distinct readers
-// agree on, when exactly one has two, and returns it ("" while frozen).
-func (g *swarm) settle(i int, log *logrus.Entry) string {
-	win := ""
-	for d, by := range g.disputes[i] {
-		if len(by) < 2 {
-			continue
+// decide publishes chunk i's digest when its offers allow, and returns it
+// ("" while none is published): the one digest two distinct members
+// offered, else the one digest an origin reader offered when no other had
+// two; two readers that disagree, or two pairs, leave the chunk frozen.
+func (g *swarm) decide(i int, log *logrus.Entry) string {
+	var strong, read []string
+	for d, by := range g.offers[i] {
+		if len(by) >= 2 {
+			strong = append(strong, d)
 		}
-		if win != "" {
-			return "" // two digests with two readers each: still frozen
+		for _, r := range by {
+			if r {
+				read = append(read, d)
+				break
+			}
 		}
-		win = d
 	}
-	if win == "" {
+	win, by := "", ""
+	switch {
+	case len(strong) == 1:
+		win = strong[0]
+	case len(strong) == 0 && len(read) == 1:
+		win = read[0]
+		for n := range g.offers[i][win] {
+			by = n
+		}
+	default:
 		return ""
 	}
 	var losers []string
-	for d, by := range g.disputes[i] {
+	for d, offerers := range g.offers[i] {
 		if d == win {
 			continue
 		}
-		for n := range by {
+		for n := range offerers {
 			g.refuted[n]++
 			losers = append(losers, n)
 		}
 	}
-	g.sums[i], g.by[i] = win, ""
+	if len(g.offers[i]) > 1 {
+		log.WithFields(logrus.Fields{"chunk": i, "digest": win, "refuted": losers}).Warn("swarm: a chunk's digest settled against other offers")
+	}
+	g.sums[i], g.by[i] = win, by
 	g.published++
-	delete(g.disputes, i)
-	log.WithFields(logrus.Fields{"chunk": i, "digest": win, "refuted": losers}).Warn("swarm: a second origin read settled a frozen chunk's digest")
+	delete(g.offers, i)
 	return win
 }
 
