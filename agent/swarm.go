@@ -78,12 +78,12 @@ type swarm struct {
 	instance    string
 	resending   map[int]bool
 	resendPlans int
-	acked      int
-	bad        map[string]bool
-	unreach    []string
-	down       map[string]time.Time // peer address -> when it failed
-	validator  string
-	fromOrigin atomic.Int64
+	acked       int
+	bad         map[string]bool
+	unreach     []string
+	down        map[string]time.Time // peer address -> when it failed
+	validator   string
+	fromOrigin  atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
