@@ -63,27 +63,15 @@ type swarm struct {
 	fh *os.File
 	h  *held
 
-	mu   sync.Mutex
-	sums []string       // known digests, by chunk
-	mine map[int]string // digests this node computed from origin bytes, to send
-	// sent are the digests of mine the coordinator acknowledged. When the
-	// plan's Instance changes (a restarted coordinator knows none) they are
-	// sent again, with the digest of every chunk verified here: the
-	// coordinator publishes a digest two members resend alike, and the
-	// lease holder's, so that a restart costs a report interval, not the
-	// chunks read so far. resending are the chunks resent so, and
-	// resendPlans how many more plans they are sent with before those the
-	// coordinator did not take go back to sent.
-	sent        map[int]string
-	instance    string
-	resending   map[int]bool
-	resendPlans int
-	acked       int
-	bad         map[string]bool
-	unreach     []string
-	down        map[string]time.Time // peer address -> when it failed
-	validator   string
-	fromOrigin  atomic.Int64
+	mu         sync.Mutex
+	sums       []string       // known digests, by chunk
+	mine       map[int]string // digests this node computed from origin bytes
+	acked      int
+	bad        map[string]bool
+	unreach    []string
+	down       map[string]time.Time // peer address -> when it failed
+	validator  string
+	fromOrigin atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
@@ -93,6 +81,19 @@ type swarm struct {
 	fromPeers  atomic.Int64
 	discarded  atomic.Int64
 	candidates []int // chunks on disk that must be verified again
+
+	// sent are the digests of mine the coordinator acknowledged. When the
+	// plan's Instance changes (a restarted coordinator knows none) they are
+	// sent again, with the digest of every chunk verified here: the
+	// coordinator publishes a digest two members resend alike, and the
+	// lease holder's, so that a restart costs a report interval, not the
+	// chunks read so far. resending are the chunks resent so, and
+	// resendPlans how many more plans they are sent with before those the
+	// coordinator did not take go back to sent. Under mu.
+	sent        map[int]string
+	instance    string
+	resending   map[int]bool
+	resendPlans int
 
 	// verifiedc wakes the lease holder's reporter when it verified a chunk
 	// from the origin: its digest is what the fabric waits for, so it goes
