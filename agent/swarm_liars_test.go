@@ -92,7 +92,17 @@ func (c *coordProc) start() {
 	}
 }
 
-// fabricNode is the fabric env's node k, with Slurm's word on it.
+// bareFabric is a fabric of ib-a fetching a file of a little less than
+// chunks chunks of faultChunk, with its munge realm, before its
+// coordinator and origin.
+func bareFabric(t *testing.T, chunks int) *fabricEnv {
+	realm := mungetest.New(t)
+	data, sum := testData(t, chunks*faultChunk-777)
+	return &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{},
+		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+}
+
+// known is a node of Slurm's list: its name, address and features.
 func known(name, ip string, features ...string) coordinator.KnownNode {
 	return coordinator.KnownNode{Name: name, Addrs: []string{ip}, Features: features}
 }
@@ -107,10 +117,8 @@ func known(name, ip string, features ...string) coordinator.KnownNode {
 // check and the report's fabric check taken out): the liar's report for
 // ib-a was taken, and its requests were answered 206.
 func TestSwarmFabricLiarReadsNothing(t *testing.T) {
-	realm := mungetest.New(t)
-	data, sum := testData(t, 8*faultChunk-777)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := bareFabric(t, 8)
+	realm, data, sum := e.realm, e.data, e.sum
 	e.url = startCoordinator(t, realm, nil, faultChunk, func(c *coordinator.Config) {
 		c.FabricFeatures = []string{"ib-a", "ib-b"}
 		c.Nodes = knownNodes{known("n71", "127.0.0.71", "ib-a"), known("n72", "127.0.0.72", "ib-a"), known("n79", "127.0.0.79", "ib-b")}
@@ -210,10 +218,8 @@ func TestSwarmSeedDiesBeforeItsFirstChunk(t *testing.T) {
 // Seen failing as it should on main: the late joiner read the whole file
 // from the origin again, and the seed half of it (2.06 copies).
 func TestSwarmCoordinatorRestart(t *testing.T) {
-	realm := mungetest.New(t)
-	data, sum := testData(t, 16*faultChunk-777)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := bareFabric(t, 16)
+	realm, data, sum := e.realm, e.data, e.sum
 	c := newCoordProc(t, realm, map[string]string{"n86": "127.0.0.86", "n87": "127.0.0.87"}, faultChunk)
 	e.url = c.url
 	e.o = newFOrigin(t, e, 1<<20)
@@ -250,12 +256,10 @@ func TestSwarmCoordinatorRestart(t *testing.T) {
 // seed's, two honest members were accused (the seed by both others), and
 // every member read the whole file from the origin (3.00 copies).
 func TestSwarmCompleteLiarsDigests(t *testing.T) {
-	realm := mungetest.New(t)
-	data, sum := testData(t, 16*faultChunk-777)
-	size := int64(len(data))
+	e := bareFabric(t, 16)
+	realm, sum := e.realm, e.sum
+	size := int64(len(e.data))
 	chunks := int((size + faultChunk - 1) / faultChunk)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
 	e.url = startCoordinator(t, realm, map[string]string{"n88": "127.0.0.88", "n89": "127.0.0.89", "n90": "127.0.0.90", "n91": "127.0.0.91"}, faultChunk)
 	e.o = newFOrigin(t, e, 2<<20)
 	addCatalogFile(t, e.url, e.o.url, sum, size)
