@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -38,8 +37,8 @@ type remote struct {
 // downloader competing with them would be work spent to arrive back where we
 // started.
 func parseRemote(source, endpoint string) (remote, error) {
-	if rest, ok := strings.CutPrefix(source, "hf:"); ok {
-		return parseHF(source, rest, endpoint)
+	if strings.HasPrefix(source, "hf:") {
+		return parseHF(source, endpoint)
 	}
 	u, err := url.Parse(source)
 	if err != nil {
@@ -57,59 +56,42 @@ func parseRemote(source, endpoint string) (remote, error) {
 	return remote{source: source, url: u.String()}, nil
 }
 
-func parseHF(source, rest, endpoint string) (remote, error) {
-	parts := strings.Split(rest, "/")
-	notFile := fmt.Errorf("%s names a repository, not a file; give the file as hf:org/repo/model.gguf, "+
-		"or use the repository id directly and let the engine download it", source)
-	if len(parts) < 3 || parts[len(parts)-1] == "" {
+func parseHF(source, endpoint string) (remote, error) {
+	notFile := fmt.Errorf("%s names a repository, not a file; a repository is fetched as a model "+
+		"(llmgw models add NAME %s, then llmgw fetch NAME), and one file as hf:org/repo/model.gguf", source, source)
+	ref, err := catalog.ParseHF(source)
+	if err != nil {
+		if !strings.Contains(strings.TrimPrefix(source, "hf:"), "/") {
+			return remote{}, notFile
+		}
+		// The *Error this becomes names the source already.
+		return remote{}, errors.New(strings.TrimPrefix(err.Error(), source+": "))
+	}
+	if ref.Path == "" {
 		return remote{}, notFile
 	}
-	org, repo := parts[0], parts[1]
-	file := parts[2:]
-	rev := "main"
-	if r, v, ok := strings.Cut(repo, "@"); ok {
-		if v == "" {
-			return remote{}, errors.New("empty revision after @; write hf:org/repo@REVISION/file")
-		}
-		repo, rev = r, v
-		// The hub's own revisions with slashes (refs/pr/N, refs/convert/NAME)
-		// are written as the hub's pages write them; they are three
-		// segments. Any other revision with a slash (a branch feature/x)
-		// is given escaped, feature%2Fx, since nothing else says where it
-		// ends and the file begins.
-		if rev == "refs" {
-			if len(file) < 3 {
-				return remote{}, fmt.Errorf("%s: a revision refs/... is refs/pr/NUMBER or refs/convert/NAME, followed by the file", source)
-			}
-			if file[0] == "pr" {
-				if _, err := strconv.ParseUint(file[1], 10, 32); err != nil {
-					return remote{}, fmt.Errorf("%s: refs/pr/%s is not a pull request; write refs/pr/NUMBER", source, file[1])
-				}
-			}
-			rev, file = "refs/"+file[0]+"/"+file[1], file[2:]
-		} else if u, err := url.PathUnescape(rev); err == nil {
-			rev = u
-		} else {
-			return remote{}, fmt.Errorf("%s: revision %q is not validly escaped", source, rev)
-		}
+	if ref.Revision == "" {
+		ref.Revision = "main"
 	}
-	if org == "" || repo == "" || rev == "" {
-		return remote{}, errors.New("malformed hub source; write hf:org/repo/file or hf:org/repo@revision/file")
-	}
-	for i, seg := range file {
-		if seg == "" || seg == "." || seg == ".." {
-			return remote{}, fmt.Errorf("malformed file path %q in hub source", strings.Join(file, "/"))
-		}
-		file[i] = url.PathEscape(seg)
-	}
+	return hubRemote(source, endpoint, ref.Repo, ref.Revision, ref.Path)
+}
+
+// hubRemote is the remote of the file at p in repo at rev, fetched from
+// the hub at endpoint.
+func hubRemote(source, endpoint, repo, rev, p string) (remote, error) {
 	base, err := url.Parse(strings.TrimRight(endpoint, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return remote{}, fmt.Errorf("hub endpoint %q (HF_ENDPOINT) is not an http(s) URL", endpoint)
 	}
+	file := strings.Split(p, "/")
+	for i, seg := range file {
+		file[i] = url.PathEscape(seg)
+	}
+	org, name, _ := strings.Cut(repo, "/")
 	// The revision is one path segment with its slashes escaped, refs/pr/1
 	// as refs%2Fpr%2F1: what huggingface_hub's hf_hub_url sends
 	// (quote(revision, safe="")), while the file's slashes stay slashes.
-	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(repo) +
+	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(name) +
 		"/resolve/" + url.PathEscape(rev) + "/" + strings.Join(file, "/")
 	return remote{source: source, url: u, hf: true, hubHost: base.Host}, nil
 }
