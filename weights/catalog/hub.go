@@ -417,7 +417,9 @@ func urlPathUnescape(s string) (string, error) {
 	return string(b), nil
 }
 
-func isHexDigit(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+func isHexDigit(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
 
 func unhex(c byte) byte {
 	switch {
