@@ -1,6 +1,9 @@
 package catalog
 
 import (
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
@@ -73,6 +76,32 @@ func (f HubFile) BlobName() string {
 		return f.SHA256
 	}
 	return f.Blob
+}
+
+// GitBlobID is the git blob id of a file's bytes, as git and the Hub
+// compute it: the sha1 of "blob SIZE\0" and the bytes. The Hub names a
+// small (non-LFS) file's blob by it.
+func GitBlobID(b []byte) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(b))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CheckHubDigest says whether b are f's bytes: its sha256 for an LFS
+// file, its git blob id for another.
+func CheckHubDigest(f HubFile, b []byte) error {
+	if f.SHA256 != "" {
+		sum := sha256.Sum256(b)
+		if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
+			return fmt.Errorf("sha256 %s, the Hub publishes %s", got, f.SHA256)
+		}
+		return nil
+	}
+	if got := GitBlobID(b); got != f.Blob {
+		return fmt.Errorf("git blob id %s, the Hub publishes %s", got, f.Blob)
+	}
+	return nil
 }
 
 // IsHub reports whether m is a Hugging Face repository at one commit.

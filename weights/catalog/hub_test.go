@@ -176,3 +176,25 @@ func TestHubModelsWantNoCacheName(t *testing.T) {
 		t.Errorf("a Hub model's source %s is not remote: an older agent would not refuse it", m.Source)
 	}
 }
+
+// TestGitBlobID: the id git gives a file ("git hash-object"), which the
+// Hub publishes for a small file.
+func TestGitBlobID(t *testing.T) {
+	for content, want := range map[string]string{
+		"":              "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391", // git hash-object /dev/null
+		"hello world\n": "3b18e512dba79e4c8300dd08aeb37f8e728b8dad",
+	} {
+		if got := GitBlobID([]byte(content)); got != want {
+			t.Errorf("GitBlobID(%q) = %s, want %s", content, got, want)
+		}
+		if err := CheckHubDigest(HubFile{Blob: want}, []byte(content)); err != nil {
+			t.Errorf("CheckHubDigest(%q) = %v", content, err)
+		}
+	}
+	if err := CheckHubDigest(HubFile{Blob: strings.Repeat("0", 40)}, []byte("x")); err == nil || !strings.Contains(err.Error(), "the Hub publishes") {
+		t.Errorf("CheckHubDigest(wrong blob) = %v", err)
+	}
+	if err := CheckHubDigest(HubFile{SHA256: strings.Repeat("0", 64)}, []byte("x")); err == nil {
+		t.Error("CheckHubDigest(wrong sha256) passed")
+	}
+}
