@@ -25,6 +25,9 @@ type remote struct {
 	// off any request not aimed at the hub in the first place. Redirects
 	// are stripCredentials' business.
 	hubHost string
+	// progress, when set, is told the download's bytes instead of
+	// OnProgress: a file of a Hub model reports as part of the model.
+	progress func(done, total int64)
 }
 
 // parseRemote resolves an hf: or http(s):// source. endpoint is the hub's
@@ -202,6 +205,55 @@ func hubSHA256(resp *http.Response) string {
 	return ""
 }
 
+// hubCommit is the commit the hub said it served (X-Repo-Commit), on its
+// own response before any redirect to storage; "" when it said none.
+func hubCommit(resp *http.Response) string {
+	for r := resp; r != nil; {
+		if c := r.Header.Get("X-Repo-Commit"); c != "" {
+			return c
+		}
+		if r.Request == nil {
+			break
+		}
+		r = r.Request.Response
+	}
+	return ""
+}
+
+// hubErrorCode is the hub's own code for a refusal (X-Error-Code:
+// GatedRepo, RepoNotFound, RevisionNotFound, EntryNotFound), on its own
+// response before any redirect.
+func hubErrorCode(resp *http.Response) string {
+	return printable(resp.Header.Get("X-Error-Code"), 64)
+}
+
+// hubErrorMessage is the hub's code and words for a refusal, "" when it
+// gave none.
+func hubErrorMessage(resp *http.Response) string {
+	code, msg := hubErrorCode(resp), printable(resp.Header.Get("X-Error-Message"), 300)
+	switch {
+	case code != "" && msg != "":
+		return code + ": " + msg
+	case code != "":
+		return code
+	}
+	return msg
+}
+
+// printable keeps a header value one printable line of at most n bytes.
+func printable(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
 // maxOrigin bounds the origin's validator as recorded: it is shown to
 // admins and sent to the coordinator, and an origin chooses its length.
 const maxOrigin = 256
@@ -242,26 +294,25 @@ func originOf(resp *http.Response) string {
 	case resp.Header.Get("Last-Modified") != "":
 		parts = append(parts, "Last-Modified: "+resp.Header.Get("Last-Modified"))
 	}
-	o := strings.Join(parts, ", ")
 	// Header values may hold any byte but control characters; keep it
 	// one printable line of bounded length.
-	o = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, o)
-	if len(o) > maxOrigin {
-		o = o[:maxOrigin]
-	}
-	return o
+	return printable(strings.Join(parts, ", "), maxOrigin)
 }
 
 // hintFor adds what a person can do about a status, for the common ones.
-func hintFor(rem remote, code int) string {
+// For the hub it says which setting gives the node its token: the
+// Prolog and the agent run without the admin's $HOME, so
+// huggingface-cli login's file is not what they read.
+func hintFor(rem remote, code int, tokenSent bool, hubCode string) string {
 	switch {
+	case rem.hf && hubCode == "RepoNotFound":
+		return "; check the repository id; a private repository needs a token the node sends (hf_token_file in agent.toml, or HF_TOKEN in the agent's environment)"
+	case rem.hf && (code == http.StatusUnauthorized || code == http.StatusForbidden) && !tokenSent:
+		return "; the repository is gated or private and this node sent no token: accept its terms on the Hub with an account that may read it, " +
+			"and give that account's token to the node (hf_token_file in agent.toml, or HF_TOKEN in the agent's environment)"
 	case rem.hf && (code == http.StatusUnauthorized || code == http.StatusForbidden):
-		return "; the model may be gated or private: accept its license on the hub and set HF_TOKEN (or run huggingface-cli login)"
+		return "; the repository is gated or private and the Hub refused the token this node sent (hf_token_file in agent.toml, or HF_TOKEN): " +
+			"its account must have accepted the repository's terms on the Hub, and a fine-grained token must be allowed to read it"
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return "; the origin refused access"
 	case code == http.StatusNotFound && rem.hf:

@@ -210,7 +210,10 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 			"its bytes are not the file's. Serve the file without encoding (e.g. exclude it from the server's gzip)", ce)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
-		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode)}
+		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode, req.Header.Get("Authorization") != "", hubErrorCode(resp))}
+		if m := hubErrorMessage(resp); m != "" {
+			se.status += " (" + m + ")"
+		}
 		if d.rem.url != d.rem.source {
 			se.url = d.rem.url // what hf: resolved to, worth seeing
 		}
