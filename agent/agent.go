@@ -177,7 +177,7 @@ func (a *Agent) applyPending() {
 	}
 	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
 	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() ||
-		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed {
+		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed || nc.HFEndpoint != old.HFEndpoint {
 		// A Fetcher's fields must not change under a running Ensure; fetches
 		// under way finish on the old one, new ones use the new one. The
 		// node-wide lock directory keeps the two from fetching one file twice.
@@ -195,6 +195,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			LockDir:      a.cfg.LockDir(),
 			Connections:  a.cfg.Connections,
 			HFTokenFile:  a.cfg.HFTokenFile,
+			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
 			OnProgress:   a.onProgress,

@@ -115,6 +115,11 @@ const MaxHubFiles = 4096
 // HubSource is the Source of the Hub model of repo at commit.
 func HubSource(repo, commit string) string { return "hf:" + repo + "@" + commit }
 
+// HubStagingDir is the directory of the llmgw cache where the blobs of a
+// Hugging Face cache on another filesystem are fetched before they are
+// moved there (weights/fetch/hub.go): not a model, and no cache name.
+const HubStagingDir = ".hub-staging"
+
 // DefaultHFDir is the name of the Hugging Face cache inside the llmgw
 // cache directory when agent.toml names no hf_cache: huggingface_hub's own
 // name for it ($HF_HOME/hub).

@@ -39,7 +39,7 @@ import (
 // write the same file.
 
 // stagingDir is where blobs bound for another filesystem are fetched first.
-const stagingDir = ".hub-staging"
+const stagingDir = catalog.HubStagingDir
 
 // EnsureHub makes every file of the Hub model h present in the Hugging
 // Face cache hfCache and returns the snapshot directory. Errors are
