@@ -60,8 +60,8 @@ func parseRemote(source, endpoint string) (remote, error) {
 }
 
 func parseHF(source, endpoint string) (remote, error) {
-	notFile := fmt.Errorf("%s names a repository, not a file; a repository is fetched as a model "+
-		"(llmgw models add NAME %s, then llmgw fetch NAME), and one file as hf:org/repo/model.gguf", source, source)
+	notFile := fmt.Errorf("%s names a repository, not a file; a repository is a model (llmgw models add NAME %s), "+
+		"which the Prolog of a job that asks for it fetches; one file is hf:org/repo/model.gguf", source, source)
 	ref, err := catalog.ParseHF(source)
 	if err != nil {
 		if !strings.Contains(strings.TrimPrefix(source, "hf:"), "/") {
