@@ -124,6 +124,10 @@ type Options struct {
 	// file is removed (each is kept, saying so) and the run returns. The
 	// Epilog sets it so that job end is never held up by a slow unlink.
 	Deadline time.Time
+	// HFCache is the node's Hugging Face cache (agent.toml's hf_cache),
+	// whose old revisions of Hub models the node's own gc judges too (see
+	// hub.go); "" judges none.
+	HFCache string
 }
 
 // File is what gc did with one file, and why.
@@ -290,6 +294,14 @@ func Run(opt Options) Result {
 			res.Freed += f.Size
 		}
 		res.Files = append(res.Files, f)
+	}
+	if !asked {
+		for _, f := range g.hubRevisions(res.Held) {
+			if f.Action == Removed {
+				res.Freed += f.Size
+			}
+			res.Files = append(res.Files, f)
+		}
 	}
 	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Name < res.Files[j].Name })
 	return res

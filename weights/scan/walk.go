@@ -726,7 +726,14 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 			manifest = true
 		case catalog.IsWeightName(name):
 			weights = append(weights, namedSize{relOf(name), st.size})
-			if why := s.settling(abs+"/"+name, st); why != "" {
+			// A Hugging Face snapshot's link leads to a blob that
+			// huggingface_hub and llmgw alike write under another name
+			// and rename into place whole: no writer is still at it.
+			if follow && c.modelID != "" {
+				if why := headerProblem(abs+"/"+name, st); why != "" {
+					troubles = append(troubles, [2]string{relOf(name), why})
+				}
+			} else if why := s.settling(abs+"/"+name, st); why != "" {
 				troubles = append(troubles, [2]string{relOf(name), why})
 			} else if why := headerProblem(abs+"/"+name, st); why != "" {
 				troubles = append(troubles, [2]string{relOf(name), why})
