@@ -99,4 +99,3 @@ func safetensorsBytes(n int) []byte {
 	copy(b[8:], "{}      ")
 	return b
 }
-
