@@ -184,7 +184,6 @@ func presentSet(cacheDir string, m catalog.Model) (string, error) {
 // download into a shared cache) sends the job to the slow path, which
 // points it back.
 func presentHub(hfCache string, h catalog.Hub) (string, error) {
-	snap := catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit)
 	for _, f := range h.Files {
 		p := catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path)
 		st, err := os.Stat(p)
@@ -201,7 +200,7 @@ func presentHub(hfCache string, h catalog.Hub) (string, error) {
 			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
 		}
 	}
-	return snap, nil
+	return catalog.HubPath(hfCache, h), nil
 }
 
 // HungError is returned by PresentWithin when the weights did not answer

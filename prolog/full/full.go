@@ -278,7 +278,16 @@ func (p *Prolog) ensureHub(ctx context.Context, job prolog.Job, m catalog.Model,
 		}
 		path, err = p.Fetcher.EnsureHub(ctx, p.Config.HFCacheDir(), *m.Hub)
 	}
-	return path, err
+	if err != nil {
+		return "", err
+	}
+	if path != catalog.HubSnapshotDir(p.Config.HFCacheDir(), m.Hub.Repo, m.Hub.Commit) {
+		// An agent configured with another hf_cache than this Prolog's
+		// (an agent.toml edited and the agent not restarted): the job
+		// would be told a cache the snapshot is not in.
+		return "", fmt.Errorf("the agent fetched %s into %s, not into this node's hf_cache %s; restart the agent after changing agent.toml", m.Hub.Repo, path, p.Config.HFCacheDir())
+	}
+	return catalog.HubPath(p.Config.HFCacheDir(), *m.Hub), nil
 }
 
 // ensureSet makes every file of the model of several files m present in

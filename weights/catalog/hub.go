@@ -318,6 +318,32 @@ func HubSnapshotDir(hfCache, repo, commit string) string {
 	return filepath.Join(hfCache, RepoFolder(repo), "snapshots", commit)
 }
 
+// HubPath is what a job of the Hub model h is given as LLMGW_MODEL_PATH:
+// the snapshot directory (what transformers, vLLM and SGLang load), or,
+// when every weight file of the selection is a GGUF, the first part of it
+// (llama.cpp's -m takes a split model's first part and finds the others
+// beside it; a directory it cannot open).
+func HubPath(hfCache string, h Hub) string {
+	snap := HubSnapshotDir(hfCache, h.Repo, h.Commit)
+	first := ""
+	for _, f := range h.Files {
+		name := path.Base(f.Path)
+		if !IsWeightName(name) {
+			continue
+		}
+		if !strings.EqualFold(path.Ext(name), ".gguf") {
+			return snap
+		}
+		if first == "" || strings.Contains(name, "-00001-of-") && !strings.Contains(path.Base(first), "-00001-of-") {
+			first = f.Path
+		}
+	}
+	if first == "" {
+		return snap
+	}
+	return HubFilePath(hfCache, h.Repo, h.Commit, first)
+}
+
 // HubBlobPath is where the blob named blob of repo lives.
 func HubBlobPath(hfCache, repo, blob string) string {
 	return filepath.Join(hfCache, RepoFolder(repo), "blobs", blob)

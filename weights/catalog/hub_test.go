@@ -198,3 +198,18 @@ func TestGitBlobID(t *testing.T) {
 		t.Error("CheckHubDigest(wrong sha256) passed")
 	}
 }
+
+// TestHubPath: a job is given the snapshot, or a split GGUF's first part
+// when the model's weights are GGUF (llama.cpp's -m opens no directory).
+func TestHubPath(t *testing.T) {
+	h := validHub()
+	snap := HubSnapshotDir("/hf", h.Repo, h.Commit)
+	if got := HubPath("/hf", h); got != snap {
+		t.Errorf("HubPath(safetensors) = %s, want %s", got, snap)
+	}
+	h.Files = []HubFile{{Path: "README.md", Blob: strings.Repeat("a", 40)},
+		{Path: "q4/m-Q4-00002-of-00002.gguf", SHA256: strings.Repeat("b", 64)}, {Path: "q4/m-Q4-00001-of-00002.gguf", SHA256: strings.Repeat("c", 64)}}
+	if got := HubPath("/hf", h); got != snap+"/q4/m-Q4-00001-of-00002.gguf" {
+		t.Errorf("HubPath(split GGUF) = %s, want its first part", got)
+	}
+}

@@ -244,7 +244,7 @@ func Run(opt Options) Result {
 	if res.Held == "" && recErr != nil {
 		res.Held = fmt.Sprintf("job records in %s cannot all be read (%v), so gc cannot rule out that a running job uses a file; nothing is removed", catalog.JobsDir(opt.RunDir), recErr)
 	}
-	g.inUse = inUse(recs)
+	g.inUse, g.recs = inUse(recs), recs
 
 	if res.Held == "" && !opt.Force {
 		if why := opt.Catalog.Distrust(); why != "" {
@@ -318,6 +318,7 @@ type run struct {
 	root   *os.Root
 	wanted map[string]string // cache name → model that wants it
 	inUse  map[string]string // cache name or weight path → job using it
+	recs   []catalog.JobRecord
 }
 
 // inUse indexes the job records by every spelling of what they use: the

@@ -108,11 +108,13 @@ func (g *run) hubRepo(root *os.Root, folder string, h catalog.Hub, held string) 
 // keepOrListRevision is keepOrList for the old snapshot f of h's
 // repository at commit, last written at written.
 func (g *run) keepOrListRevision(f File, h catalog.Hub, commit string, written time.Time, held string) (File, fs.FileInfo) {
-	// A record names the snapshot by its path; under another spelling of
-	// the cache's path, still by the commit it ends in.
-	for _, key := range []string{f.Path, commit} {
-		if job, ok := g.inUse[key]; ok {
-			f.Action, f.Reason = Kept, "an old revision of "+h.Repo+", in use by "+job+" on this node"
+	// A record names the snapshot, or a file in it (a GGUF's first
+	// part), by path, and the revision by its source.
+	src := catalog.HubSource(h.Repo, commit)
+	for _, r := range g.recs {
+		p := filepath.Clean(r.Path)
+		if r.Source == src || p == f.Path || strings.HasPrefix(p, f.Path+"/") {
+			f.Action, f.Reason = Kept, "an old revision of "+h.Repo+", in use by job "+r.Job+" on this node"
 			return f, nil
 		}
 	}
