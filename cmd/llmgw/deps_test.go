@@ -27,7 +27,7 @@ var importRules = map[string]struct {
 	"weights/scan":             {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
 	"weights/fetch":            {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
 	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
-	"weights/hub":              {[]string{"weights/catalog"}, "the Hub's API (a revision's commit, its files, the selection) is a client of its own: the command line resolves a model with it, and nothing on a node asks the Hub what a branch means"},
+	"weights/hub":              {[]string{"weights/catalog", "weights/fetch"}, "the Hub's API (a revision's commit, its files, the selection) is a client of its own: the command line resolves a model with it, and nothing on a node asks the Hub what a branch means (fetch: the redirect and Retry-After rules the node's fetch applies)"},
 	"weights/hub/hubtest":      {nil, "the Hub stand-in for tests stands alone, so huggingface_hub and llmgw are tested against the same server"},
 	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},

@@ -23,7 +23,7 @@ type remote struct {
 	hf     bool   // an hf: source: the hub's headers are trusted for the digest
 	// hubHost is the host the hub token may be sent to: it keeps the token
 	// off any request not aimed at the hub in the first place. Redirects
-	// are stripCredentials' business.
+	// are StripCredentials' business.
 	hubHost string
 	// progress, when set, is told the download's bytes instead of
 	// OnProgress: a file of a Hub model reports as part of the model.
@@ -99,13 +99,13 @@ func hubRemote(source, endpoint, repo, rev, p string) (remote, error) {
 	return remote{source: source, url: u, hf: true, hubHost: base.Host}, nil
 }
 
-// stripCredentials reports whether a redirect from one URL to another must
-// lose the Authorization header: on any change of scheme, host or port, as
+// StripCredentials reports whether a redirect from one URL to another must
+// lose the Authorization header (weights/hub's Hub client applies it too): on any change of scheme, host or port, as
 // huggingface_hub does (through requests' rebuild_auth). Go's client keeps
 // it for a subdomain and for another port of the same host, which for the
 // hub (huggingface.co redirecting to cdn-lfs.huggingface.co) would hand
 // the user's token to the storage backend.
-func stripCredentials(from, to *url.URL) bool {
+func StripCredentials(from, to *url.URL) bool {
 	port := func(u *url.URL) string {
 		if p := u.Port(); p != "" {
 			return p
@@ -224,13 +224,13 @@ func hubCommit(resp *http.Response) string {
 // GatedRepo, RepoNotFound, RevisionNotFound, EntryNotFound), on its own
 // response before any redirect.
 func hubErrorCode(resp *http.Response) string {
-	return printable(resp.Header.Get("X-Error-Code"), 64)
+	return HeaderText(resp.Header.Get("X-Error-Code"), 64)
 }
 
 // hubErrorMessage is the hub's code and words for a refusal, "" when it
 // gave none.
 func hubErrorMessage(resp *http.Response) string {
-	code, msg := hubErrorCode(resp), printable(resp.Header.Get("X-Error-Message"), 300)
+	code, msg := hubErrorCode(resp), HeaderText(resp.Header.Get("X-Error-Message"), 300)
 	switch {
 	case code != "" && msg != "":
 		return code + ": " + msg
@@ -240,8 +240,9 @@ func hubErrorMessage(resp *http.Response) string {
 	return msg
 }
 
-// printable keeps a header value one printable line of at most n bytes.
-func printable(s string, n int) string {
+// HeaderText keeps a header value from the network one printable line of
+// at most n bytes, fit for a message or a log line.
+func HeaderText(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return -1
@@ -296,7 +297,7 @@ func originOf(resp *http.Response) string {
 	}
 	// Header values may hold any byte but control characters; keep it
 	// one printable line of bounded length.
-	return printable(strings.Join(parts, ", "), maxOrigin)
+	return HeaderText(strings.Join(parts, ", "), maxOrigin)
 }
 
 // hintFor adds what a person can do about a status, for the common ones.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
-	"github.com/llmgw/llmgw/weights/hub"
 	"github.com/llmgw/llmgw/weights/hub/hubtest"
 )
 
@@ -54,11 +53,34 @@ func newHubFixture(t *testing.T) *hubFixture {
 	return &hubFixture{h: h, f: f, cache: filepath.Join(f.CacheDir, catalog.DefaultHFDir)}
 }
 
-// model resolves repo's main as `llmgw models add` does.
+// model is repo at main's commit now as `llmgw models add` registers it
+// (weights/hub, which links this package, so spelt out here): every file
+// but the README, each with the digest the Hub publishes.
 func (x *hubFixture) model(t *testing.T, repo string) catalog.Hub {
 	t.Helper()
-	hb, _, err := (&hub.Client{Endpoint: x.h.URL}).Model(context.Background(), repo, "main", nil, nil)
-	if err != nil {
+	commit := x.h.Branch(repo, "main")
+	hb := catalog.Hub{Repo: repo, Revision: "main", Commit: commit}
+	files := x.h.Files(repo, commit)
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		if p != "README.md" {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		f := catalog.HubFile{Path: p, Size: int64(len(files[p]))}
+		if hubtest.IsLFS(p, len(files[p])) {
+			f.SHA256 = sha256Hex(files[p])
+		} else {
+			f.Blob = catalog.GitBlobID(files[p])
+		}
+		if f.BlobName() != x.h.BlobName(repo, commit, p) {
+			t.Fatalf("%s: blob %s, the stand-in names it %s", p, f.BlobName(), x.h.BlobName(repo, commit, p))
+		}
+		hb.Files = append(hb.Files, f)
+	}
+	if err := catalog.CheckHub(hb); err != nil {
 		t.Fatal(err)
 	}
 	return hb

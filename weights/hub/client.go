@@ -23,11 +23,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // DefaultEndpoint is the public Hub; HF_ENDPOINT names a mirror instead,
@@ -429,7 +429,7 @@ func (c *Client) do(ctx context.Context, op, u string) (*http.Response, error) {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			retry = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-			wait = retryAfter(resp.Header.Get("Retry-After"))
+			wait = fetch.ParseRetryAfter(resp.Header.Get("Retry-After"))
 		}
 		if !retry || attempt >= retries {
 			if herr.Status == http.StatusTooManyRequests {
@@ -460,7 +460,7 @@ func (c *Client) once(ctx context.Context, u string) (*http.Response, error) {
 	}
 	req.Header.Set("Accept-Encoding", "identity")
 	hubURL, _ := url.Parse(c.endpoint())
-	if c.Token != "" && hubURL != nil && !otherOrigin(hubURL, req.URL) {
+	if c.Token != "" && hubURL != nil && !fetch.StripCredentials(hubURL, req.URL) {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	hc := *c.client()
@@ -468,7 +468,7 @@ func (c *Client) once(ctx context.Context, u string) (*http.Response, error) {
 	hc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		// The token stays with the Hub: a redirect to its CDN (or any
 		// other scheme, host or port) loses it, as with huggingface_hub.
-		if otherOrigin(via[0].URL, req.URL) {
+		if fetch.StripCredentials(via[0].URL, req.URL) {
 			req.Header.Del("Authorization")
 		}
 		if policy != nil {
@@ -507,7 +507,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 // statusError says what a non-2xx answer means, with the Hub's own code
 // and message, and what the admin can do.
 func (c *Client) statusError(op string, resp *http.Response) *Error {
-	e := &Error{Op: op, Status: resp.StatusCode, Code: clean(resp.Header.Get("X-Error-Code")), Message: clean(resp.Header.Get("X-Error-Message"))}
+	e := &Error{Op: op, Status: resp.StatusCode, Code: fetch.HeaderText(resp.Header.Get("X-Error-Code"), 64), Message: fetch.HeaderText(resp.Header.Get("X-Error-Message"), 300)}
 	switch {
 	case e.Code == "RepoNotFound":
 		e.Hint = "; check the repository id (ORG/NAME as the Hub spells it); a private repository needs a token that may read it (HF_TOKEN)"
@@ -527,54 +527,11 @@ func (c *Client) statusError(op string, resp *http.Response) *Error {
 	return e
 }
 
-// clean keeps a header value one printable line of bounded length.
-func clean(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, s)
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
-
-func retryAfter(v string) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
-}
-
 func positive(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
 	}
 	return def
-}
-
-// otherOrigin reports whether to is another scheme, host or port than
-// from: the token is not sent there.
-func otherOrigin(from, to *url.URL) bool {
-	port := func(u *url.URL) string {
-		if p := u.Port(); p != "" {
-			return p
-		}
-		if strings.EqualFold(u.Scheme, "https") {
-			return "443"
-		}
-		return "80"
-	}
-	return !strings.EqualFold(from.Scheme, to.Scheme) || !strings.EqualFold(from.Hostname(), to.Hostname()) || port(from) != port(to)
 }
 
 // redact drops a URL's query, where a CDN's signature would be.
