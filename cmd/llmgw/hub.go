@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -85,10 +86,20 @@ func addHub(ctx context.Context, e *env, c *api.Client, m api.Model, req hubRequ
 	m.Source = catalog.HubSource(h.Repo, h.Commit)
 	got, err := c.PutModel(ctx, m)
 	if err != nil {
-		return err
+		return olderCoordinator(c, err)
 	}
 	printHub(e, got, sel, "")
 	return nil
+}
+
+// olderCoordinator says what a coordinator older than Hub models means by
+// refusing the entry: it decodes strictly, and knows no hub field.
+func olderCoordinator(c *api.Client, err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeInvalid && strings.Contains(ae.Message, `unknown field "hub"`) {
+		return fmt.Errorf("the coordinator at %s is older than Hugging Face repository models and refused the entry; upgrade it first, then add the model again (%w)", c.BaseURL, err)
+	}
+	return err
 }
 
 // repinHub resolves the revision of the Hub model m again and, when it
@@ -108,7 +119,7 @@ func repinHub(ctx context.Context, e *env, c *api.Client, m api.Model) error {
 	m.Size = 0 // the new revision's
 	got, err := c.PutModel(ctx, m)
 	if err != nil {
-		return err
+		return olderCoordinator(c, err)
 	}
 	printHub(e, got, sel, old.Commit)
 	changed := changedFiles(old.Files, h.Files)
