@@ -108,6 +108,9 @@ func TestHubRepositoryIsAModel(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Models) != 1 || list.Models[0].Hub.Commit != commit || len(list.Models[0].Hub.Files) != 5 {
 		t.Errorf("models list --json:\n%s", out)
 	}
+	if _, out, _ := llmgwRun(t, map[string]string{"LLMGW_COORDINATOR": coord}, "models", "list"); !strings.Contains(out, "hf:org/tiny@"+commit[:12]+" (main, 5 files)") || !strings.Contains(out, "commit") {
+		t.Errorf("models list:\n%s", out)
+	}
 	// --include adds, --exclude takes away.
 	if code, out, errs := llmgwRun(t, admin, "models", "add", "qwen", "hf:org/tiny@"+commit, "--include", "original/*", "--exclude", "tokenizer.json"); code != 0 ||
 		!strings.Contains(out, "original/consolidated.00.pth") || strings.Contains(out, "  tokenizer.json") {

@@ -63,6 +63,9 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 	if err != nil {
 		return fail("mkdir", err)
 	}
+	if err := hubRoom(hfCache, stage, h); err != nil {
+		return fail("space", err)
+	}
 	total := catalog.HubSize(h)
 	var done int64
 	report := func(n int64) {
@@ -135,6 +138,31 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 	}
 	if err := publish(target, blob); err != nil {
 		return &Error{Source: src, Op: "write", Err: err}
+	}
+	return nil
+}
+
+// hubRoom refuses, before the first byte, a model whose missing files do
+// not fit: each file's fetch checks its own size, and a model of thirty
+// shards that fit one by one but not together would otherwise fill the
+// disk at the twentieth and leave nineteen behind. Through a staging
+// directory, that one must hold the largest file, and the cache the sum.
+func hubRoom(hfCache, stage string, h catalog.Hub) error {
+	var missing, largest int64
+	for _, f := range h.Files {
+		if linked(catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path), f.Size) || whole(catalog.HubBlobPath(hfCache, h.Repo, f.BlobName()), f.Size) {
+			continue
+		}
+		missing += f.Size
+		largest = max(largest, f.Size)
+	}
+	if err := checkSpace(filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"), missing); err != nil {
+		return fmt.Errorf("%s at %s is missing %s on this node: %w", h.Repo, h.Commit, catalog.FormatBytes(missing), err)
+	}
+	if stage != "" {
+		if err := checkSpace(stage, largest); err != nil {
+			return fmt.Errorf("the llmgw cache, where each file of %s is fetched before it moves to hf_cache: %w", h.Repo, err)
+		}
 	}
 	return nil
 }

@@ -335,3 +335,26 @@ func TestHubModelStaged(t *testing.T) {
 		}
 	}
 }
+
+// TestHubModelNoRoom: a model whose missing files do not fit on the
+// cache's disk together is refused before its first byte, though each
+// file alone might fit: nothing is left half-fetched on a full disk.
+func TestHubModelNoRoom(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	big := hb
+	big.Files = append([]catalog.HubFile(nil), hb.Files...)
+	for i := range big.Files {
+		if strings.HasSuffix(big.Files[i].Path, ".safetensors") {
+			big.Files[i].Size = 1 << 60 // more than any disk
+		}
+	}
+	_, err := x.f.EnsureHub(context.Background(), x.cache, big)
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "org/tiny at "+hb.Commit+" is missing") {
+		t.Errorf("EnsureHub of a model no disk holds = %v; want ErrNoSpace, naming the model", err)
+	}
+	if n := x.h.Served(); n != 0 {
+		t.Errorf("%d bytes were fetched for a model that cannot fit", n)
+	}
+}
