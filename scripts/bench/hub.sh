@@ -22,7 +22,7 @@
 #   --llmgw PATH   measure this llmgw binary instead of building one
 #   --dir DIR      where the coordinator's database and the node's caches go
 #                  (default $TMPDIR or /tmp)
-# Needs curl. Everything it creates is deleted at exit.
+# Needs curl and python3. Everything it creates is deleted at exit.
 set -euo pipefail
 
 FILES=200 RUNS=5 BIN= DIR=${TMPDIR:-/tmp}
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 cd "$(dirname "$0")/../.."
-command -v curl >/dev/null || { echo "hub.sh: curl is not installed" >&2; exit 1; }
+for tool in curl python3 bc; do command -v "$tool" >/dev/null || { echo "hub.sh: $tool is not installed" >&2; exit 1; }; done
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 W=$(mktemp -d "$DIR/llmgw-hub-bench.XXXXXX")
 PIDS=()
@@ -116,6 +116,8 @@ job() {
 s0=$(served)
 job 1
 s1=$(served)
+# The selection's bytes, as the catalog lists them.
+want1=$("$BIN" models list --json | python3 -c 'import json, sys; print(sum(f["size_bytes"] for m in json.load(sys.stdin)["models"] for f in m["hub"]["files"]))')
 "$BIN" models repin big >"$W/repin.out"
 r1=$(served)
 job 2
@@ -127,14 +129,16 @@ job 3
 s3=$(served)
 snaps=$(ls "$node/cache/hub/models--org--big/snapshots" | wc -l)
 
+
 printf '\n%-60s %14s %14s\n' "" "Hub bytes" "want"
-printf '%-60s %14d %14s\n' "job 1: first fetch of the selection" "$((s1 - s0))" "the selection"
+printf '%-60s %14d %14d\n' "job 1: first fetch of the selection" "$((s1 - s0))" "$want1"
 printf '%-60s %14d %14d\n' "job 2: after a repin to an unchanged commit" "$((s2 - r1))" 0
 printf '%-60s %14d %14d\n' "job 3: after a new revision changing config.json" "$((s3 - r2))" "$changed"
 printf 'repin, unchanged: %s\n' "$(head -n1 "$W/repin.out")"
 printf 'repin, one file changed: %s\n' "$(tail -n1 "$W/repin2.out")"
 printf 'snapshots on the node: %s (the first revision kept beside the new one)\n' "$snaps"
 fail=0
+[ "$((s1 - s0))" -eq "$want1" ] || { echo "hub.sh: the first fetch read $((s1 - s0)) bytes, want the selection's $want1" >&2; fail=1; }
 [ "$((s2 - r1))" -eq 0 ] || { echo "hub.sh: a repin to an unchanged commit read $((s2 - r1)) bytes" >&2; fail=1; }
 [ "$((s3 - r2))" -eq "$changed" ] || { echo "hub.sh: a new revision of one changed file read $((s3 - r2)) bytes, want $changed" >&2; fail=1; }
 exit "$fail"
