@@ -262,7 +262,8 @@ func (p *Prolog) ensureFile(ctx context.Context, job prolog.Job, req api.EnsureR
 // one fetch of the model for the node and shows it in `llmgw status`; or
 // in this process when no agent answers, or when the agent is older than
 // Hub models (it refuses the request's hub field: it decodes strictly),
-// under the same node-wide locks. The path is the snapshot directory.
+// under the same node-wide locks. The path is catalog.HubPath: the
+// snapshot directory, or a GGUF selection's first part.
 func (p *Prolog) ensureHub(ctx context.Context, job prolog.Job, m catalog.Model, progress func(api.Fetch)) (string, error) {
 	path, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, Hub: m.Hub}, progress)
 	var ae *api.Error
