@@ -18,7 +18,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +75,7 @@ type Agent struct {
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
+	hubs        string // the catalog's Hub models, as hubsOf says them
 }
 
 // kick is a request to one of the agent's loops.
@@ -177,7 +180,7 @@ func (a *Agent) applyPending() {
 	}
 	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
 	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() ||
-		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed {
+		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed || nc.HFEndpoint != old.HFEndpoint {
 		// A Fetcher's fields must not change under a running Ensure; fetches
 		// under way finish on the old one, new ones use the new one. The
 		// node-wide lock directory keeps the two from fetching one file twice.
@@ -195,6 +198,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			LockDir:      a.cfg.LockDir(),
 			Connections:  a.cfg.Connections,
 			HFTokenFile:  a.cfg.HFTokenFile,
+			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
 			OnProgress:   a.onProgress,
@@ -225,20 +229,39 @@ func (a *Agent) recordError(msg string) {
 }
 
 // scanDirs is what a scan covers: the configured weight directories, then
-// the cache, where what the agent fetched lives.
+// the cache, where what the agent fetched lives, then the Hugging Face
+// cache Hub models are fetched into, unless a directory already scanned is
+// it or holds it at its top (its default, "hub" in the cache): a snapshot
+// there is held, whoever downloaded it.
 func scanDirs(cfg Config) []string {
 	dirs := slices.Clone(cfg.WeightDirs)
 	if !slices.Contains(dirs, cfg.CacheDir) {
 		dirs = append(dirs, cfg.CacheDir)
 	}
+	hf := cfg.HFCacheDir()
+	if !slices.ContainsFunc(dirs, func(d string) bool { return d == hf || filepath.Dir(hf) == filepath.Clean(d) }) {
+		dirs = append(dirs, hf)
+	}
 	return dirs
+}
+
+// hubLists are the file lists of the Hub models in the node's catalog
+// copy, which the scan judges their snapshots by (scan.Options.Hub). A
+// copy that cannot be read gives none: snapshots are then held to the
+// rules for a snapshot without a list.
+func hubLists(cfg Config) map[string]catalog.Hub {
+	cp, err := catalog.ReadCopy(cfg.CatalogCopyPath())
+	if err != nil {
+		return nil
+	}
+	return scan.HubLists(cp.Models)
 }
 
 // scan scans once and reports whether the inventory changed.
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout})
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg)})
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -400,8 +423,11 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 		a.metrics.lastReportSuccess.SetToCurrentTime()
 		if cp, cerr := refreshCatalog(ctx, c, cfg); cerr != nil {
 			a.catalogFailed(cerr)
-		} else {
-			a.catalogOK(cp)
+		} else if a.catalogOK(cp) {
+			// The scan judges Hub snapshots by the catalog's lists: a
+			// model added or repinned is seen held without waiting a
+			// scan interval.
+			a.kick(kickScan)
 		}
 		// After the catalog refresh, so the node judges the request by
 		// the catalog as it is now.
@@ -415,7 +441,9 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	return r, result, err
 }
 
-func (a *Agent) catalogOK(cp catalog.Copy) {
+// catalogOK records a refreshed catalog copy and reports whether its Hub
+// models changed since the last one.
+func (a *Agent) catalogOK(cp catalog.Copy) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
@@ -423,6 +451,22 @@ func (a *Agent) catalogOK(cp catalog.Copy) {
 		a.log.Info("catalog copy up to date again")
 	}
 	a.catalogFail = ""
+	hubs := hubsOf(cp.Models)
+	changed := hubs != a.hubs
+	a.hubs = hubs
+	return changed
+}
+
+// hubsOf names the Hub models of a catalog and their commits, to tell
+// when they change.
+func hubsOf(models []catalog.Model) string {
+	var b strings.Builder
+	for _, m := range models {
+		if m.IsHub() {
+			fmt.Fprintf(&b, "%s %s@%s %d\n", m.Name, m.Hub.Repo, m.Hub.Commit, len(m.Hub.Files))
+		}
+	}
+	return b.String()
 }
 
 func (a *Agent) catalogFailed(err error) {

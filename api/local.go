@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // The agent's local API: HTTP over a unix socket that only root can open.
@@ -48,6 +50,14 @@ type EnsureRequest struct {
 	// refuses the request (it decodes strictly) rather than fetch the file
 	// where no engine would find its siblings.
 	Set string `json:"set,omitempty"`
+	// Hub, when set, asks for a Hugging Face repository at one commit
+	// (catalog.Hub): every file of it in the node's Hugging Face cache, in
+	// huggingface_hub's layout (weights/fetch/hub.go), and the answer's
+	// path is the snapshot directory. Source is then the model's source,
+	// catalog.HubSource. An agent older than this field refuses the
+	// request (it decodes strictly), and the Prolog then fetches in its
+	// own process.
+	Hub *catalog.Hub `json:"hub,omitempty"`
 }
 
 // EnsureEvent is one line of the answer to an ensure. Exactly one field is

@@ -74,7 +74,7 @@ func TestPresent(t *testing.T) {
 		{catalog.Model{Source: filepath.Join(dir, "copying")}, ""},
 		{catalog.Model{Source: filepath.Join(dir, "absent")}, ""},
 	} {
-		got, err := Present(cache, tc.m)
+		got, err := Present(cache, filepath.Join(cache, "hub"), tc.m)
 		if tc.want == "" {
 			if !errors.Is(err, ErrNotPresent) {
 				t.Errorf("Present(%+v) = %q, %v; want ErrNotPresent", tc.m, got, err)

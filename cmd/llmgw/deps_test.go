@@ -27,6 +27,8 @@ var importRules = map[string]struct {
 	"weights/scan":             {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
 	"weights/fetch":            {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
 	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
+	"weights/hub":              {[]string{"weights/catalog", "weights/fetch"}, "the Hub's API (a revision's commit, its files, the selection) is a client of its own: the command line resolves a model with it, and nothing on a node asks the Hub what a branch means (fetch: the redirect and Retry-After rules the node's fetch applies)"},
+	"weights/hub/hubtest":      {nil, "the Hub stand-in for tests stands alone, so huggingface_hub and llmgw are tested against the same server"},
 	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
@@ -47,6 +49,7 @@ var importRules = map[string]struct {
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
+	"scripts/bench/hub":    {[]string{"weights/hub/hubtest"}, "the Hub benchmark serves the tests' Hub stand-in, so it measures what the tests check"},
 }
 
 // onlyIn confines an import to the packages that own what it does.
