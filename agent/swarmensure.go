@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -13,14 +14,26 @@ import (
 	"github.com/llmgw/llmgw/weights/fetch"
 )
 
-// swarmCall is one swarm fetch shared by every ensure of its file on this
-// node, like the Fetcher's own call: it runs on its own context, canceled
-// when the last waiter gives up.
+// swarmCall is one swarm fetch shared by every ensure of its file at its
+// pin on this node, like the Fetcher's own call: it runs on its own
+// context, canceled when the last waiter gives up.
 type swarmCall struct {
 	done    chan struct{}
 	cancel  context.CancelFunc
 	waiters int
 	err     error
+}
+
+// swarmCallKey names a swarm fetch by its cache file and its pin. Keyed by
+// the file alone, a caller pinning V2 joined a fetch of V1 and was handed
+// the path of V1's bytes when it ended (issue 24: a job's
+// LLMGW_MODEL_PATH hashed to another pin). Keyed by the pin too, that
+// caller runs a fetch of its own, which waits for the other one's lock and
+// then fetches (or finds) its own bytes, or fails naming both digests.
+type swarmCallKey struct {
+	target string
+	sha256 string
+	size   int64
 }
 
 // swarmState is the agent's side of issue 18: its chunk server's address,
@@ -29,7 +42,7 @@ type swarmState struct {
 	addr   string // "" when the node serves no peers
 	files  holdings
 	mu     sync.Mutex
-	calls  map[string]*swarmCall
+	calls  map[swarmCallKey]*swarmCall
 	said   map[string]bool // reasons already logged for not using the swarm
 	origin *http.Client
 	peer   *http.Client
@@ -58,21 +71,22 @@ func (a *Agent) whyNoSwarm(cfg Config, req api.EnsureRequest) string {
 }
 
 // ensureSwarm makes an http(s) source with a pinned digest present through
-// the fabric's swarm, one fetch per file per node.
+// the fabric's swarm, one fetch per file and pin per node.
 func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, req api.EnsureRequest) (string, error) {
 	target := catalog.CachePathFor(f.CacheDir, req.Source)
 	want := fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}
-	if p, err := fetch.Digest(ctx, target); err == nil && p == want.SHA256 {
+	if pinHolds(ctx, target, want) == nil {
 		a.holdComplete(want, target)
 		return target, nil
 	}
 	st := &a.swarm
+	key := swarmCallKey{target, want.SHA256, want.Size}
 	st.mu.Lock()
-	c := st.calls[target]
+	c := st.calls[key]
 	if c == nil {
 		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		c = &swarmCall{done: make(chan struct{}), cancel: cancel}
-		st.calls[target] = c
+		st.calls[key] = c
 		client, err := a.client(cfg)
 		go func() {
 			if err == nil {
@@ -89,8 +103,8 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 			}
 			c.err = err
 			st.mu.Lock()
-			if st.calls[target] == c {
-				delete(st.calls, target)
+			if st.calls[key] == c {
+				delete(st.calls, key)
 			}
 			st.mu.Unlock()
 			close(c.done)
@@ -112,11 +126,39 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 		if c.err != nil {
 			return "", &fetch.Error{Source: req.Source, Op: "get", Err: c.err}
 		}
+		// The call was for exactly this pin, and it ended with the file
+		// sealed against it under the file's lock (runSwarm): what the
+		// Fetcher's joiners check with checkWant holds here by the key.
 		return target, nil
 	case <-ctx.Done():
 		leave()
 		return "", &fetch.Error{Source: req.Source, Op: "get", Err: ctx.Err()}
 	}
+}
+
+// pinHolds says whether the file at path is the bytes want pins: a regular
+// file of want's size whose sha256 (the digest recorded on it when it was
+// sealed, else computed now) is want's. Its error names both digests as
+// the Fetcher's does, which the Prolog reads (catalog.OtherSHA256).
+func pinHolds(ctx context.Context, path string, want fetch.Want) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if want.Size > 0 && st.Size() != want.Size {
+		return fmt.Errorf("%s has %d bytes, expected %d", path, st.Size(), want.Size)
+	}
+	sum, err := fetch.Digest(ctx, path)
+	if err != nil {
+		return err
+	}
+	if sum != want.SHA256 {
+		return fmt.Errorf("%s has sha256 %s, expected %s", path, sum, want.SHA256)
+	}
+	return nil
 }
 
 // runSwarm runs a swarm fetch of target under the locks a Fetcher's fetch
@@ -130,7 +172,7 @@ func (a *Agent) runSwarm(ctx context.Context, f *fetch.Fetcher, target string, w
 		return err
 	}
 	defer release()
-	if p, err := fetch.Digest(ctx, target); err == nil && p == want.SHA256 {
+	if pinHolds(ctx, target, want) == nil {
 		a.holdComplete(want, target)
 		return nil
 	}
