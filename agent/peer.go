@@ -227,6 +227,9 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case slots <- struct{}{}:
 		defer func() { <-slots }()
 	default:
+		// Retry-After tells a member this is the honest "busy", which it
+		// leaves alone briefly, from a refusal, which it reports.
+		w.Header().Set("Retry-After", "1")
 		http.Error(w, "busy: ask another holder", http.StatusServiceUnavailable)
 		return
 	}

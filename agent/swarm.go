@@ -55,6 +55,9 @@ type swarm struct {
 	log          logrus.FieldLogger
 	onBytes      func(from string, n int64) // "origin" or "peer"
 	onProgress   func(done, total int64)
+	// onPeerFailure, when set, is told of each failed read from a peer:
+	// "unreachable", "refused", "busy", "slow" or "bad".
+	onPeerFailure func(why string)
 
 	chunk int64
 	n     int
@@ -63,15 +66,24 @@ type swarm struct {
 	fh *os.File
 	h  *held
 
-	mu         sync.Mutex
-	sums       []string       // known digests, by chunk
-	mine       map[int]string // digests this node computed from origin bytes
-	acked      int
-	bad        map[string]bool
-	unreach    []string
-	down       map[string]time.Time // peer address -> when it failed
-	validator  string
-	fromOrigin atomic.Int64
+	mu      sync.Mutex
+	sums    []string       // known digests, by chunk
+	mine    map[int]string // digests this node computed from origin bytes
+	acked   int
+	bad     map[string]bool
+	unreach []string
+	down    map[string]time.Time // peer address -> until when it is left alone
+	// refusing is, by peer address, when the peer began to answer this
+	// member with nothing but failures (shun); a read it serves ends it.
+	refusing map[string]time.Time
+	// peerBytesIn counts the bytes that arrived from peers, landed or
+	// not; watchAt and watchFrom are the start of the lease holder's
+	// current window on them and the count then (peersStalled).
+	peerBytesIn atomic.Int64
+	watchAt     time.Time
+	watchFrom   int64
+	validator   string
+	fromOrigin  atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
@@ -138,6 +150,7 @@ func (s *swarm) run(ctx context.Context) error {
 	s.mine = map[int]string{}
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
+	s.refusing = map[string]time.Time{}
 	s.verifiedc = make(chan struct{}, 1)
 	s.liveAtDigest = map[int]int64{}
 	defer s.dropLive()
@@ -217,6 +230,9 @@ func (s *swarm) run(ctx context.Context) error {
 		until := time.Now().Add(every)
 		switch {
 		case plan.Lease && !s.peersHold(plan):
+			s.mu.Lock()
+			s.watchAt = time.Time{}
+			s.mu.Unlock()
 			err = s.fromOriginRun(ctx, plan, until)
 		default:
 			// Without the lease, peers only; with it, what peers hold is

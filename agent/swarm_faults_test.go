@@ -362,6 +362,7 @@ func (n *fnode) tap(h http.Handler) http.Handler {
 				n.busyLive[from/n.e.chunk]++
 				n.servedMu.Unlock()
 			}
+			w.Header().Set("Retry-After", "1")
 			http.Error(w, "busy: ask another holder", http.StatusServiceUnavailable)
 			return
 		}
@@ -736,11 +737,13 @@ func TestSwarmNoPeerReachableFallsBackWithinLease(t *testing.T) {
 // TestSwarmHolderReadsPeersFirst: the lease passes to a member that a
 // complete peer is still feeding (the seed finished and went quiet, its
 // uploads slow); the new holder keeps reading what the peer holds from the
-// peer, and the origin serves the file once.
+// peer, and the origin serves the file once. The uploads are slow but above
+// a peer read's floor (peerFloorRate): about 11 s for the file, so that the
+// lease passes (5 s after the seed's last report) while the peer feeds it.
 func TestSwarmHolderReadsPeersFirst(t *testing.T) {
-	e := newFabric(t, 16, faultChunk, 16<<20, 71, 72)
+	e := newFabric(t, 160, faultChunk, 16<<20, 71, 72)
 	seed, slow := e.nodes["n71"], e.nodes["n72"]
-	seed.peerRate = 128 << 10
+	seed.peerRate = peerFloorRate * 5 / 4
 	e.seedFirst(t, seed, slow)
 	seed.wait(t, 30*time.Second)
 	slow.wait(t, 60*time.Second)

@@ -94,7 +94,8 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 					s := &swarm{fh: fh, coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
 						source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
 						origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
-						onBytes: func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
+						onBytes:       func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
+						onPeerFailure: func(why string) { a.metrics.swarmPeerFailures.WithLabelValues(why).Inc() },
 						onProgress: func(done, total int64) {
 							a.onProgress(fetch.Progress{Source: req.Source, Done: done, Total: total})
 						}}
