@@ -262,6 +262,12 @@ func (a *Agent) scan(ctx context.Context) bool {
 	changed := fp != a.invFP
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
 	a.mu.Unlock()
+	// The files the chunk server offers are checked as often as the cache
+	// is scanned: one removed by gc (an Epilog's, in another process) or
+	// replaced leaves its swarm now, not when a peer next asks for it.
+	for sum, h := range a.swarm.files.sweep() {
+		go a.withdraw(sum, h)
+	}
 	a.logDirChanges(inv.Dirs)
 	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
 	return changed
@@ -534,6 +540,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
 			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
+			ps.onDropped = func(sum string, h *held) { go a.withdraw(sum, h) }
 			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
 			wg.Go(func() { srv.Serve(pl) })
 			wg.Go(func() {

@@ -187,7 +187,7 @@ func (s *swarm) run(ctx context.Context) error {
 		return err
 	}
 	s.n = s.nChunks()
-	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, have: have}
+	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -270,9 +270,7 @@ func (s *swarm) run(ctx context.Context) error {
 		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
 	}
 	os.Remove(s.target + swarmSuffix)
-	s.h.mu.Lock()
-	s.h.path, s.h.complete = s.target, true
-	s.h.mu.Unlock()
+	s.h.completeAt(s.target)
 	done = true
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -7,6 +7,9 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge"
@@ -76,7 +79,7 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 	target := catalog.CachePathFor(f.CacheDir, req.Source)
 	want := fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}
 	if pinHolds(ctx, target, want) == nil {
-		a.holdComplete(want, target)
+		a.holdComplete(req.Source, want, target)
 		return target, nil
 	}
 	st := &a.swarm
@@ -90,7 +93,7 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 		client, err := a.client(cfg)
 		go func() {
 			if err == nil {
-				err = a.runSwarm(fctx, f, target, want, func(fh *os.File) error {
+				err = a.runSwarm(fctx, f, req.Source, target, want, func(fh *os.File) error {
 					s := &swarm{fh: fh, coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
 						source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
 						origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
@@ -167,25 +170,52 @@ func pinHolds(ctx context.Context, path string, want fetch.Want) error {
 // of the same file by another process waits for it instead of truncating the
 // .part under it; and runs none when that process finished the file while
 // this one waited.
-func (a *Agent) runSwarm(ctx context.Context, f *fetch.Fetcher, target string, want fetch.Want, run func(*os.File) error) error {
+func (a *Agent) runSwarm(ctx context.Context, f *fetch.Fetcher, source, target string, want fetch.Want, run func(*os.File) error) error {
 	fh, release, err := f.LockFile(ctx, target)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if pinHolds(ctx, target, want) == nil {
-		a.holdComplete(want, target)
+		a.holdComplete(source, want, target)
 		return nil
 	}
 	return run(fh)
 }
 
 // holdComplete serves a verified cache file to the fabric.
-func (a *Agent) holdComplete(want fetch.Want, path string) {
-	if a.swarm.addr == "" || a.swarm.files.get(want.SHA256) != nil {
+func (a *Agent) holdComplete(source string, want fetch.Want, path string) {
+	if a.swarm.addr == "" {
 		return
 	}
-	a.swarm.files.put(want.SHA256, &held{path: path, size: want.Size, chunkSize: api.DefaultChunkSize, complete: true})
+	a.swarm.files.putComplete(want.SHA256, &held{path: path, size: want.Size, chunkSize: api.DefaultChunkSize, complete: true, source: source})
+}
+
+// withdraw tells the swarm of a complete file this node dropped (gone or
+// changed: holdings.sweep, the chunk server's check) that it no longer
+// holds it, so that the coordinator stops offering it to the fabric, where
+// it was kept as a complete member for completeRetention.
+func (a *Agent) withdraw(sum string, h *held) {
+	h.mu.Lock()
+	r := api.SwarmReport{Source: h.source, SHA256: sum, Size: h.size, ChunkSize: h.chunkSize, Gone: true}
+	path := h.path
+	h.mu.Unlock()
+	log := a.log.WithFields(logrus.Fields{"path": path, "sha256": sum})
+	log.Warn("swarm: a file this node served to its fabric is gone or changed; no longer offered")
+	cfg := a.Config()
+	if r.Source == "" || cfg.Coordinator == "" {
+		return
+	}
+	r.Node = cfg.Node
+	c, err := a.client(cfg)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = c.Swarm(ctx, r)
+	}
+	if err != nil {
+		log.WithError(err).Info("swarm: the coordinator was not told; it offers the file until it forgets this node's membership")
+	}
 }
 
 // seed runs the seed asks of a report's answer: each model ensured as a
