@@ -83,7 +83,10 @@ type swarm struct {
 	watchAt     time.Time
 	watchFrom   int64
 	validator   string
-	fromOrigin  atomic.Int64
+	// staleValidators are validators the origin answered If-Range with
+	// the whole file: never sent again by this member (originGet).
+	staleValidators map[string]bool
+	fromOrigin      atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
@@ -151,6 +154,7 @@ func (s *swarm) run(ctx context.Context) error {
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
 	s.refusing = map[string]time.Time{}
+	s.staleValidators = map[string]bool{}
 	s.verifiedc = make(chan struct{}, 1)
 	s.liveAtDigest = map[int]int64{}
 	defer s.dropLive()
