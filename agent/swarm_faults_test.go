@@ -289,6 +289,7 @@ type fnode struct {
 	dir             string
 	client          *api.Client
 	killed          atomic.Bool
+	coordDown       atomic.Bool // the coordinator is down for this node
 	peerRate        int64
 	peer            *http.Client
 	sw              *swarm
@@ -296,6 +297,7 @@ type fnode struct {
 	done            chan error
 	fromOriginCount atomic.Int64
 	fromPeersCount  atomic.Int64
+	grace           time.Duration // the swarm's planGrace, when set
 	hang            atomic.Bool   // serve half a chunk, then stop sending
 	stuck           chan peerReq  // the responses that stopped
 	release         chan struct{} // closed at the end: hung handlers return
@@ -341,6 +343,10 @@ func (e *fabricEnv) startNode(k int) *fnode {
 func (n *fnode) Swarm(ctx context.Context, r api.SwarmReport) (api.SwarmPlan, error) {
 	if n.killed.Load() {
 		return api.SwarmPlan{}, errors.New("node killed")
+	}
+	if n.coordDown.Load() {
+		// Down as a stopped coordinator is: nothing listens.
+		return (&api.Client{BaseURL: "http://127.0.0.1:1"}).Swarm(ctx, r)
 	}
 	return n.client.Swarm(ctx, r)
 }
@@ -439,7 +445,7 @@ func (n *fnode) fetch(t testing.TB) {
 	origin := &http.Client{Transport: &http.Transport{DisableCompression: true,
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(n.ip)}}).DialContext}}
 	n.sw = &swarm{coord: n, codec: n.codec, node: n.name, fabric: "ib-a", source: n.e.o.url, sum: n.e.sum, size: int64(len(n.e.data)),
-		chunk: n.e.chunk, target: target, part: target + ".part", origin: origin, peer: n.peer, files: n.files, log: log2,
+		chunk: n.e.chunk, target: target, part: target + ".part", origin: origin, peer: n.peer, files: n.files, log: log2, grace: n.grace,
 		onBytes: func(from string, b int64) {
 			switch from {
 			case "origin":
