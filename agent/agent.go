@@ -43,6 +43,7 @@ type Agent struct {
 
 	// Knobs tests turn; New sets the production values.
 	debounce       time.Duration
+	peerRetry      time.Duration // how often a taken peer port is tried again
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	notifySocket   string                 // $NOTIFY_SOCKET
@@ -111,6 +112,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		// connections and never answers must not hold scans up for long.
 		http:         hc,
 		debounce:     time.Second,
+		peerRetry:    defaultPeerRetry,
 		backoffBase:  backoffBase,
 		backoffCap:   backoffCap,
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
@@ -333,7 +335,11 @@ func (a *Agent) buildReport() *api.Report {
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
-	r.PeerAddr = a.swarm.addr
+	if a.swarm.serving.Load() {
+		// Only while it serves there: a port another process holds is
+		// no address for the fabric's members to be sent to.
+		r.PeerAddr = a.swarm.addr
+	}
 	a.last = &r
 	return &r
 }
@@ -467,6 +473,7 @@ func (a *Agent) Status() api.AgentStatus {
 		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
 		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+		PeerAddr: a.swarm.addr, PeerServerError: a.swarm.notServing,
 	}
 	if st.WeightDirs == nil {
 		st.WeightDirs = []string{}
@@ -527,29 +534,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
 	}
 
-	if a.swarm.addr != "" {
-		pl, err := net.Listen("tcp", a.swarm.addr)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("peer chunk server on %s (peer_addr/peer_interface): %w", a.swarm.addr, err)
-		}
-		if cfg.MungeSocket == "" {
-			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
-			pl.Close()
-		} else {
-			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
-			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
-			ps.onDropped = func(sum string, h *held) { go a.withdraw(sum, h) }
-			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
-			wg.Go(func() { srv.Serve(pl) })
-			wg.Go(func() {
-				<-ctx.Done()
-				srv.Close()
-			})
-			a.log.WithField("addr", a.swarm.addr).Info("serving verified chunks to the fabric at /v1/chunks/")
-		}
-	}
+	a.startPeerServer(ctx, cfg, &wg)
 
 	a.scan(ctx)
 	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {

@@ -104,6 +104,12 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 // nK, on 127.0.0.K (its chunk server on port), reporting to e's coordinator
 // with its own munged, and waits for its first report to be taken.
 func startSwarmAgent(t *testing.T, e *fabricEnv, k, port int) *Agent {
+	return startSwarmAgentWith(t, e, k, port, nil)
+}
+
+// startSwarmAgentWith is startSwarmAgent with set applied to the agent
+// before it runs.
+func startSwarmAgentWith(t *testing.T, e *fabricEnv, k, port int, set func(*Agent)) *Agent {
 	ip := fmt.Sprintf("127.0.0.%d", k)
 	cfg := testConfig(t)
 	cfg.Node, cfg.Fabric = fmt.Sprintf("n%d", k), "ib-a"
@@ -117,6 +123,9 @@ func startSwarmAgent(t *testing.T, e *fabricEnv, k, port int) *Agent {
 	e.mu.Lock()
 	e.files[cfg.Node] = &a.swarm.files
 	e.mu.Unlock()
+	if set != nil {
+		set(a)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

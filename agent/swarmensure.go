@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -42,13 +43,17 @@ type swarmCallKey struct {
 // swarmState is the agent's side of issue 18: its chunk server's address,
 // the files it serves, and the swarm fetches under way.
 type swarmState struct {
-	addr   string // "" when the node serves no peers
-	files  holdings
-	mu     sync.Mutex
-	calls  map[swarmCallKey]*swarmCall
-	said   map[string]bool // reasons already logged for not using the swarm
-	origin *http.Client
-	peer   *http.Client
+	addr string // "" when the node serves no peers
+	// serving says the chunk server listens on addr; notServing, under
+	// the Agent's mu, is why it does not while addr is set.
+	serving    atomic.Bool
+	notServing string
+	files      holdings
+	mu         sync.Mutex
+	calls      map[swarmCallKey]*swarmCall
+	said       map[string]bool // reasons already logged for not using the swarm
+	origin     *http.Client
+	peer       *http.Client
 }
 
 // whyNoSwarm is why req is fetched from its origin rather than through the
@@ -59,6 +64,10 @@ func (a *Agent) whyNoSwarm(cfg Config, req api.EnsureRequest) string {
 		return "-" // not fetched at all
 	case a.swarm.addr == "":
 		return "-" // no peer config: today's behaviour, nothing to say
+	case !a.swarm.serving.Load():
+		// A member that serves nothing could take the lease and read the
+		// whole file where no member can read from it.
+		return "this node's chunk server is not serving (llmgw agent status says why): fetching from the origin"
 	case req.Set != "":
 		return "a file of a model of several is fetched from its origin (swarm fetches into set directories are not built yet)"
 	case !strings.HasPrefix(req.Source, "http://") && !strings.HasPrefix(req.Source, "https://"):
