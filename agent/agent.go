@@ -421,7 +421,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 		if len(ans.Seed) > 0 {
-			a.seed(ans.Seed)
+			a.seed(ctx, ans.Seed)
 		}
 	}
 	return r, result, err

@@ -129,7 +129,14 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 		st.mu.Lock()
 		c.waiters--
 		if c.waiters == 0 {
+			// The last one out cancels the fetch and forgets it, as the
+			// Fetcher does: a caller that comes next starts afresh (its
+			// run waits for this one's lock) instead of joining a fetch
+			// that is winding down, and failing with it.
 			c.cancel()
+			if st.calls[key] == c {
+				delete(st.calls, key)
+			}
 		}
 		st.mu.Unlock()
 	}
@@ -228,8 +235,9 @@ func (a *Agent) withdraw(sum string, h *held) {
 }
 
 // seed runs the seed asks of a report's answer: each model ensured as a
-// job's Prolog would, in the background, one flight per source.
-func (a *Agent) seed(asks []api.SeedAsk) {
+// job's Prolog would, in the background, one flight per source, for as
+// long as ctx lasts and the fetch moves (seedStalled).
+func (a *Agent) seed(ctx context.Context, asks []api.SeedAsk) {
 	for _, s := range asks {
 		a.mu.Lock()
 		busy := a.seeding[s.Source]
@@ -246,13 +254,54 @@ func (a *Agent) seed(asks []api.SeedAsk) {
 				delete(a.seeding, s.Source)
 				a.mu.Unlock()
 			}()
-			_, err := a.ensure(context.Background(), api.EnsureRequest{Source: s.Source, SHA256: s.SHA256, Size: s.Size}, nil)
+			sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+			defer cancel(nil)
+			stop := context.AfterFunc(ctx, func() { cancel(ctx.Err()) })
+			defer stop()
+			go a.watchSeed(sctx, cancel, s.Source)
+			_, err := a.ensure(sctx, api.EnsureRequest{Source: s.Source, SHA256: s.SHA256, Size: s.Size}, nil)
 			l := a.log.WithFields(map[string]any{"model": s.Model, "source": s.Source})
-			if err != nil {
+			switch {
+			case err != nil && context.Cause(sctx) != nil:
+				l.WithError(context.Cause(sctx)).Warn("seed ask given up; the next ask for it starts again")
+			case err != nil:
 				l.WithError(err).Warn("seed ask failed")
-			} else {
+			default:
 				l.Info("seeded")
 			}
 		}()
+	}
+}
+
+// seedCheck is how often a seed's progress is looked at.
+const seedCheck = time.Second
+
+// watchSeed cancels a seed's fetch of source once no byte of it has landed
+// for fetch_deadline: the time a job's Prolog waits for weights is the
+// time a fetch may stand still. A seed ran without any deadline, so one
+// that could not move (a wedged swarm, an origin that stopped sending)
+// never ended, and every later ask for its source was taken for the one
+// under way until the agent restarted (issue 24). A seed that moves runs
+// as long as it moves, as a fetch a Prolog waits for does.
+func (a *Agent) watchSeed(ctx context.Context, cancel context.CancelCauseFunc, source string) {
+	moved := time.Now()
+	t := time.NewTicker(seedCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		limit := a.cfg.FetchDeadline
+		if fl := a.flights[source]; fl != nil && fl.fetch != nil && fl.fetch.progressed.After(moved) {
+			moved = fl.fetch.progressed
+		}
+		a.mu.Unlock()
+		if limit > 0 && time.Since(moved) >= limit {
+			cancel(fmt.Errorf("seed of %s: no byte landed for %v (fetch_deadline)", source, limit))
+			return
+		}
 	}
 }
