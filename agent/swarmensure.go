@@ -67,7 +67,7 @@ func (a *Agent) whyNoSwarm(cfg Config, req api.EnsureRequest) string {
 	case !a.swarm.serving.Load():
 		// A member that serves nothing could take the lease and read the
 		// whole file where no member can read from it.
-		return "this node's chunk server is not serving (llmgw agent status says why): fetching from the origin"
+		return "this node's chunk server is not serving (llmgw doctor says why): fetching from the origin"
 	case req.Set != "":
 		return "a file of a model of several is fetched from its origin (swarm fetches into set directories are not built yet)"
 	case !strings.HasPrefix(req.Source, "http://") && !strings.HasPrefix(req.Source, "https://"):
