@@ -63,8 +63,7 @@ func TestSwarmHolderFileGoneOrReplaced(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			realm := mungetest.New(t)
 			data, sum := testData(t, api.DefaultChunkSize+5<<20)
-			e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{},
-				files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+			e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 			ka, kb := 161+2*i, 162+2*i
 			e.url = startCoordinator(t, realm, map[string]string{nodeName(ka): fmt.Sprintf("127.0.0.%d", ka), nodeName(kb): fmt.Sprintf("127.0.0.%d", kb)}, 0)
 			e.o = newFOrigin(t, e, 0)

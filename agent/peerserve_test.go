@@ -101,7 +101,7 @@ func squat(t *testing.T, addr string) func() {
 func TestAgentPeerPortTaken(t *testing.T) {
 	realm := mungetest.New(t)
 	data, sum := testData(t, 3<<20+17)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	e.url = startCoordinator(t, realm, map[string]string{"n201": "127.0.0.201"}, 0)
 	// An origin any fetcher reads (the Fetcher asks open ranges).
 	o := newPinOrigin(t, data, data, 0)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -22,22 +21,15 @@ func TestSeedAskEndsWhenStuck(t *testing.T) {
 	realm := mungetest.New(t)
 	data, sum := testData(t, 2<<20)
 	var gets atomic.Int32
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	source := serveOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gets.Add(1)
 		w.Header().Set("Content-Range", "bytes 0-"+strconv.Itoa(len(data)-1)+"/"+strconv.Itoa(len(data)))
 		w.WriteHeader(http.StatusPartialContent)
 		http.NewResponseController(w).Flush()
 		<-r.Context().Done()
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	source := "http://" + l.Addr().String() + "/model.bin"
+	}))
 
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	e.url = startCoordinator(t, realm, map[string]string{"n205": "127.0.0.205"}, 0)
 	const deadline = 2 * time.Second
 	a := startSwarmAgentWith(t, e, 205, 31605, func(a *Agent) { a.cfg.FetchDeadline = deadline })

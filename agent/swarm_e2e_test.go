@@ -31,8 +31,7 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 	// Three 16 MiB chunks and a piece: the agents' chunk size is the
 	// protocol's default, which the coordinator's default minimum allows.
 	data, sum := testData(t, 3*api.DefaultChunkSize+12345)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	names := []int{81, 82, 83}
 	ips := map[string]string{}
 	for _, k := range names {
@@ -149,8 +148,7 @@ func startSwarmAgentWith(t *testing.T, e *fabricEnv, k, port int, set func(*Agen
 func TestSwarmEnsureWaitsForAnotherFetch(t *testing.T) {
 	realm := mungetest.New(t)
 	data, sum := testData(t, api.DefaultChunkSize+999)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	e.url = startCoordinator(t, realm, map[string]string{"n91": "127.0.0.91"}, 0)
 	e.o = newFOrigin(t, e, 0)
 	a := startSwarmAgent(t, e, 91, 31150)

@@ -107,10 +107,16 @@ type peerReq struct {
 	live         bool // ?live=1: the chunk the server was reading from the origin
 }
 
+// emptyFabric is a fabric of realm that fetches data (of sum) in chunks of
+// chunk, with no coordinator, origin or node yet.
+func emptyFabric(t testing.TB, realm *mungetest.Realm, data []byte, sum string, chunk int64) *fabricEnv {
+	return &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+}
+
 func newFabric(t testing.TB, chunks int, chunk, originRate int64, names ...int) *fabricEnv {
 	realm := mungetest.New(t)
 	data, sum := testData(t, chunks*int(chunk)-777)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, chunk)
 	ips := map[string]string{}
 	for _, k := range names {
 		ips[fmt.Sprintf("n%d", k)] = fmt.Sprintf("127.0.0.%d", k)
@@ -177,14 +183,7 @@ type originReq struct {
 
 func newFOrigin(t testing.TB, e *fabricEnv, rate int64) *fOrigin {
 	o := &fOrigin{e: e, rate: rate, byNode: map[string]int64{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: o}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	o.url = "http://" + l.Addr().String() + "/model.bin"
+	o.url = serveOrigin(t, o)
 	return o
 }
 

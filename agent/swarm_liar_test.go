@@ -23,7 +23,7 @@ func liarFabric(t *testing.T, chunks int, originRate int64, liar int, honest ...
 	t.Helper()
 	realm := mungetest.New(t)
 	data, sum := testData(t, chunks*faultChunk-777)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, faultChunk)
 	ips := map[string]string{nodeName(liar): fmt.Sprintf("127.0.0.%d", liar)}
 	for _, k := range honest {
 		ips[nodeName(k)] = fmt.Sprintf("127.0.0.%d", k)

@@ -6,7 +6,6 @@ package agent
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -31,14 +30,7 @@ type edgeOrigin struct {
 
 func newEdgeOrigin(t *testing.T, data []byte, cut int) *edgeOrigin {
 	o := &edgeOrigin{data: data, cut: cut}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: o}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	o.url = "http://" + l.Addr().String() + "/model.bin"
+	o.url = serveOrigin(t, o)
 	return o
 }
 
@@ -95,7 +87,7 @@ func (s *statusWriter) WriteHeader(code int) {
 func TestSwarmOriginEdgesGiveOtherETags(t *testing.T) {
 	realm := mungetest.New(t)
 	data, sum := testData(t, 8*faultChunk+999)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, faultChunk)
 	e.url = startCoordinator(t, realm, map[string]string{"n181": "127.0.0.181"}, faultChunk)
 	o := newEdgeOrigin(t, data, 3*faultChunk+100)
 	e.o = &fOrigin{e: e, url: o.url, byNode: map[string]int64{}}

@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -35,21 +34,14 @@ type pinOrigin struct {
 
 func newPinOrigin(t *testing.T, first, then []byte, rate int64) *pinOrigin {
 	o := &pinOrigin{first: first, then: then, rate: rate}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	o.url = serveOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		data, etag := o.then, `"then"`
 		if o.gets.Add(1) == 1 {
 			data, etag = o.first, `"first"`
 		}
 		w.Header().Set("ETag", etag)
 		http.ServeContent(&throttled{ResponseWriter: w, rate: o.rate, count: func(int) {}}, r, "model.bin", time.Unix(1e9, 0), bytes.NewReader(data))
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	o.url = "http://" + l.Addr().String() + "/model.bin"
+	}))
 	return o
 }
 
@@ -63,7 +55,7 @@ func hexOf(b []byte) string {
 // client for its socket, as the Prolog speaks to it.
 func pinAgent(t *testing.T, k, port int) (*Agent, *api.LocalClient) {
 	realm := mungetest.New(t)
-	e := &fabricEnv{t: t, realm: realm, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, nil, "", 0)
 	e.url = startCoordinator(t, realm, map[string]string{nodeName(k): fmt.Sprintf("127.0.0.%d", k)}, 0)
 	a := startSwarmAgent(t, e, k, port)
 	return a, &api.LocalClient{Socket: a.Config().Socket}
