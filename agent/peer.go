@@ -225,7 +225,8 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Gone (gc) or replaced: never served under this digest again,
 		// and its swarm is told.
 		s.files.drop(sum, h)
-		if s.onDropped != nil {
+		if s.onDropped != nil && h.isComplete() {
+			// A fetch in progress tells its swarm itself, when it ends.
 			s.onDropped(sum, h)
 		}
 		http.Error(w, "not held here any more", http.StatusNotFound)
