@@ -39,8 +39,8 @@ const peerStall = time.Second
 // (issue 24: 7,264 requests to it in 60 s, no origin byte, nobody told).
 const peerDownFor = 5 * time.Second
 
-// peerFloorRate is the slowest a peer read may be: a chunk must arrive
-// within peerStall and its size at this rate (17 s for 16 MiB), or the
+// peerFloorRate is the slowest a peer read may be: a chunk's body must
+// arrive within peerStall and its size at this rate (17 s for 16 MiB), or the
 // peer is left alone and reported like one that stopped sending; and a
 // lease holder whose peers together send it less than this for a report
 // interval (at least peerStall) reads the origin instead. A byte every
@@ -353,16 +353,8 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 	// comes slower than peerFloorRate at its limit.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	limit := peerStall + time.Duration(float64(to-from+1)/peerFloorRate*float64(time.Second))
-	slow := time.AfterFunc(limit, func() {
-		cancel(fmt.Errorf("peer %s: chunk %d not whole within %v: %w", p.Addr, i, limit.Round(time.Millisecond), errSlowPeer))
-	})
-	defer slow.Stop()
 	resp, err := peerGet(ctx, s.peer, s.codec, s.node, s.fabric, p.Addr, s.sum, from, to, false)
 	if err != nil {
-		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
-			return c
-		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -370,6 +362,11 @@ func (s *swarm) fromPeer(ctx context.Context, p api.SwarmPeer, i int) error {
 		cancel(fmt.Errorf("peer %s sent nothing for %v", p.Addr, peerStall))
 	})
 	defer stall.Stop()
+	limit := peerStall + time.Duration(float64(to-from+1)/peerFloorRate*float64(time.Second))
+	slow := time.AfterFunc(limit, func() {
+		cancel(fmt.Errorf("peer %s: chunk %d not whole within %v: %w", p.Addr, i, limit.Round(time.Millisecond), errSlowPeer))
+	})
+	defer slow.Stop()
 	switch {
 	case resp.StatusCode == http.StatusPartialContent:
 	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
