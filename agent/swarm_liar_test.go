@@ -89,6 +89,9 @@ func TestSwarmLiarClaimsComplete(t *testing.T) {
 		{swarmtest.ServeTrickle, "u"}, {swarmtest.ServeHang, "u"}, {swarmtest.ServeJunk, "b"},
 	} {
 		t.Run(string(c.serve), func(t *testing.T) {
+			// Each its own coordinator, origin, nodes and addresses: the
+			// cases wait on the origin's rate, not on the CPU.
+			t.Parallel()
 			honest := 131 + 2*i
 			e, liar := liarFabric(t, 16, 2<<20, honest+1, honest)
 			liar.Complete, liar.MadeUpSums, liar.Serve = true, true, c.serve
