@@ -45,6 +45,7 @@ type Agent struct {
 
 	// Knobs tests turn; New sets the production values.
 	debounce       time.Duration
+	peerRetry      time.Duration // how often a taken peer port is tried again
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	notifySocket   string                 // $NOTIFY_SOCKET
@@ -114,6 +115,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		// connections and never answers must not hold scans up for long.
 		http:         hc,
 		debounce:     time.Second,
+		peerRetry:    defaultPeerRetry,
 		backoffBase:  backoffBase,
 		backoffCap:   backoffCap,
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
@@ -122,7 +124,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		flights:      map[string]*flight{},
 		seeding:      map[string]bool{},
 	}
-	a.swarm.calls = map[string]*swarmCall{}
+	a.swarm.calls = map[swarmCallKey]*swarmCall{}
 	a.swarm.said = map[string]bool{}
 	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
 	a.swarm.peer = peerClient()
@@ -285,6 +287,12 @@ func (a *Agent) scan(ctx context.Context) bool {
 	changed := fp != a.invFP
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
 	a.mu.Unlock()
+	// The files the chunk server offers are checked as often as the cache
+	// is scanned: one removed by gc (an Epilog's, in another process) or
+	// replaced leaves its swarm now, not when a peer next asks for it.
+	for sum, h := range a.swarm.files.sweep() {
+		go a.withdraw(sum, h)
+	}
 	a.logDirChanges(inv.Dirs)
 	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
 	return changed
@@ -350,7 +358,11 @@ func (a *Agent) buildReport() *api.Report {
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
-	r.PeerAddr = a.swarm.addr
+	if a.swarm.serving.Load() {
+		// Only while it serves there: a port another process holds is
+		// no address for the fabric's members to be sent to.
+		r.PeerAddr = a.swarm.addr
+	}
 	a.last = &r
 	return &r
 }
@@ -435,7 +447,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 		if len(ans.Seed) > 0 {
-			a.seed(ans.Seed)
+			a.seed(ctx, ans.Seed)
 		}
 	}
 	return r, result, err
@@ -505,6 +517,7 @@ func (a *Agent) Status() api.AgentStatus {
 		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
 		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+		PeerAddr: a.swarm.addr, PeerServerError: a.swarm.notServing,
 	}
 	if st.WeightDirs == nil {
 		st.WeightDirs = []string{}
@@ -565,28 +578,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
 	}
 
-	if a.swarm.addr != "" {
-		pl, err := net.Listen("tcp", a.swarm.addr)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("peer chunk server on %s (peer_addr/peer_interface): %w", a.swarm.addr, err)
-		}
-		if cfg.MungeSocket == "" {
-			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
-			pl.Close()
-		} else {
-			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
-			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
-			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
-			wg.Go(func() { srv.Serve(pl) })
-			wg.Go(func() {
-				<-ctx.Done()
-				srv.Close()
-			})
-			a.log.WithField("addr", a.swarm.addr).Info("serving verified chunks to the fabric at /v1/chunks/")
-		}
-	}
+	a.startPeerServer(ctx, cfg, &wg)
 
 	a.scan(ctx)
 	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {

@@ -151,7 +151,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 		}
 		path, err = f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 		if err == nil && a.swarm.addr != "" && req.SHA256 != "" && req.Size > 0 {
-			a.holdComplete(fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
+			a.holdComplete(req.Source, fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
 		}
 	}
 

@@ -130,8 +130,8 @@ func Present(cacheDir, hfCache string, m catalog.Model) (string, error) {
 }
 
 // presentFile checks a fetched file at p: regular, of size when one is
-// given, and not tagged with another digest than want; it returns the
-// file's size.
+// given, and, when want is set, tagged with want (or on a filesystem that
+// keeps no tags); it returns the file's size.
 func presentFile(p string, size int64, want string) (int64, error) {
 	st, err := os.Stat(p)
 	switch {
@@ -143,11 +143,16 @@ func presentFile(p string, size int64, want string) (int64, error) {
 		return 0, fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), size, ErrNotPresent)
 	}
 	// A digest recorded on the file that is not the one the catalog
-	// wants (an admin repinned, or declared another), or a file
-	// written since it was hashed: the slow path fetches and verifies.
+	// wants (an admin repinned, or declared another), a file written
+	// since it was hashed, or one with no digest recorded where the
+	// filesystem keeps them (copied in by hand: nothing says it is the
+	// pinned bytes): the slow path fetches or hashes, and verifies.
 	if want != "" {
-		if sum, tagged := catalog.RecordedSHA256(p); tagged && sum != want {
+		switch sum, tagged := catalog.RecordedSHA256(p); {
+		case tagged && sum != want:
 			return 0, fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+		case !tagged && catalog.Untagged(p):
+			return 0, fmt.Errorf("cache file %s carries no recorded sha256, and the catalog pins %s: %w", p, want, ErrNotPresent)
 		}
 	}
 	return st.Size(), nil

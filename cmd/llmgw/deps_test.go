@@ -37,6 +37,7 @@ var importRules = map[string]struct {
 	"coordinator":              {[]string{"api", "coordinator/store", "internal/munge", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm (and munge, which says who speaks)"},
 	"internal/munge":           {[]string{"api"}, "MUNGE credentials are a leaf beside the protocol: the coordinator decodes them, agents and the CLI make them, the hook never links them"},
 	"internal/munge/mungetest": {[]string{"internal/munge"}, "tests start real munged daemons through it"},
+	"internal/swarmtest":       {[]string{"api", "internal/munge"}, "hostile swarm members for tests and the liars benchmark speak the protocol and MUNGE alone, so what they do is what any program on a node could"},
 	"coordinator/store":        {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"api/table":                {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
 	"cmd/llmgw/demo":           {[]string{"agent/nodeconf", "api", "placement", "slurm", "weights/catalog"}, "the demo runs llmgw's own binary as coordinator and agents and shows the commands a user would type; it reads api types and the node configuration, and speaks to the dev cluster through slurm"},
