@@ -208,20 +208,20 @@ func TestPresentPinnedNeedsItsTag(t *testing.T) {
 	sum := hex.EncodeToString(h[:])
 	other := strings.Repeat("ab", 32)
 	pinned := catalog.Model{Source: remote, Size: 10, Pinned: sum}
-	if got, err := Present(cache, pinned); !errors.Is(err, ErrNotPresent) {
+	if got, err := Present(cache, filepath.Join(cache, "hub"), pinned); !errors.Is(err, ErrNotPresent) {
 		t.Errorf("an untagged file of the pinned size: Present = %q, %v; want ErrNotPresent", got, err)
 	}
 	if got, err := fetch.Digest(context.Background(), p); err != nil || got != sum {
 		t.Fatalf("hashing it as the slow path does: %q, %v", got, err)
 	}
-	if got, err := Present(cache, pinned); err != nil || got != p {
+	if got, err := Present(cache, filepath.Join(cache, "hub"), pinned); err != nil || got != p {
 		t.Errorf("the file tagged with its pin: Present = %q, %v; want %s", got, err, p)
 	}
-	if got, err := Present(cache, catalog.Model{Source: remote, Size: 10, Pinned: other}); !errors.Is(err, ErrNotPresent) {
+	if got, err := Present(cache, filepath.Join(cache, "hub"), catalog.Model{Source: remote, Size: 10, Pinned: other}); !errors.Is(err, ErrNotPresent) {
 		t.Errorf("the file pinned to other bytes: Present = %q, %v; want ErrNotPresent", got, err)
 	}
 	// Unpinned, a file is taken as it is.
-	if got, err := Present(cache, catalog.Model{Source: remote, Size: 10}); err != nil || got != p {
+	if got, err := Present(cache, filepath.Join(cache, "hub"), catalog.Model{Source: remote, Size: 10}); err != nil || got != p {
 		t.Errorf("unpinned: Present = %q, %v", got, err)
 	}
 }
