@@ -9,6 +9,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"time"
@@ -104,4 +105,31 @@ func (h *held) admit(ctx context.Context, node string, addr netip.Addr) bool {
 		return false
 	}
 	return h.admits(node, addr)
+}
+
+// heldPlan asks the coordinator for a plan of the swarm of a file this node
+// holds whole outside a swarm fetch (holdComplete: found in the cache, or
+// fetched by the Fetcher), for the members its chunk server may serve: the
+// report says the node holds it complete. A node asked for it is listed as
+// a peer already (a fetch that finished before the agent restarted); without
+// this, a plan it never had left its chunk server refusing every reader.
+func (a *Agent) heldPlan(ctx context.Context, sum string, h *held) error {
+	h.mu.Lock()
+	r := api.SwarmReport{Source: h.source, SHA256: sum, Size: h.size, ChunkSize: h.chunkSize, Complete: true}
+	h.mu.Unlock()
+	cfg := a.Config()
+	if r.Source == "" || cfg.Coordinator == "" {
+		return errors.New("no coordinator to ask for the swarm's members")
+	}
+	r.Node = cfg.Node
+	c, err := a.client(cfg)
+	if err != nil {
+		return err
+	}
+	p, err := c.Swarm(ctx, r)
+	if err != nil {
+		return err
+	}
+	h.setMembers(p)
+	return nil
 }

@@ -9,14 +9,11 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +23,7 @@ import (
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
 	"github.com/llmgw/llmgw/internal/swarmtest"
 )
@@ -92,14 +90,11 @@ func (c *coordProc) start() {
 	}
 }
 
-// bareFabric is a fabric of ib-a fetching a file of a little less than
-// chunks chunks of faultChunk, with its munge realm, before its
-// coordinator and origin.
-func bareFabric(t *testing.T, chunks int) *fabricEnv {
-	realm := mungetest.New(t)
+// liarsFabric is an empty fabric (emptyFabric) of a file of a little less
+// than chunks chunks of faultChunk, with its own munge realm.
+func liarsFabric(t *testing.T, chunks int) *fabricEnv {
 	data, sum := testData(t, chunks*faultChunk-777)
-	return &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: faultChunk, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	return emptyFabric(t, mungetest.New(t), data, sum, faultChunk)
 }
 
 // known is a node of Slurm's list: its name, address and features.
@@ -117,14 +112,13 @@ func known(name, ip string, features ...string) coordinator.KnownNode {
 // check and the report's fabric check taken out): the liar's report for
 // ib-a was taken, and its requests were answered 206.
 func TestSwarmFabricLiarReadsNothing(t *testing.T) {
-	e := bareFabric(t, 8)
+	e := liarsFabric(t, 8)
 	realm, data, sum := e.realm, e.data, e.sum
 	e.url = startCoordinator(t, realm, nil, faultChunk, func(c *coordinator.Config) {
 		c.FabricFeatures = []string{"ib-a", "ib-b"}
 		c.Nodes = knownNodes{known("n71", "127.0.0.71", "ib-a"), known("n72", "127.0.0.72", "ib-a"), known("n79", "127.0.0.79", "ib-b")}
 	})
 	e.o = newFOrigin(t, e, 8<<20)
-	addCatalogFile(t, e.url, e.o.url, sum, int64(len(data)))
 	seed, reader := e.startNode(71), e.startNode(72)
 	ctx := context.Background()
 
@@ -218,12 +212,11 @@ func TestSwarmSeedDiesBeforeItsFirstChunk(t *testing.T) {
 // Seen failing as it should on main: the late joiner read the whole file
 // from the origin again, and the seed half of it (2.06 copies).
 func TestSwarmCoordinatorRestart(t *testing.T) {
-	e := bareFabric(t, 16)
-	realm, data, sum := e.realm, e.data, e.sum
+	e := liarsFabric(t, 16)
+	realm, data := e.realm, e.data
 	c := newCoordProc(t, realm, map[string]string{"n86": "127.0.0.86", "n87": "127.0.0.87"}, faultChunk)
 	e.url = c.url
 	e.o = newFOrigin(t, e, 1<<20)
-	addCatalogFile(t, e.url, e.o.url, sum, int64(len(data)))
 	seed, late := e.startNode(86), e.startNode(87)
 	size := int64(len(data))
 	seed.fetch(t)
@@ -256,58 +249,20 @@ func TestSwarmCoordinatorRestart(t *testing.T) {
 // seed's, two honest members were accused (the seed by both others), and
 // every member read the whole file from the origin (3.00 copies).
 func TestSwarmCompleteLiarsDigests(t *testing.T) {
-	e := bareFabric(t, 16)
+	e := liarsFabric(t, 16)
 	realm, sum := e.realm, e.sum
 	size := int64(len(e.data))
-	chunks := int((size + faultChunk - 1) / faultChunk)
 	e.url = startCoordinator(t, realm, map[string]string{"n88": "127.0.0.88", "n89": "127.0.0.89", "n90": "127.0.0.90", "n91": "127.0.0.91"}, faultChunk)
 	e.o = newFOrigin(t, e, 2<<20)
-	addCatalogFile(t, e.url, e.o.url, sum, size)
 	seed, a, b := e.startNode(88), e.startNode(89), e.startNode(90)
 
-	// The liar serves random bytes for every range it is asked.
-	l, err := net.Listen("tcp", "127.0.0.91:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	junk := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		from, to, err := parseRange(r.Header.Get("Range"), size)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusRequestedRangeNotSatisfiable)
-			return
-		}
-		buf := make([]byte, to-from+1)
-		rand.Read(buf)
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, to, size))
-		w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
-		w.WriteHeader(http.StatusPartialContent)
-		w.Write(buf)
-	})}
-	go junk.Serve(l)
-	t.Cleanup(func() { junk.Close() })
-	liar := swarmtest.New(e.url, "n91", "ib-a", realm.Start("127.0.0.91"))
-	liar.PeerAddr = l.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := liar.Report(ctx); err != nil {
-		t.Fatal(err)
-	}
-	all := make([]byte, (chunks+7)/8)
-	for i := range chunks {
-		all = api.SetChunk(all, i)
-	}
-	claim := api.SwarmReport{Source: e.o.url, SHA256: sum, Size: size, ChunkSize: faultChunk, Have: all, Complete: true,
-		Sums: swarmtest.MadeUp(chunks, 0xbd)}
-	if _, err := liar.Swarm(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
-	// It keeps saying so, as often as a member reports.
-	go func() {
-		for ctx.Err() == nil {
-			liar.Swarm(ctx, claim)
-			time.Sleep(250 * time.Millisecond)
-		}
-	}()
+	// The liar claims the whole file with made-up digests, at every
+	// report, and serves random bytes for every range it is asked.
+	liar := &swarmtest.Member{Node: "n91", Fabric: "ib-a", Addr: "127.0.0.91:31501",
+		Coord:  &api.Client{BaseURL: e.url, Auth: munge.Authenticator{Codec: realm.Start("127.0.0.91")}},
+		Source: e.o.url, SHA256: sum, Size: size, ChunkSize: faultChunk, Complete: true, MadeUpSums: true, Serve: swarmtest.ServeJunk}
+	startLiar(t, liar)
+	ctx := context.Background()
 	e.seedFirst(t, seed, a, b)
 	for _, n := range []*fnode{seed, a, b} {
 		n.wait(t, 60*time.Second)

@@ -1,19 +1,15 @@
-// Package swarmtest speaks the swarm's protocols (api/swarm.go) as a node
-// that says whatever it likes: its node reports, swarm reports and chunk
-// requests carry credentials from its own host's munged (or its own token),
-// which is what root on that node can send, and nothing more. Tests play
-// the liars of issue 24 with it (a fabric it is not in, a size or chunk
-// size of its own, made-up digests, progress it did not make, a validator
-// it made up, a chunk server that refuses what it claims), and the liars
-// benchmark (scripts/bench/fanout.sh --liars) is to reuse it.
-//
-// It is for tests only: nothing in llmgw's binaries imports it.
 package swarmtest
+
+// Node is the other way to play a hostile node (member.go's Member runs
+// one whole misbehaviour on its own): single requests, each what the test
+// says, for the minimal forms of issue 24's review. A node report with the
+// fabric it claims, a swarm report of its choosing, a chunk request whose
+// headers name another node or fabric than its credential's host: what
+// root on that node can send, its credentials from its own host's munged.
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -92,42 +88,4 @@ func (n *Node) Chunk(ctx context.Context, addr, sum string, from, to int64, c Cl
 	}
 	req.Header.Set("Authorization", api.MungeScheme+" "+cred)
 	return http.DefaultClient.Do(req)
-}
-
-// Refusing is a chunk server that answers every request with status: a
-// member that claims chunks and serves none (503 "busy" for ever, 404, 416).
-// Close stops it.
-type Refusing struct {
-	Addr   string
-	Status int
-	Asked  atomic.Int64
-	srv    *http.Server
-}
-
-// Refuse serves status on a listener at addr (host:0 picks a port).
-func Refuse(addr string, status int) (*Refusing, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	r := &Refusing{Addr: l.Addr().String(), Status: status}
-	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		r.Asked.Add(1)
-		http.Error(w, http.StatusText(r.Status), r.Status)
-	})}
-	go r.srv.Serve(l)
-	return r, nil
-}
-
-// Close stops the server.
-func (r *Refusing) Close() error { return r.srv.Close() }
-
-// MadeUp is a digest list no file has: chunks digests of n's choosing,
-// all different.
-func MadeUp(chunks int, seed byte) map[int]string {
-	out := make(map[int]string, chunks)
-	for i := range chunks {
-		out[i] = fmt.Sprintf("%02x%062x", seed, i+1)
-	}
-	return out
 }
