@@ -14,6 +14,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -367,21 +368,40 @@ func (a *Agent) buildReport() *api.Report {
 	return &r
 }
 
+// reportsWithMunge says whether reports carry a MUNGE credential rather
+// than the token (client).
+func reportsWithMunge(cfg Config) bool {
+	if cfg.MungeSocket == "" {
+		return false
+	}
+	_, err := os.Stat(cfg.TokenFile)
+	return cfg.TokenFile == "" || errors.Is(err, os.ErrNotExist)
+}
+
 // client returns a coordinator client with the current token, or why there
 // is none. The token file is read each time so a rotated token is picked up
 // without a restart.
+//
+// With munge_socket and a token file that exists, the token speaks to the
+// coordinator and MUNGE to peers: a node's token is its own secret, where
+// root on any host with the munge key can make a credential from any
+// node's address, and a coordinator with node_tokens_required takes
+// reports with the token only. A token file that does not exist leaves
+// MUNGE (the packaged agent.toml names one).
 func (a *Agent) client(cfg Config) (*api.Client, error) {
 	c := &api.Client{BaseURL: cfg.Coordinator, HTTP: a.http, UserAgent: "llmgw-agent/" + cfg.Version}
-	if cfg.MungeSocket != "" {
-		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
-		return c, nil
-	}
 	if cfg.TokenFile != "" {
 		tok, err := api.ReadToken(cfg.TokenFile)
-		if err != nil {
+		switch {
+		case err == nil:
+			c.Token = tok
+			return c, nil
+		case cfg.MungeSocket == "" || !errors.Is(err, os.ErrNotExist):
 			return nil, err
 		}
-		c.Token = tok
+	}
+	if cfg.MungeSocket != "" {
+		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
 	}
 	return c, nil
 }
@@ -427,7 +447,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	case result != prev:
 		// Logged once per kind of failure, not once per retry: a coordinator
 		// down overnight is one line, and the metric counts the attempts.
-		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, cfg.MungeSocket != "") + "; retrying with backoff, still serving this node")
+		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, reportsWithMunge(cfg)) + "; retrying with backoff, still serving this node")
 	default:
 		log.WithError(err).WithField("result", result).Debug("report not delivered")
 	}
@@ -505,7 +525,7 @@ func (a *Agent) Once(ctx context.Context) (r *api.Report, sent bool, err error) 
 // and what to check, as the running agent logs it: `llmgw agent --once` is
 // how an admin checks a node's setup, and "401" alone says nothing.
 func (a *Agent) WhyNotSent(err error) string {
-	return skippedWhat(classify(err), a.Config().MungeSocket != "")
+	return skippedWhat(classify(err), reportsWithMunge(a.Config()))
 }
 
 // Status is what the agent knows, as the socket's GET /v1/status answers.

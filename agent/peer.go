@@ -333,7 +333,11 @@ func (s *peerServer) serveLive(w http.ResponseWriter, r *http.Request, h *held, 
 
 // authenticate accepts a request only with a MUNGE credential made by root
 // (or the agent's own user) on a cluster host, for exactly this request to
-// exactly this server, from a node that says it is of this fabric.
+// exactly this server, from a node that says it is of this fabric and that
+// the coordinator's plan of the file's swarm lists as a member, from one of
+// that member's addresses (issue 24): the fabric header is the requester's
+// word, and a node of another fabric once read this fabric's chunks with
+// it.
 func (s *peerServer) authenticate(r *http.Request) error {
 	if r.Host != s.addr {
 		return fmt.Errorf("request for %q, this is %s", r.Host, s.addr)
@@ -353,9 +357,14 @@ func (s *peerServer) authenticate(r *http.Request) error {
 	if c.UID != 0 && c.UID != s.uid {
 		return fmt.Errorf("credential of uid %d: only the agents (root) may read chunks", c.UID)
 	}
-	want := api.PeerMungePayload(r.Method, r.Host, r.URL.RequestURI(), r.Header.Get(api.PeerNodeHeader), fabric, r.Header.Get("Range"))
+	node := r.Header.Get(api.PeerNodeHeader)
+	want := api.PeerMungePayload(r.Method, r.Host, r.URL.RequestURI(), node, fabric, r.Header.Get("Range"))
 	if string(c.Payload) != string(want) {
 		return errors.New("the credential was made for another request")
+	}
+	sum, _ := strings.CutPrefix(r.URL.Path, "/"+api.Version+"/chunks/")
+	if h := s.files.get(sum); h != nil && !h.admit(r.Context(), node, c.Addr) {
+		return fmt.Errorf("node %q with a credential from %s is no member of this file's swarm in fabric %s as the coordinator lists them (node and address)", node, c.Addr, s.fabric)
 	}
 	return nil
 }

@@ -157,7 +157,9 @@ func TestPeerServerSlowReadersCannotHoldSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := &holdings{}
-	files.put(sum, &held{path: path, size: int64(len(data)), chunkSize: chunk, chunked: true, complete: true})
+	h := &held{path: path, size: int64(len(data)), chunkSize: chunk, chunked: true, complete: true}
+	h.setMembers(memberPlan("n172", "127.0.0.172", "n173", "127.0.0.173"))
+	files.put(sum, h)
 	l, err := net.Listen("tcp", "127.0.0.171:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,14 @@ package agent
 // by sha256, and the chunk the lease holder is reading from the origin.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -40,6 +42,16 @@ type held struct {
 	// live is the chunk this node is reading from the origin as the lease
 	// holder, served with ?live=1 before it is verified; nil otherwise.
 	live *liveChunk
+	// members are who may read this file from this node, as the latest
+	// plan of its swarm lists them (api.SwarmPlan.Members); nil before any
+	// plan: nobody (peermembers.go).
+	members *swarmMembers
+	// refresh, when set, asks the coordinator for a plan now, and so for
+	// the members; refreshMu serialises the asks, and refreshed is when
+	// the last began.
+	refresh   func(context.Context) error
+	refreshMu sync.Mutex
+	refreshed time.Time
 }
 
 // liveChunk is one chunk as it arrives from the origin: buf[:n] has come,

@@ -31,6 +31,7 @@ func TestSeedAskEndsWhenStuck(t *testing.T) {
 
 	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	e.url = startCoordinator(t, realm, map[string]string{"n205": "127.0.0.205"}, 0)
+	addCatalogFile(t, e.url, source, sum, int64(len(data)))
 	const deadline = 2 * time.Second
 	a := startSwarmAgentWith(t, e, 205, 31605, func(a *Agent) { a.cfg.FetchDeadline = deadline })
 	seeding := func() bool {

@@ -102,6 +102,19 @@ type swarm struct {
 	discarded  atomic.Int64
 	candidates []int // chunks on disk that must be verified again
 
+	// sent are the digests of mine the coordinator acknowledged. When the
+	// plan's Instance changes (a restarted coordinator knows none) they are
+	// sent again, with the digest of every chunk verified here: the
+	// coordinator publishes a digest two members resend alike, and the
+	// lease holder's, so that a restart costs a report interval, not the
+	// chunks read so far. resending are the chunks resent so, and
+	// resendPlans how many more plans they are sent with before those the
+	// coordinator did not take go back to sent. Under mu.
+	sent        map[int]string
+	instance    string
+	resending   map[int]bool
+	resendPlans int
+
 	// verifiedc wakes the lease holder's reporter when it verified a chunk
 	// from the origin: its digest is what the fabric waits for, so it goes
 	// out at once (one report per chunk of at least 16 MiB) rather than at
@@ -156,6 +169,7 @@ func (s *swarm) run(ctx context.Context) error {
 		s.chunk = api.DefaultChunkSize
 	}
 	s.mine = map[int]string{}
+	s.sent = map[int]string{}
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
 	s.refusing = map[string]time.Time{}
@@ -199,7 +213,7 @@ func (s *swarm) run(ctx context.Context) error {
 	// Sized now, not at the first plan: a member without one (withoutPlan)
 	// reads the origin with none.
 	s.sums = make([]string, s.n)
-	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source}
+	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source, refresh: s.refreshMembers}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -303,7 +317,26 @@ func (s *swarm) run(ctx context.Context) error {
 	done = true
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	s.coord.Swarm(cctx, s.report(true, false))
+	if p, err := s.coord.Swarm(cctx, s.report(true, false)); err == nil {
+		s.h.setMembers(p)
+	}
+	return nil
+}
+
+// refreshMembers asks the coordinator for a plan now, for the members the
+// chunk server may serve (held.admit): a node its latest plan does not
+// list asked it for a chunk. After the fetch, the node reports as what it
+// is then, complete; the plan's other news is for the run loop's next
+// report.
+func (s *swarm) refreshMembers(ctx context.Context) error {
+	s.h.mu.Lock()
+	complete := s.h.complete
+	s.h.mu.Unlock()
+	p, err := s.coord.Swarm(ctx, s.report(complete, false))
+	if err != nil {
+		return err
+	}
+	s.h.setMembers(p)
 	return nil
 }
 
@@ -374,8 +407,29 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 }
 
 func (s *swarm) takePlan(p api.SwarmPlan) {
+	s.h.setMembers(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if p.Instance != "" && p.Instance != s.instance {
+		if s.instance != "" {
+			// Another coordinator process: it has none of the digests
+			// this node knows. Send them all again.
+			s.resending = map[int]bool{}
+			for i, v := range s.sent {
+				s.mine[i], s.resending[i] = v, true
+			}
+			for i, v := range s.sums {
+				if v != "" && i < s.n && s.has(i) {
+					if _, ok := s.mine[i]; !ok {
+						s.mine[i], s.resending[i] = v, true
+					}
+				}
+			}
+			s.resendPlans = 4
+			s.log.WithField("digests", len(s.resending)).Info("swarm: the coordinator restarted; sending it the digests of the chunks this node holds again")
+		}
+		s.instance = p.Instance
+	}
 	s.h.mu.Lock()
 	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load()+s.discarded.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
 		// Nothing fetched yet: take the swarm's chunk size.
@@ -403,10 +457,24 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	// Acknowledged digests are the coordinator's now: stop resending them,
 	// keeping those it has not stored.
 	if p.SumsKnown > 0 {
-		for i := range s.mine {
-			if i < len(p.Sums) && p.Sums[i] == s.mine[i] {
+		for i, v := range s.mine {
+			if i < len(p.Sums) && p.Sums[i] == v {
+				s.sent[i] = v
 				delete(s.mine, i)
 			}
+		}
+	}
+	if s.resendPlans > 0 {
+		if s.resendPlans--; s.resendPlans == 0 {
+			// Resent and not taken (no second member has them, nor the
+			// holder): not sent in every report from now on.
+			for i := range s.resending {
+				if v, ok := s.mine[i]; ok {
+					s.sent[i] = v
+					delete(s.mine, i)
+				}
+			}
+			s.resending = nil
 		}
 	}
 	if s.validator == "" {

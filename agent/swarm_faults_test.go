@@ -32,7 +32,6 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
-	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
@@ -45,41 +44,21 @@ func (k knownNodes) KnownNodes(context.Context) ([]coordinator.KnownNode, error)
 }
 
 // startCoordinator runs the real coordinator on 127.0.0.1 with MUNGE, for
-// the nodes named (name -> 127.0.0.K), and returns its URL.
-func startCoordinator(t testing.TB, realm *mungetest.Realm, nodes map[string]string, minChunk int64) string {
+// the nodes named (name -> 127.0.0.K), and returns its URL; set, when
+// given, changes its configuration (swarm_liars_test.go's coordProc).
+func startCoordinator(t testing.TB, realm *mungetest.Realm, nodes map[string]string, minChunk int64, set ...func(*coordinator.Config)) string {
 	t.Helper()
-	ctx := context.Background()
-	codec := realm.Start("127.0.0.1")
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "coordinator.db"))
-	if err != nil {
+	return newCoordProc(t, realm, nodes, minChunk, set...).url
+}
+
+// addCatalogFile makes source (pinned to sum, size bytes) a model of the
+// catalog of the coordinator at url: a swarm is only for a catalog file.
+func addCatalogFile(t testing.TB, url, source, sum string, size int64) {
+	t.Helper()
+	admin := &api.Client{BaseURL: url, Token: "admin-secret"}
+	if _, err := admin.PutModel(context.Background(), api.Model{Name: "model", Source: source, SHA256: sum, Size: size}); err != nil {
 		t.Fatal(err)
 	}
-	var known knownNodes
-	for n, ip := range nodes {
-		known = append(known, coordinator.KnownNode{Name: n, Addrs: []string{ip}})
-	}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	if testing.Verbose() {
-		log.SetOutput(os.Stderr)
-	}
-	srv, err := coordinator.New(ctx, coordinator.Config{MungeSocket: codec.Socket(), Nodes: known, SlurmUser: "1",
-		SwarmMinChunk: minChunk, ReportInterval: 30 * time.Second}, coordinator.Tokens{Admin: "admin-secret"}, db, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	go hs.Serve(l)
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Close()
-		db.Close()
-	})
-	return "http://" + l.Addr().String()
 }
 
 // fabricEnv is one fabric (ib-a) fetching one file.
@@ -184,6 +163,10 @@ type originReq struct {
 func newFOrigin(t testing.TB, e *fabricEnv, rate int64) *fOrigin {
 	o := &fOrigin{e: e, rate: rate, byNode: map[string]int64{}}
 	o.url = serveOrigin(t, o)
+	if e.url != "" && e.sum != "" {
+		// The coordinator plans swarms only for catalog files.
+		addCatalogFile(t, e.url, o.url, e.sum, int64(len(e.data)))
+	}
 	return o
 }
 

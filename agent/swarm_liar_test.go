@@ -71,7 +71,10 @@ func unreachableIn(t *testing.T, url, node string) bool {
 // TestSwarmLiarClaimsComplete is the review's item 3 and its kin: a member
 // claiming the whole file, with made-up digests, whose chunk server refuses
 // every request (busy, 503, 404, 416), trickles a byte every 900 ms, hangs
-// half-way, or sends junk. The honest lease holder used to read peers
+// half-way, or sends junk. The coordinator takes no digest from a member
+// that never read the origin (issue 24, 8), so its claim counts for the
+// chunks whose digests the honest seed published: a reader that comes once
+// the seed has the file reads them from the seed and the liar. The honest lease holder used to read peers
 // instead of the origin while any peer claimed a chunk, and took each
 // refusal as "not there yet": 0 origin bytes in 60 s, thousands of requests
 // to the liar, nobody accused; a trickle held it for good. Now a refusal of
@@ -93,10 +96,15 @@ func TestSwarmLiarClaimsComplete(t *testing.T) {
 			// cases wait on the origin's rate, not on the CPU.
 			t.Parallel()
 			honest := 131 + 2*i
-			e, liar := liarFabric(t, 16, 2<<20, honest+1, honest)
+			e, liar := liarFabric(t, 16, 2<<20, honest+1, honest, 211+i)
 			liar.Complete, liar.MadeUpSums, liar.Serve = true, true, c.serve
 			startLiar(t, liar)
-			n := e.nodes[nodeName(honest)]
+			seed, n := e.nodes[nodeName(honest)], e.nodes[nodeName(211+i)]
+			seed.fetch(t)
+			seed.wait(t, 30*time.Second)
+			// The seed serves at 2 MiB/s: the reader's workers go round
+			// the holders for a couple of seconds, the liar among them.
+			seed.peerRate = 2 << 20
 			start := time.Now()
 			n.fetch(t)
 			n.wait(t, 30*time.Second)

@@ -52,13 +52,16 @@ func hexOf(b []byte) string {
 
 // pinAgent runs one agent of fabric ib-a with its chunk server (peer_addr
 // set: the swarm path) against the real coordinator, and returns it with a
-// client for its socket, as the Prolog speaks to it.
-func pinAgent(t *testing.T, k, port int) (*Agent, *api.LocalClient) {
+// client for its socket, as the Prolog speaks to it, and a function that
+// pins the catalog's model of source to data (a swarm is only for a
+// catalog file at its pin: pinning again is an admin's repin).
+func pinAgent(t *testing.T, k, port int) (*Agent, *api.LocalClient, func(source string, data []byte)) {
 	realm := mungetest.New(t)
 	e := emptyFabric(t, realm, nil, "", 0)
 	e.url = startCoordinator(t, realm, map[string]string{nodeName(k): fmt.Sprintf("127.0.0.%d", k)}, 0)
 	a := startSwarmAgent(t, e, k, port)
-	return a, &api.LocalClient{Socket: a.Config().Socket}
+	pin := func(source string, data []byte) { addCatalogFile(t, e.url, source, hexOf(data), int64(len(data))) }
+	return a, &api.LocalClient{Socket: a.Config().Socket}, pin
 }
 
 // TestSwarmEnsureJoinerWithAnotherPin is the review's minimal form: two
@@ -73,7 +76,8 @@ func TestSwarmEnsureJoinerWithAnotherPin(t *testing.T) {
 	// 1.5 MiB/s: the first fetch takes about 2 s, so the second ensure
 	// arrives while it runs.
 	o := newPinOrigin(t, v1, v2, 3<<19)
-	a, lc := pinAgent(t, 111, 31400)
+	a, lc, pin := pinAgent(t, 111, 31400)
+	pin(o.url, v1)
 
 	type answer struct {
 		path string
@@ -100,6 +104,7 @@ func TestSwarmEnsureJoinerWithAnotherPin(t *testing.T) {
 	if n := o.gets.Load(); n != 1 {
 		t.Fatalf("the origin had %d requests 1.5 s into the first fetch, want 1 (the first fetch is to be under way)", n)
 	}
+	pin(o.url, v2) // the admin re-pins to the origin's new version
 	wg.Go(func() { second = ask(v2) })
 	wg.Wait()
 	if first.err != nil {
@@ -127,7 +132,8 @@ func TestSwarmEnsureJoinerWithAnotherPinRefused(t *testing.T) {
 	v1, _ := testData(t, 3<<20+4321)
 	other, _ := testData(t, len(v1))
 	o := newPinOrigin(t, v1, v1, 3<<19)
-	_, lc := pinAgent(t, 112, 31401)
+	_, lc, pin := pinAgent(t, 112, 31401)
+	pin(o.url, v1)
 	req := func(sum string) api.EnsureRequest {
 		return api.EnsureRequest{Source: o.url, SHA256: sum, Size: int64(len(v1))}
 	}
@@ -138,6 +144,7 @@ func TestSwarmEnsureJoinerWithAnotherPinRefused(t *testing.T) {
 	defer cancel()
 	wg.Go(func() { p1, err1 = lc.Ensure(ctx, req(hexOf(v1)), nil) })
 	time.Sleep(1500 * time.Millisecond)
+	pin(o.url, other)
 	var p2 string
 	wg.Go(func() { p2, err2 = lc.Ensure(ctx, req(hexOf(other)), nil) })
 	wg.Wait()

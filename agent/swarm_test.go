@@ -127,7 +127,15 @@ func (s *standIn) plan(r api.SwarmReport, addr string) api.SwarmPlan {
 			s.leases = append(s.leases, r.Node)
 		}
 	}
-	p := api.SwarmPlan{Lease: s.holder == r.Node, Holder: s.holder, ChunkSize: s.chunk, Sums: append([]string(nil), s.sums...), Validator: s.validator, ReportEvery: 100}
+	p := api.SwarmPlan{Lease: s.holder == r.Node, Holder: s.holder, ChunkSize: s.chunk, Sums: append([]string(nil), s.sums...), Validator: s.validator, ReportEvery: 100,
+		Instance: "stand-in", AddrsBound: true}
+	// Every member, with the address its munged speaks from (its chunk
+	// server's host, 127.0.0.K): what its chunk server checks requesters
+	// against.
+	for n, o := range s.members {
+		host, _, _ := net.SplitHostPort(o.addr)
+		p.Members = append(p.Members, api.SwarmMember{Node: n, Addrs: []string{host}})
+	}
 	for i := range r.Sums {
 		if i < len(s.sums) && s.sums[i] != "" {
 			p.SumsKnown++

@@ -204,7 +204,9 @@ func (a *Agent) holdComplete(source string, want fetch.Want, path string) {
 	if a.swarm.addr == "" {
 		return
 	}
-	a.swarm.files.putComplete(want.SHA256, &held{path: path, size: want.Size, chunkSize: api.DefaultChunkSize, complete: true, source: source})
+	h := &held{path: path, size: want.Size, chunkSize: api.DefaultChunkSize, complete: true, source: source}
+	h.refresh = func(ctx context.Context) error { return a.heldPlan(ctx, want.SHA256, h) }
+	a.swarm.files.putComplete(want.SHA256, h)
 }
 
 // withdraw tells the swarm of a complete file this node dropped (gone or

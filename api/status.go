@@ -27,6 +27,11 @@ type Status struct {
 	Nodes NodeCounts `json:"nodes"`
 	// Fabrics lists every fabric a node has reported, with its node counts.
 	Fabrics []FabricNodes `json:"fabrics"`
+	// FabricsFrom says where nodes' fabrics come from: FabricsFromSlurm
+	// (coordinator.toml fabric_features: a node's feature in Slurm) or
+	// FabricsFromNodes (each agent's own word). Empty from a coordinator
+	// that does not say.
+	FabricsFrom string `json:"fabrics_from,omitempty"`
 	// Models has one entry per catalog model, in name order.
 	Models []ModelStatus `json:"models"`
 	// Features is the Slurm feature reconciler's state; nil when it is off.
@@ -42,6 +47,12 @@ type Status struct {
 	// first, each with only the nodes still asked.
 	Seeds []SeedStatus `json:"seeds,omitempty"`
 }
+
+// Where nodes' fabrics come from (Status.FabricsFrom).
+const (
+	FabricsFromSlurm = "slurm"
+	FabricsFromNodes = "nodes"
+)
 
 // Node states. A node is stale when it has missed three report intervals:
 // what it last said may no longer be true, so it does not count as a holder.

@@ -73,6 +73,11 @@ type Server struct {
 
 	// trust judges MUNGE credentials (auth.go); nil when munge is off.
 	trust *trust
+	// known is Slurm's node list (identity.go), read for MUNGE and for
+	// fabric_features; nil with neither.
+	known *knownNodes
+	// instance names this process in swarm plans (api.SwarmPlan.Instance).
+	instance string
 	// nodeTokens maps each per-node token's sha256 to its node (auth.go).
 	nodeTokens atomic.Pointer[map[[32]byte]string]
 	// forgetting is true while forgetLeft runs.
@@ -99,7 +104,7 @@ type Server struct {
 // close db.
 func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logrus.Logger) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.checkRemoved(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	if log == nil {
@@ -110,6 +115,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
 		staleAfter: placement.StaleAfter(cfg.ReportInterval),
 		swarms:     newSwarms(),
+		instance:   uuid.NewString(),
 		now:        time.Now,
 		queue:      make(chan *queued, 4*cfg.MaxBatch),
 		stop:       make(chan struct{}),
@@ -148,10 +154,11 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 }
 
 // Close stops the report writer after it has answered every report queued,
-// and the feature reconciler.
+// the swarms' expiry, and the feature reconciler.
 func (s *Server) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
+	s.swarms.stopped()
 	s.features.wait()
 }
 

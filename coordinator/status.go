@@ -76,6 +76,7 @@ func (s *Server) Status(now time.Time) *api.Status {
 		Swarms: s.nameSwarms(swarms), SwarmBytes: traffic, Seeds: seeds}
 	st.ReportInterval, st.StaleAfter, st.StallAfter = s.header()
 	st.Features = s.features.status()
+	st.FabricsFrom = s.fabricsFrom()
 	fabrics := f.FabricNames()
 	for _, name := range fabrics {
 		fa := f.Fabrics[name]

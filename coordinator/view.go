@@ -33,6 +33,9 @@ type view struct {
 	// empty after a restart, which costs one full decode per node.
 	keys map[string][32]byte
 	cat  *placement.Catalog
+	// files indexes cat's fetched files by source, for the swarms
+	// (swarmcheck.go).
+	files map[string]catalogFile
 	// catID and catGen are the catalog's identity and generation, read
 	// with cat, so that GET /v1/models never pairs models with another
 	// generation's number.
@@ -52,6 +55,9 @@ type viewNode struct {
 	// cacheDir is where the node fetches to; gc asks about the cache
 	// names it reported there.
 	cacheDir string
+	// peerAddr is its chunk server's address, "" none: swarm plans offer
+	// it to the node's fabric.
+	peerAddr string
 }
 
 // presenceNode is the one place a stored node becomes a node of the
@@ -65,6 +71,7 @@ func presenceNode(n *store.Node) *viewNode {
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,
 		cacheDir:     n.CacheDir,
+		peerAddr:     n.PeerAddr,
 	}
 	if len(n.Fetches) > 0 {
 		vn.Fetches = make([]placement.Fetch, len(n.Fetches))
@@ -110,6 +117,7 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	}
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
+	v.files = catalogFiles(models)
 	v.catID, v.catGen = catID, catGen
 	return nil
 }

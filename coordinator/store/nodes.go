@@ -29,6 +29,8 @@ type Node struct {
 	// GPUMemory is the node's total GPU memory in bytes, 0 when unknown.
 	GPUMemory    int64
 	AgentVersion string
+	// PeerAddr is the node's chunk server address (swarm peers), "" none.
+	PeerAddr string
 	// Received is when the coordinator stored the report (its own clock).
 	Received   time.Time
 	ReportTime time.Time // the agent's clock
@@ -80,15 +82,15 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	db.stmts = stmts{
 		upsertNode: p(`INSERT INTO nodes (name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes, peer_addr)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET fabric = excluded.fabric, looked = excluded.looked,
 				cache_dir = excluded.cache_dir, cache_free_bytes = excluded.cache_free_bytes,
 				cache_total_bytes = excluded.cache_total_bytes, agent_version = excluded.agent_version,
 				received = excluded.received, report_time = excluded.report_time,
 				report_id = excluded.report_id, started = excluded.started, seq = excluded.seq,
 				weights_hash = excluded.weights_hash, errors = excluded.errors,
-				gpu_memory_bytes = excluded.gpu_memory_bytes`),
+				gpu_memory_bytes = excluded.gpu_memory_bytes, peer_addr = excluded.peer_addr`),
 		putPresence: p(`INSERT INTO presence (node, weights) VALUES (?, ?)
 			ON CONFLICT (node) DO UPDATE SET weights = excluded.weights`),
 		delFetches: p(`DELETE FROM fetches WHERE node = ?`),
@@ -220,7 +222,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 	}
 	n := &Node{
 		Name: r.Node, Fabric: r.Fabric, Looked: r.Looked, CacheDir: cacheDir,
-		CacheFree: r.Cache.FreeBytes, CacheTotal: r.Cache.TotalBytes, GPUMemory: r.GPUMemory, AgentVersion: r.AgentVersion,
+		CacheFree: r.Cache.FreeBytes, CacheTotal: r.Cache.TotalBytes, GPUMemory: r.GPUMemory, AgentVersion: r.AgentVersion, PeerAddr: r.PeerAddr,
 		Received: fromNanos(recv), ReportTime: r.Time.UTC(), ReportID: r.ID, Started: r.Started.UTC(), Seq: r.Seq,
 		Errors: r.Errors, Fetches: r.Fetches,
 	}
@@ -290,7 +292,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		errs = string(b)
 	}
 	if _, err := st.upsertNode.ExecContext(ctx, r.Node, r.Fabric, r.Looked, cacheDir, r.Cache.FreeBytes,
-		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory); err != nil {
+		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory, r.PeerAddr); err != nil {
 		return nil, hash, fmt.Errorf("node: %w", err)
 	}
 	if !known || hash != prev.hash {
@@ -333,7 +335,7 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `SELECT name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes FROM nodes ORDER BY name`)
+		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes, peer_addr FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -344,7 +346,7 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 		var recv, rt, started int64
 		var errs string
 		if err := rows.Scan(&n.Name, &n.Fabric, &n.Looked, &n.CacheDir, &n.CacheFree, &n.CacheTotal,
-			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory); err != nil {
+			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory, &n.PeerAddr); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}

@@ -111,6 +111,10 @@ func (db *DB) Unpin(ctx context.Context, name string) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE catalog_files SET pinned_sha256 = '', pinned_etag = '', pinned_node = '', pinned = 0 WHERE name = ?`, name); err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}
+	// The chunk digests are of the pinned bytes: they go with the pin.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM chunk_sums WHERE name = ?`, name); err != nil {
+		return fmt.Errorf("repin %s: %w", name, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}

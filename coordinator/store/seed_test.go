@@ -127,9 +127,10 @@ func TestSeedMigratesAnOlderDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to before the seed migration: its tables go, and those of
-	// every later one (0010_catalog_hub.sql), which open makes again.
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_hub_files; DROP TABLE catalog_hub;
-		PRAGMA user_version = %d`, seedMigration-1)); err != nil {
+	// every later one (0009_chunk_sums.sql, 0010_catalog_hub.sql), which
+	// open makes again.
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE chunk_sums; ALTER TABLE nodes DROP COLUMN peer_addr;
+		DROP TABLE catalog_hub_files; DROP TABLE catalog_hub; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
