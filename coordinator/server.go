@@ -516,15 +516,18 @@ func (*readBodyBuf) Close() error { return nil }
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.db.Ping(ctx); err != nil {
-		s.metrics.dbErrors.WithLabelValues("ping").Inc()
-		s.log.WithError(err).Error("database unusable")
-		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
-	}
+	// The write first: it looks at the files before sqlite does, and a
+	// read of a database gone read-only is what can crash the process
+	// (store/freeze.go).
 	if err := s.db.CanWrite(ctx); err != nil {
 		s.metrics.dbErrors.WithLabelValues("ping").Inc()
 		s.log.WithError(err).Error("database read-only")
 		return api.Errorf(api.CodeUnavailable, "%v; reports and catalog changes would fail", err)
+	}
+	if err := s.db.Ping(ctx); err != nil {
+		s.metrics.dbErrors.WithLabelValues("ping").Inc()
+		s.log.WithError(err).Error("database unusable")
+		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
 	}
 	if !s.dbOK.Load() {
 		return api.Errorf(api.CodeUnavailable, "the last database write failed; see the coordinator's log")

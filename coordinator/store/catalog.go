@@ -262,14 +262,14 @@ func putFiles(ctx context.Context, tx *sql.Tx, m *api.Model) error {
 
 // Models returns the catalog in name order.
 func (db *DB) Models(ctx context.Context) ([]api.Model, error) {
-	return listModels(ctx, db.r)
+	return listModels(ctx, db.cr())
 }
 
 // CatalogIdentity returns the catalog's identity, made once with the
 // database, and its generation, which every change to the catalog raises
 // by one (see migrations/0004_catalog_identity.sql).
 func (db *DB) CatalogIdentity(ctx context.Context) (id string, generation int64, err error) {
-	err = db.r.QueryRowContext(ctx, `SELECT id, generation FROM catalog_identity`).Scan(&id, &generation)
+	err = db.cr().QueryRowContext(ctx, `SELECT id, generation FROM catalog_identity`).Scan(&id, &generation)
 	if err != nil {
 		return "", 0, fmt.Errorf("catalog identity: %w", err)
 	}
@@ -278,18 +278,18 @@ func (db *DB) CatalogIdentity(ctx context.Context) (id string, generation int64,
 
 // Model returns one catalog entry, or an error wrapping ErrNotFound.
 func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
-	m, err := scanModel(db.r.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
+	m, err := scanModel(db.cr().QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
 	if err == sql.ErrNoRows {
 		return api.Model{}, fmt.Errorf("model %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
 		return api.Model{}, fmt.Errorf("model %s: %w", name, err)
 	}
-	if err := readFiles(ctx, db.r, &m); err != nil {
+	if err := readFiles(ctx, db.cr(), &m); err != nil {
 		return api.Model{}, err
 	}
 	if m.SHA256 == "" && !m.IsSet() {
-		if err := readPin(ctx, db.r, &m); err != nil {
+		if err := readPin(ctx, db.cr(), &m); err != nil {
 			return api.Model{}, err
 		}
 	}
@@ -307,7 +307,7 @@ func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
 func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Model, bool, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
 	}
@@ -385,7 +385,7 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)
 	}

@@ -68,17 +68,17 @@ func (s *stmts) close() {
 	}
 }
 
-func (db *DB) prepare(ctx context.Context) error {
+func prepare(ctx context.Context, w *sql.DB) (stmts, error) {
 	var err error
 	p := func(q string) *sql.Stmt {
 		if err != nil {
 			return nil
 		}
 		var st *sql.Stmt
-		st, err = db.w.PrepareContext(ctx, q)
+		st, err = w.PrepareContext(ctx, q)
 		return st
 	}
-	db.stmts = stmts{
+	s := stmts{
 		upsertNode: p(`INSERT INTO nodes (name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
 				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -95,11 +95,14 @@ func (db *DB) prepare(ctx context.Context) error {
 		insFetch: p(`INSERT INTO fetches (node, source, bytes_done, bytes_total, rate, started, progressed)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`),
 	}
-	return err
+	if err != nil {
+		s.close()
+	}
+	return s, err
 }
 
 func (db *DB) loadMeta(ctx context.Context) error {
-	rows, err := db.w.QueryContext(ctx, `SELECT n.name, n.started, n.seq, n.received, n.weights_hash,
+	rows, err := db.cw().QueryContext(ctx, `SELECT n.name, n.started, n.seq, n.received, n.weights_hash,
 		EXISTS (SELECT 1 FROM fetches f WHERE f.node = n.name) FROM nodes n`)
 	if err != nil {
 		return fmt.Errorf("load nodes: %w", err)
@@ -164,18 +167,22 @@ func (db *DB) Ingest(ctx context.Context, reports []*api.Report, now time.Time) 
 
 // IngestBatch is Ingest for reports some of which carry SameWeights.
 func (db *DB) IngestBatch(ctx context.Context, reports []Incoming, now time.Time) ([]Outcome, error) {
+	// Looked at before sqlite touches the files: see freeze.go.
+	if err := db.checkFrozen(); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	defer tx.Rollback()
 	st := stmts{
-		upsertNode:  tx.StmtContext(ctx, db.stmts.upsertNode),
-		putPresence: tx.StmtContext(ctx, db.stmts.putPresence),
-		delFetches:  tx.StmtContext(ctx, db.stmts.delFetches),
-		insFetch:    tx.StmtContext(ctx, db.stmts.insFetch),
+		upsertNode:  tx.StmtContext(ctx, db.st().upsertNode),
+		putPresence: tx.StmtContext(ctx, db.st().putPresence),
+		delFetches:  tx.StmtContext(ctx, db.st().delFetches),
+		insFetch:    tx.StmtContext(ctx, db.st().insFetch),
 	}
 	out := make([]Outcome, len(reports))
 	// Changes to meta apply only once the transaction commits.
@@ -327,7 +334,7 @@ func b2i(b bool) byte {
 // and after a catalog change.
 func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	// One read transaction, so the three queries see one state.
-	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := db.cr().BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -446,7 +453,7 @@ type Presence struct {
 // an error wrapping ErrNotFound when the node never reported.
 func (db *DB) NodePresence(ctx context.Context, node string) ([]Presence, error) {
 	var arr sql.NullString
-	err := db.r.QueryRowContext(ctx, `SELECT p.weights FROM nodes n LEFT JOIN presence p ON p.node = n.name
+	err := db.cr().QueryRowContext(ctx, `SELECT p.weights FROM nodes n LEFT JOIN presence p ON p.node = n.name
 		WHERE n.name = ?`, node).Scan(&arr)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("node %s: %w", node, ErrNotFound)
@@ -474,7 +481,7 @@ func (db *DB) NodePresence(ctx context.Context, node string) ([]Presence, error)
 func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("delete nodes: %w", err)
 	}
@@ -507,7 +514,7 @@ func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error)
 func (db *DB) SetNodeToken(ctx context.Context, node string, hash [32]byte, now time.Time) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	_, err := db.w.ExecContext(ctx, `INSERT INTO node_tokens (node, sha256, created) VALUES (?, ?, ?)
+	_, err := db.cw().ExecContext(ctx, `INSERT INTO node_tokens (node, sha256, created) VALUES (?, ?, ?)
 		ON CONFLICT (node) DO UPDATE SET sha256 = excluded.sha256, created = excluded.created`, node, hash[:], nanos(now))
 	if err != nil {
 		return fmt.Errorf("store the token of node %s: %w", node, err)
@@ -518,7 +525,7 @@ func (db *DB) SetNodeToken(ctx context.Context, node string, hash [32]byte, now 
 
 // NodeTokens returns every node token's sha256 with its node.
 func (db *DB) NodeTokens(ctx context.Context) (map[[32]byte]string, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT node, sha256 FROM node_tokens`)
+	rows, err := db.cr().QueryContext(ctx, `SELECT node, sha256 FROM node_tokens`)
 	if err != nil {
 		return nil, fmt.Errorf("load node tokens: %w", err)
 	}
