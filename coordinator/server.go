@@ -58,6 +58,8 @@ type Server struct {
 	gc gcPending
 	// seeds holds the seed requests still asking nodes (seed.go).
 	seeds seedPending
+	// grants are the copies granted for eviction (evict.go).
+	grants grants
 	// swarms are the fabrics' swarms (swarm.go).
 	swarms *swarms
 	// dbOK is false after a write failed, until one succeeds: readiness
@@ -174,6 +176,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
 	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
+	s.route(mux, "POST /v1/evict", roleAgent, s.postEvict)
 	s.route(mux, "POST /v1/seed", roleAdmin, s.postSeed)
 	s.route(mux, "GET /v1/seed/{id}", roleRead, s.getSeed)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
