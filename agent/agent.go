@@ -73,6 +73,7 @@ type Agent struct {
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
+	evict       evictState // evict.go; its own lock
 }
 
 // kick is a request to one of the agent's loops.
@@ -197,6 +198,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			HFTokenFile:  a.cfg.HFTokenFile,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
+			MakeRoom:     a.makeRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}
@@ -594,6 +596,8 @@ func (a *Agent) loop(ctx context.Context) {
 		if a.scan(ctx) {
 			soon()
 		}
+		// Above cache_high, down to cache_low; a removal kicks a scan.
+		a.evictIfHigh(ctx)
 		scanT.Reset(a.Config().ScanInterval)
 	}
 	for {

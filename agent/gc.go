@@ -35,6 +35,19 @@ func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api
 		}
 	}
 	ans := gcAnswer(cfg.Node, res)
+	// What eviction did lately, and what it would do now: the operator's
+	// one place to see why the cache holds what it holds.
+	// A name gc already answered about is gc's: it is listed once.
+	seen := make(map[string]bool, len(ans.Files))
+	for _, f := range ans.Files {
+		seen[f.Name] = true
+	}
+	for _, f := range a.evictionListing(ctx, cfg) {
+		if !seen[f.Name] {
+			seen[f.Name] = true
+			ans.Files = append(ans.Files, f)
+		}
+	}
 	log := a.log.WithFields(logrus.Fields{"gc": ask.ID, "collect": ask.Collect, "asked": len(ask.Remove),
 		"removed": res.Count(gc.Removed), "refused": res.Count(gc.Refused), "kept": res.Count(gc.Kept), "freed_bytes": res.Freed})
 	if res.Held != "" {

@@ -63,10 +63,15 @@ type GCAsk struct {
 
 // GCFile is what a node did with one file (see weights/gc.File).
 type GCFile struct {
-	Name   string `json:"name"`
-	Path   string `json:"path,omitempty"`
-	Asked  bool   `json:"asked,omitempty"`
-	Action string `json:"action"` // listed, removed, kept, refused, failed
+	Name  string `json:"name"`
+	Path  string `json:"path,omitempty"`
+	Asked bool   `json:"asked,omitempty"`
+	// Action is listed, removed, kept, refused, failed, or evicted: removed
+	// by the agent's eviction under pressure before this request (Reason
+	// says when, why, and what triggered it). Eviction's plan, when the
+	// cache is above cache_high, shows as listed and kept files whose
+	// Reason begins "eviction".
+	Action string `json:"action"`
 	Reason string `json:"reason"`
 	Size   int64  `json:"size_bytes,omitempty"`
 }

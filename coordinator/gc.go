@@ -234,9 +234,9 @@ func validGCAnswer(a *api.GCAnswer) error {
 	for i := range a.Files {
 		f := &a.Files[i]
 		switch f.Action {
-		case "listed", "removed", "kept", "refused", "failed":
+		case "listed", "removed", "kept", "refused", "failed", "evicted":
 		default:
-			return bad("files[%d]: action %q is not listed, removed, kept, refused or failed", i, f.Action)
+			return bad("files[%d]: action %q is not listed, removed, kept, refused, failed or evicted", i, f.Action)
 		}
 		f.Name, f.Path = clip(f.Name, MaxPath), clip(f.Path, MaxPath)
 		f.Reason = clip(f.Reason, maxErrorText)

@@ -56,6 +56,9 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 		if count["failed"] > 0 {
 			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["failed"], "removal") + " failed"
 		}
+		if count["evicted"] > 0 {
+			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["evicted"], "file") + " evicted under pressure lately"
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", n.Node, len(n.Asked), removed, count["kept"],
 			count["refused"], catalog.FormatBytes(bytes), dash(note))
 	}

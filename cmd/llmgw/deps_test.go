@@ -48,6 +48,7 @@ var importRules = map[string]struct {
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
+	"internal/loopfs":      {nil, "tests' ext4 loop filesystem stands alone, like fusetest"},
 	"scripts/bench/evict":  {[]string{"weights/evict"}, "the eviction replay runs the agent's own policy and nothing else"},
 }
 
@@ -57,7 +58,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest", "internal/loopfs"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
 }
 
 type listedPackage struct {

@@ -32,6 +32,21 @@ type Copy struct {
 	// one identity, or when an operator forces a gc.
 	TrustedID         string `json:"trusted_catalog_id,omitempty"`
 	TrustedGeneration int64  `json:"trusted_generation,omitempty"`
+
+	// Superseded are cache names an admin's own change dropped from a
+	// model still or once in the catalog (a source replaced by models add,
+	// an entry removed by models rm), each with the model that wanted it:
+	// the coordinator's record (api.Models.Superseded). gc removes them
+	// without counting them against gc_max_share, and eviction takes them
+	// right after what nothing ever wanted.
+	Superseded map[string]string `json:"superseded,omitempty"`
+}
+
+// SupersededBy says whether the cache name was dropped from a model by an
+// admin's change, and from which.
+func (c Copy) SupersededBy(name string) (string, bool) {
+	m, ok := c.Superseded[name]
+	return m, ok
 }
 
 // Refreshed returns next, a catalog just read from a coordinator, with the
@@ -250,8 +265,15 @@ func decodeCopy(b []byte) (Copy, bool) {
 			v, ok := s.Int(64)
 			c.TrustedGeneration = v
 			return ok
+		case "superseded":
+			c.Superseded = map[string]string{}
+			return s.Object(func(name string) bool {
+				v, ok := s.String()
+				c.Superseded[name] = v
+				return ok
+			})
 		}
-		return jsonlite.Unknown(name, "coordinator", "fetched", "models", "catalog_id", "generation", "trusted_catalog_id", "trusted_generation") && s.Skip()
+		return jsonlite.Unknown(name, "coordinator", "fetched", "models", "catalog_id", "generation", "trusted_catalog_id", "trusted_generation", "superseded") && s.Skip()
 	})
 	return c, ok && s.End()
 }

@@ -234,6 +234,12 @@ type Fetcher struct {
 	// stream reconnects and resumes.
 	MinSpeed int64
 
+	// MakeRoom, when set, is asked to free need bytes on the filesystem
+	// holding dir before a fetch that does not fit is refused (the agent
+	// evicts, weights/evict); it returns what it freed and, when that is
+	// short, what holds the rest and why, for the refusal to say.
+	MakeRoom func(ctx context.Context, dir string, need int64) (freed int64, held string)
+
 	mu            sync.Mutex
 	inflight      map[string]*call
 	defaultClient *http.Client

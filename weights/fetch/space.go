@@ -149,13 +149,24 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 	if need > 0 {
 		free, mount, serr := statfsFree(dir)
 		others, n := b.others(d.part)
+		if serr == nil && need > free-others && d.f.MakeRoom != nil {
+			// Evict first, with the record released: eviction looks at
+			// the claims too, and a fetch elsewhere may be waiting on it.
+			b.close()
+			_, held := d.f.MakeRoom(ctx, dir, need-(free-others))
+			if b, err = d.f.openBook(ctx, dir); err != nil {
+				return func() {}, checkSpace(dir, need)
+			}
+			free, mount, serr = statfsFree(dir)
+			others, n = b.others(d.part)
+			if serr == nil && need > free-others {
+				b.close()
+				return nil, noRoom(need, free, others, n, mount, held)
+			}
+		}
 		if serr == nil && need > free-others {
 			b.close()
-			if n == 0 {
-				return nil, fmt.Errorf("%w: needs %s, %s free on %s", ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
-			}
-			return nil, fmt.Errorf("%w: needs %s, %s free on %s of which %s is claimed by fetches in flight (%d)",
-				ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount, catalog.FormatBytes(others), n)
+			return nil, noRoom(need, free, others, n, mount, "")
 		}
 	}
 	b.set(claim{PID: os.Getpid(), Part: d.part, Size: size})
@@ -171,6 +182,35 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 		b.close()
 	}, nil
 }
+
+// noRoom is the refusal of a fetch of need bytes that did not fit; held,
+// when set, is what eviction could not remove and why.
+func noRoom(need, free, others int64, n int, mount, held string) error {
+	msg := fmt.Sprintf("needs %s, %s free on %s", catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
+	if n > 0 {
+		msg += fmt.Sprintf(" of which %s is claimed by fetches in flight (%d)", catalog.FormatBytes(others), n)
+	}
+	if held != "" {
+		msg += "; " + held
+	}
+	return fmt.Errorf("%w: %s", ErrNoSpace, msg)
+}
+
+// Claimed is what the fetches in flight on the filesystem holding dir
+// will still write: the room eviction must leave them.
+func (f *Fetcher) Claimed(ctx context.Context, dir string) (int64, error) {
+	b, err := f.openBook(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer b.close()
+	n, _ := b.others("")
+	return n, nil
+}
+
+// Reserve is the free space a stream without a length leaves on the
+// filesystem holding dir (cache_reserve, or its default); 0 for none.
+func (f *Fetcher) Reserve(dir string) int64 { return max(0, f.reserve(dir)) }
 
 // reserve is the free space a stream without a length leaves on the
 // filesystem: CacheReserve, or by default 5% of it up to 10 GB; -1 for

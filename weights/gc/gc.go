@@ -124,6 +124,9 @@ type Options struct {
 	// file is removed (each is kept, saying so) and the run returns. The
 	// Epilog sets it so that job end is never held up by a slow unlink.
 	Deadline time.Time
+
+	// evict is set by Evict: a wanted name may go.
+	evict bool
 }
 
 // File is what gc did with one file, and why.
@@ -405,7 +408,7 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		f.Action, f.Reason = Refused, notCacheName(name)
 		return f, nil
 	}
-	if m, ok := g.wanted[name]; ok {
+	if m, ok := g.wanted[name]; ok && !g.opt.evict {
 		if !asked {
 			return File{}, nil // wanted and found by listing: leave it unsaid
 		}
