@@ -241,6 +241,7 @@ type Fetcher struct {
 	MakeRoom func(ctx context.Context, dir string, need int64) (freed int64, held string)
 
 	mu            sync.Mutex
+	sizes         map[string]int64 // sources' sizes probeSize learnt
 	inflight      map[string]*call
 	defaultClient *http.Client
 }
@@ -332,6 +333,17 @@ func (f *Fetcher) ensureRemote(ctx context.Context, source, set string, want Wan
 		return "", &Error{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
+	}
+
+	if set != "" {
+		// The whole set's room before this file's first byte.
+		if err := f.claimSetOf(ctx, set, source); err != nil {
+			var fe *Error
+			if errors.As(err, &fe) {
+				return "", err
+			}
+			return "", &Error{Source: source, Op: "get", Err: err}
+		}
 	}
 
 	f.mu.Lock()

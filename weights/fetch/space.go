@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -40,6 +41,11 @@ type claim struct {
 	PID  int    `json:"pid"`
 	Part string `json:"part"`
 	Size int64  `json:"size"`
+	// Set marks the claim of a whole set (ClaimSet): Part is its directory,
+	// Size every file's, and what its directory holds is what is done.
+	Set bool `json:"set,omitempty"`
+	// Until, when set, is when the claim lapses (Unix nanoseconds).
+	Until int64 `json:"until,omitempty"`
 }
 
 // remaining is what the claim's fetch will still write: its size less what
@@ -47,6 +53,9 @@ type claim struct {
 func (c claim) remaining() int64 {
 	if c.Size <= 0 {
 		return 0
+	}
+	if c.Set {
+		return max(0, c.Size-dirUsage(c.Part))
 	}
 	var st unix.Stat_t
 	if unix.Stat(c.Part, &st) != nil {
@@ -58,6 +67,12 @@ func (c claim) remaining() int64 {
 // alive reports whether the process that made the claim still runs. A
 // killed fetch leaves its claim behind; it is dropped at the next look.
 func (c claim) alive() bool {
+	if c.Until != 0 && time.Now().UnixNano() > c.Until {
+		return false
+	}
+	if c.Set && c.remaining() == 0 {
+		return false // the set is complete
+	}
 	return c.PID == os.Getpid() || unix.Kill(c.PID, 0) != unix.ESRCH
 }
 
@@ -95,6 +110,31 @@ func (f *Fetcher) openBook(ctx context.Context, dir string) (*spaceBook, error) 
 	}
 	b.claims = slices.DeleteFunc(b.claims, func(c claim) bool { return !c.alive() })
 	return b, nil
+}
+
+// othersThan is what the claims other than the one on path will still
+// write, whoever made them.
+func (b *spaceBook) othersThan(path string) (bytes int64, n int) {
+	for _, c := range b.claims {
+		if c.Part == path {
+			continue
+		}
+		if r := c.remaining(); r > 0 {
+			bytes += r
+			n++
+		}
+	}
+	return bytes, n
+}
+
+// setOf is the live set claim a fetch into dir falls under, if any.
+func (b *spaceBook) setOf(dir string) bool {
+	for _, c := range b.claims {
+		if c.Set && c.Part == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // others is what the claims other than part's will still write.
@@ -145,6 +185,11 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 		// No record: the fetch still has the plain check and ENOSPC.
 		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
 		return func() {}, checkSpace(dir, need)
+	}
+	if b.setOf(dir) {
+		// A file of a set claimed whole: its room is in the set's claim.
+		b.close()
+		return func() {}, nil
 	}
 	if need > 0 {
 		free, mount, serr := statfsFree(dir)
