@@ -65,6 +65,9 @@ func Entries(opt Options) ([]Entry, error) {
 	live := map[string]bool{}
 	var out []Entry
 	for _, name := range names {
+		if _, _, nested := nestedPartial(name); nested {
+			continue // the set's own stat says whether a fetch is live in it
+		}
 		if base, partial := partialOf(name); partial {
 			if fi, err := root.Lstat(name); err == nil && time.Since(fi.ModTime()) < partQuiet {
 				live[base] = true
