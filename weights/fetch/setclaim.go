@@ -52,6 +52,11 @@ func (f *Fetcher) ClaimSet(ctx context.Context, set string, files []SetFile) err
 	var total int64
 	for _, sf := range files {
 		size := sf.Size
+		if fi, err := os.Lstat(catalog.SetFilePath(dir, sf.Source)); err == nil && fi.Mode().IsRegular() && size <= 0 {
+			// Already there, whole (only a verified file gets its name):
+			// its size is known without asking the origin.
+			size = fi.Size()
+		}
 		if size <= 0 {
 			f.mu.Lock()
 			size = f.sizes[sf.Source]
@@ -129,9 +134,10 @@ func (f *Fetcher) claimSetOf(ctx context.Context, set, source string) error {
 	return f.ClaimSet(ctx, set, files)
 }
 
-// probeSize asks the origin the size of source with a one-byte range
+// probeSize asks the origin the size of source: a HEAD, else (an origin
+// that refuses HEAD, as a URL signed for GET does) a one-byte range
 // request, through the same request path as a fetch (hub token, redirect
-// rules, retries).
+// rules; the range request with retries).
 func (f *Fetcher) probeSize(ctx context.Context, source string) (int64, error) {
 	rem, err := parseRemote(source, f.hfEndpoint())
 	if err != nil {
@@ -142,6 +148,9 @@ func (f *Fetcher) probeSize(ctx context.Context, source string) (int64, error) {
 		if d.token, err = f.hfToken(); err != nil {
 			return 0, err
 		}
+	}
+	if n, ok := d.head(ctx); ok {
+		return n, nil
 	}
 	b, err := d.open(ctx, 0, 0, "")
 	if err != nil {
@@ -159,6 +168,30 @@ func (f *Fetcher) probeSize(ctx context.Context, source string) (int64, error) {
 		return resp.ContentLength, nil
 	}
 	return 0, fmt.Errorf("the origin gave no size (%s, Content-Range %q)", resp.Status, resp.Header.Get("Content-Range"))
+}
+
+// head asks the origin for the file's length with a HEAD.
+func (d *download) head(ctx context.Context) (int64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, d.f.idleTimeout())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, d.rem.url, nil)
+	if err != nil {
+		return 0, false
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("User-Agent", "llmgw")
+	if d.token != "" && req.URL.Host == d.rem.hubHost {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	resp, err := d.client().Do(req)
+	if err != nil {
+		return 0, false
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ContentLength < 0 {
+		return 0, false
+	}
+	return resp.ContentLength, true
 }
 
 // dirUsage is the bytes the regular files directly in dir occupy.
