@@ -129,6 +129,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
+		a.noteGCHeldLocked(cp)
+	}
 	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
 		log.Warn("no token file and no munge_socket configured: reports are sent without a token, which the coordinator refuses; install this node's own token ('llmgw nodes token NODE --out FILE') as token_file, or set munge_socket")
 	}
@@ -330,6 +333,7 @@ func (a *Agent) buildReport() *api.Report {
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
 	r.PeerAddr = a.swarm.addr
+	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
 	a.last = &r
 	return &r
 }
@@ -421,10 +425,31 @@ func (a *Agent) catalogOK(cp catalog.Copy) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
+	a.noteGCHeldLocked(cp)
 	if a.catalogFail != "" {
 		a.log.Info("catalog copy up to date again")
 	}
 	a.catalogFail = ""
+}
+
+// noteGCHeldLocked keeps whether the catalog copy cp holds this node's
+// gc, for the report, the socket's status and the metric; a change is
+// logged once. a.mu is held.
+func (a *Agent) noteGCHeldLocked(cp catalog.Copy) {
+	why := cp.Distrust()
+	if why != a.catalog.GCHeld {
+		if why != "" {
+			a.log.WithField("since", cp.DistrustSince).Warn("gc held: " + why + "; 'llmgw gc --trust' adopts the current catalog")
+		} else if a.catalog.GCHeld != "" {
+			a.log.Info("gc no longer held: this node trusts the catalog again")
+		}
+	}
+	a.catalog.GCHeld, a.catalog.GCHeldSince = why, cp.DistrustSince
+	if why != "" {
+		a.metrics.gcHeld.Set(1)
+	} else {
+		a.metrics.gcHeld.Set(0)
+	}
 }
 
 func (a *Agent) catalogFailed(err error) {

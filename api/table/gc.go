@@ -22,6 +22,9 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 	case st.Force:
 		mode = "collect, forced: nodes remove what they agree is garbage, even against a catalog they do not trust and beyond gc_max_share"
 	}
+	if st.Trust {
+		mode += "; the current catalog is adopted as the one every node trusts"
+	}
 	fmt.Fprintf(w, "gc %s (%s)\n\n", st.ID, mode)
 	if len(st.Nodes) == 0 {
 		fmt.Fprintln(w, "(no node has reported to this coordinator, so none was asked)")

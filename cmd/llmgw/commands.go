@@ -51,7 +51,7 @@ func init() {
 		{name: "models", synopsis: "add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES] | rm NAME | repin NAME | list [--json]", summary: "show and change the model catalog", run: modelsCmd},
 		{name: "status", synopsis: "[MODEL] [--json]", summary: "per fabric: which models are held (shared/local), fetching, stale nodes", run: statusCmd},
 		{name: "nodes", synopsis: "token NODE [--out FILE] | rm NODE", summary: "make a node's own token; forget a node", run: nodesCmd},
-		{name: "gc", synopsis: "[--collect [--force]] [--node NAME] [--json]", summary: "reclaim fetched weights no catalog entry wants, node by node (lists unless --collect)", run: gcCmd},
+		{name: "gc", synopsis: "[--collect [--force]] [--trust] [--node NAME] [--json]", summary: "reclaim fetched weights no catalog entry wants, node by node (lists unless --collect)", run: gcCmd},
 		{name: "seed", synopsis: "MODEL --fabric F [--copies K | --nodes HOSTLIST] [--wait DURATION | --no-wait] [--ask-for DURATION] [--json]", summary: "put copies of a model into a fabric before jobs ask (one origin read, then peers)", run: seedCmd},
 		{name: "features", synopsis: "[--dry-run] [--json]", summary: "reconcile Slurm node features now (through the coordinator)", run: featuresCmd},
 		{name: "place", synopsis: "--model M [-N COUNT] [--partition P] [--json]", summary: "rank nodes for a job that wants a model, with the reasons", run: placeCmd},

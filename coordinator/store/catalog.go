@@ -368,8 +368,20 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 			return api.Model{}, false, fmt.Errorf("put model %s: match presence: %w", m.Name, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE catalog_identity SET generation = generation + 1`); err != nil {
-		return api.Model{}, false, fmt.Errorf("put model %s: catalog generation: %w", m.Name, err)
+	var dropped, wanted []string
+	now2 := cacheNames(m)
+	for n := range now2 {
+		wanted = append(wanted, n)
+	}
+	if !created {
+		for n := range cacheNames(old) {
+			if !now2[n] {
+				dropped = append(dropped, n)
+			}
+		}
+	}
+	if err := changed(ctx, tx, now, m.Name, dropped, wanted); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
@@ -390,6 +402,15 @@ func (db *DB) DeleteModel(ctx context.Context, name string) error {
 		return fmt.Errorf("delete model %s: %w", name, err)
 	}
 	defer tx.Rollback()
+	var dropped []string
+	if old, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name)); err == nil {
+		if err := readFiles(ctx, tx, &old); err != nil {
+			return fmt.Errorf("delete model %s: %w", name, err)
+		}
+		for n := range cacheNames(old) {
+			dropped = append(dropped, n)
+		}
+	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM catalog WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)
@@ -404,8 +425,8 @@ func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	if err := rematch(ctx, tx, match, []string{modelNeedle(name)}); err != nil {
 		return fmt.Errorf("delete model %s: unmatch presence: %w", name, err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE catalog_identity SET generation = generation + 1`); err != nil {
-		return fmt.Errorf("delete model %s: catalog generation: %w", name, err)
+	if err := changed(ctx, tx, time.Now(), name, dropped, nil); err != nil {
+		return fmt.Errorf("delete model %s: %w", name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)

@@ -36,6 +36,10 @@ type Node struct {
 	Started    time.Time
 	Seq        int64
 	Errors     []string
+	// GCHeld is why the node's gc is held by the catalog (api.Report), and
+	// GCHeldSince since when; empty while it trusts the catalog.
+	GCHeld      string
+	GCHeldSince time.Time
 	// Holdings are the reported weights that match a catalog entry,
 	// complete or not, in path order.
 	Holdings []Holding
@@ -80,15 +84,17 @@ func prepare(ctx context.Context, w *sql.DB) (stmts, error) {
 	}
 	s := stmts{
 		upsertNode: p(`INSERT INTO nodes (name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes,
+				gc_held, gc_held_since)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET fabric = excluded.fabric, looked = excluded.looked,
 				cache_dir = excluded.cache_dir, cache_free_bytes = excluded.cache_free_bytes,
 				cache_total_bytes = excluded.cache_total_bytes, agent_version = excluded.agent_version,
 				received = excluded.received, report_time = excluded.report_time,
 				report_id = excluded.report_id, started = excluded.started, seq = excluded.seq,
 				weights_hash = excluded.weights_hash, errors = excluded.errors,
-				gpu_memory_bytes = excluded.gpu_memory_bytes`),
+				gpu_memory_bytes = excluded.gpu_memory_bytes, gc_held = excluded.gc_held,
+				gc_held_since = excluded.gc_held_since`),
 		putPresence: p(`INSERT INTO presence (node, weights) VALUES (?, ?)
 			ON CONFLICT (node) DO UPDATE SET weights = excluded.weights`),
 		delFetches: p(`DELETE FROM fetches WHERE node = ?`),
@@ -229,7 +235,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		Name: r.Node, Fabric: r.Fabric, Looked: r.Looked, CacheDir: cacheDir,
 		CacheFree: r.Cache.FreeBytes, CacheTotal: r.Cache.TotalBytes, GPUMemory: r.GPUMemory, AgentVersion: r.AgentVersion,
 		Received: fromNanos(recv), ReportTime: r.Time.UTC(), ReportID: r.ID, Started: r.Started.UTC(), Seq: r.Seq,
-		Errors: r.Errors, Fetches: r.Fetches,
+		Errors: r.Errors, Fetches: r.Fetches, GCHeld: r.GCHeld, GCHeldSince: r.GCHeldSince.UTC(),
 	}
 	// Clean paths once so that matching and the fingerprint see one
 	// spelling of each. Path order makes holdings, the stored array and
@@ -297,7 +303,8 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		errs = string(b)
 	}
 	if _, err := st.upsertNode.ExecContext(ctx, r.Node, r.Fabric, r.Looked, cacheDir, r.Cache.FreeBytes,
-		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory); err != nil {
+		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory,
+		r.GCHeld, nanos(r.GCHeldSince)); err != nil {
 		return nil, hash, fmt.Errorf("node: %w", err)
 	}
 	if !known || hash != prev.hash {
@@ -340,7 +347,7 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `SELECT name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes FROM nodes ORDER BY name`)
+		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes, gc_held, gc_held_since FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -348,14 +355,14 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	byName := map[string]*Node{}
 	for rows.Next() {
 		n := &Node{}
-		var recv, rt, started int64
+		var recv, rt, started, heldSince int64
 		var errs string
 		if err := rows.Scan(&n.Name, &n.Fabric, &n.Looked, &n.CacheDir, &n.CacheFree, &n.CacheTotal,
-			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory); err != nil {
+			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory, &n.GCHeld, &heldSince); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
-		n.Received, n.ReportTime, n.Started = fromNanos(recv), fromNanos(rt), fromNanos(started)
+		n.Received, n.ReportTime, n.Started, n.GCHeldSince = fromNanos(recv), fromNanos(rt), fromNanos(started), fromNanos(heldSince)
 		if errs != "" {
 			if err := json.Unmarshal([]byte(errs), &n.Errors); err != nil {
 				n.Errors = []string{errs}

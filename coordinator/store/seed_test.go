@@ -126,7 +126,7 @@ func TestSeedMigratesAnOlderDatabase(t *testing.T) {
 	if _, _, err := db.PutModel(ctx, api.Model{Name: "m", Source: "https://example.org/w.gguf"}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(`DROP TABLE seed_asks; DROP TABLE seed_requests; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

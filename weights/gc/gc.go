@@ -260,7 +260,11 @@ func Run(opt Options) Result {
 		if f.Action == "" {
 			continue // a wanted file found by listing: not garbage, not news
 		}
-		if f.Action == Listed {
+		if _, dropped := opt.Catalog.SupersededBy(name); f.Action == Listed && !dropped {
+			// What an admin's own change dropped (models add over an
+			// entry, models rm) was meant: it does not count against
+			// gc_max_share, which guards against a catalog that shrank by
+			// accident.
 			garbage += f.Size
 		}
 		judged = append(judged, judgement{f, fi})
@@ -459,7 +463,11 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	if refused {
 		return f, nil
 	}
-	return g.keepOrList(f, fi, fi.ModTime(), held, "no catalog entry wants it; gc --collect would remove it")
+	why := "no catalog entry wants it; gc --collect would remove it"
+	if m, ok := g.opt.Catalog.SupersededBy(name); ok {
+		why = fmt.Sprintf("an admin's change dropped it from model %s (not counted against gc_max_share); gc --collect would remove it", m)
+	}
+	return g.keepOrList(f, fi, fi.ModTime(), held, why)
 }
 
 // keepOrList ends the judgement of an unwanted cache entry f, found as fi
@@ -473,7 +481,8 @@ func (g *run) keepOrList(f File, fi fs.FileInfo, written time.Time, held, listed
 		}
 	}
 	if g.opt.Recent > 0 && time.Since(written) < g.opt.Recent {
-		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
+		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy; it can go after %s, --force or not",
+			g.opt.Recent, written.Add(g.opt.Recent).UTC().Format(time.RFC3339))
 		return f, nil
 	}
 	if held != "" {
