@@ -110,6 +110,8 @@ var unitDirectives = map[string]string{
 
 // sandbox is how the unit runs the coordinator, from its directives.
 type sandbox struct {
+	// exe is the binary under test, seen as sandboxExe inside.
+	exe         string
 	user, group string
 	uid, gid    int
 	exec        []string // ExecStart, paths as installed
@@ -261,6 +263,16 @@ func (sb sandbox) script(standIn map[string]string, creds string, keep, env, arg
 	// recursive form fails there (as Go's Unshareflags does, which is why
 	// util-linux's unshare, with propagation unchanged, runs this).
 	line("mount -n --make-rprivate / 2>/dev/null || awk '{print $5}' /proc/self/mountinfo | while read -r m; do mount -n --make-private \"$m\" 2>/dev/null || true; done")
+	if len(argv) > 0 && argv[0] == sandboxExe {
+		// The binary under test stands where the package installs it,
+		// whatever the checkout's path: a clone under /tmp, /var/tmp or
+		// /home is hidden by PrivateTmp or ProtectHome, and the unit then
+		// failed with exit 127 ("No such file or directory"). A tmpfs of
+		// the namespace's own holds the name; the bind keeps the
+		// checkout's mount flags, so the file stays executable.
+		line("mount -n -t tmpfs -o mode=0755 llmgw-exe %s", shq(filepath.Dir(sandboxExe)))
+		line(": > %s && mount -n --bind %s %s", shq(sandboxExe), shq(sb.exe), shq(sandboxExe))
+	}
 	for _, d := range sb.stateDirs {
 		line("mount -n --bind %s %s", shq(standIn[d]), shq(d))
 	}
@@ -500,9 +512,15 @@ func (r *unitRig) env() []string {
 
 func (r *unitRig) start(t *testing.T, bin, name string, flags ...string) *sandboxed {
 	t.Helper()
-	return startSandboxed(t, r.sb.script(r.standIn, r.creds, r.keep, r.env(), r.argv(t, bin, flags...)),
+	sb := r.sb
+	sb.exe = bin
+	return startSandboxed(t, sb.script(r.standIn, r.creds, r.keep, r.env(), r.argv(t, sandboxExe, flags...)),
 		filepath.Join(t.TempDir(), name+".log"))
 }
+
+// sandboxExe is where the binary under test is seen inside the sandbox
+// (script binds sandbox.exe there): /mnt, which no unit setting hides.
+const sandboxExe = "/mnt/llmgw"
 
 // nodeFeatures is each node's features as sinfo lists them.
 //
