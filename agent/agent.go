@@ -74,6 +74,7 @@ type Agent struct {
 	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
 	evict       evictState // evict.go; its own lock
+	scanMem     scan.Memory
 }
 
 // kick is a request to one of the agent's loops.
@@ -243,7 +244,9 @@ func scanDirs(cfg Config) []string {
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout})
+	// The memory carries sizes from scan to scan: a touch of a weight
+	// file does not make its model vanish for a scan interval.
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Memory: &a.scanMem})
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
