@@ -308,15 +308,15 @@ func (c Agent) WithDefaults() Agent {
 	return c
 }
 
-// FSTimeout bounds each touch of the weights in a hook (DirTimeout, else
-// DefaultDirTimeout): the bound the scanner gives one directory is the one
-// the hooks give one model's weights, so one setting says how long this
-// node's filers may take to answer.
+// FSTimeout bounds each filesystem operation a hook makes on a job's
+// weights (HookFSTimeout, else DefaultHookFSTimeout): one that has had no
+// answer for it is a filesystem not answering. The whole look is bounded
+// by FetchDeadline, the Prolog's own.
 func (c Agent) FSTimeout() time.Duration {
-	if c.DirTimeout > 0 {
-		return c.DirTimeout
+	if c.HookFSTimeout > 0 {
+		return c.HookFSTimeout
 	}
-	return DefaultDirTimeout
+	return DefaultHookFSTimeout
 }
 
 // CatalogFile is the name of the catalog copy in the state directory.

@@ -205,11 +205,20 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 // drains the node), and neither the agent nor the fetcher bound their
 // stat of a path or of the cache.
 func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
-	path, err := prolog.PresentWithin(p.Config.CacheDir, m, p.Config.FSTimeout())
+	path, err := prolog.PresentWithin(p.Config.CacheDir, m, p.Config.FSTimeout(), p.deadlineLeft(ctx))
 	if err == nil || !errors.Is(err, prolog.ErrNotPresent) {
 		return path, err
 	}
 	return p.ensure(ctx, job, m)
+}
+
+// deadlineLeft is what is left of the Prolog's deadline: the whole budget
+// of a look at the weights.
+func (p *Prolog) deadlineLeft(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return p.Config.FetchDeadline
 }
 
 // refreshCopy writes the catalog the coordinator just gave as the node's
