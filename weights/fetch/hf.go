@@ -26,6 +26,10 @@ type remote struct {
 	// off any request not aimed at the hub in the first place. Redirects
 	// are stripCredentials' business.
 	hubHost string
+	// slashHint, for an hf: source with an explicit revision and a file
+	// path of several segments, is the same source with the revision's
+	// slash escaped: a 404 may be a branch feature/x written unescaped.
+	slashHint string
 }
 
 // parseRemote resolves an hf: or http(s):// source. endpoint is the hub's
@@ -67,7 +71,9 @@ func parseHF(source, rest, endpoint string) (remote, error) {
 	org, repo := parts[0], parts[1]
 	file := parts[2:]
 	rev := "main"
+	explicitRev := false
 	if r, v, ok := strings.Cut(repo, "@"); ok {
+		explicitRev = true
 		if v == "" {
 			return remote{}, errors.New("empty revision after @; write hf:org/repo@REVISION/file")
 		}
@@ -111,7 +117,11 @@ func parseHF(source, rest, endpoint string) (remote, error) {
 	// (quote(revision, safe="")), while the file's slashes stay slashes.
 	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(repo) +
 		"/resolve/" + url.PathEscape(rev) + "/" + strings.Join(file, "/")
-	return remote{source: source, url: u, hf: true, hubHost: base.Host}, nil
+	rem := remote{source: source, url: u, hf: true, hubHost: base.Host}
+	if explicitRev && !strings.HasPrefix(rev, "refs/") && len(file) >= 2 {
+		rem.slashHint = "hf:" + org + "/" + repo + "@" + url.PathEscape(rev+"/"+file[0]) + "/" + strings.Join(file[1:], "/")
+	}
+	return rem, nil
 }
 
 // stripCredentials reports whether a redirect from one URL to another must
@@ -282,6 +292,8 @@ func hintFor(rem remote, code int) string {
 		return "; the model may be gated or private: accept its license on the hub and set HF_TOKEN (or run huggingface-cli login)"
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return "; the origin refused access"
+	case code == http.StatusNotFound && rem.slashHint != "":
+		return "; check the repository, revision and file name on the hub. A branch with a slash in its name is written escaped, %2F for the slash: if the branch is the revision and the first part of the path, write " + rem.slashHint
 	case code == http.StatusNotFound && rem.hf:
 		return "; check the repository, revision and file name on the hub"
 	case code == http.StatusNotFound:

@@ -73,3 +73,46 @@ func TestSetClaimedWhole(t *testing.T) {
 		t.Errorf("claims after the set is complete: %d, %v; want 0", c, err)
 	}
 }
+
+// An origin that ignores Range and drops the connection half way through
+// every answer: each resume gets the whole file again. On main the fetch
+// failed saying "the remote changed since the partial download started",
+// which sent the operator looking for a changed file; it says now that
+// the origin ignores Range.
+func TestOriginIgnoringRangeSaidAsSuch(t *testing.T) {
+	body := bytes.Repeat([]byte("w"), 4<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Length", "4194304")
+		w.WriteHeader(http.StatusOK) // whatever Range asked
+		w.Write(body[:len(body)/2])
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection drops
+	}))
+	t.Cleanup(srv.Close)
+	f := testFetcher(t)
+	f.Connections = 1
+	_, err := f.Ensure(context.Background(), srv.URL+"/m.gguf", Want{})
+	if err == nil || !strings.Contains(err.Error(), "the origin ignores Range requests") || strings.Contains(err.Error(), "the remote changed") {
+		t.Fatalf("a fetch from an origin that ignores Range and drops every connection: %v; want it said as such", err)
+	}
+}
+
+// A branch with a slash written unescaped (hf:org/repo@feature/x/m.gguf)
+// reads as branch "feature" and file "x/m.gguf", and the hub answers 404;
+// on main the error said only to check the names. It hints %2F now.
+func TestHubSlashBranchHint(t *testing.T) {
+	hub := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(hub.Close)
+	f := testFetcher(t)
+	f.HFEndpoint = hub.URL
+	f.Retries = -1
+	_, err := f.Ensure(context.Background(), "hf:org/repo@feature/x/m.gguf", Want{})
+	if err == nil || !strings.Contains(err.Error(), "%2F") || !strings.Contains(err.Error(), "hf:org/repo@feature%2Fx/m.gguf") {
+		t.Fatalf("a 404 for a revision followed by a path of several parts: %v; want the %%2F hint with the escaped source", err)
+	}
+	// A file at the top of the repository gets no such hint.
+	if _, err := f.Ensure(context.Background(), "hf:org/repo@v1/m.gguf", Want{}); err == nil || strings.Contains(err.Error(), "%2F") {
+		t.Errorf("a 404 for hf:org/repo@v1/m.gguf: %v; want no slash hint", err)
+	}
+}
