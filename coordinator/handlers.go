@@ -168,6 +168,35 @@ func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *Server) renameModel(w http.ResponseWriter, r *http.Request) error {
+	old := r.PathValue("name")
+	if err := catalog.ValidModelName(old); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	var req api.ModelRename
+	if err := decode(w, r, MaxModelBytes, "model rename", &req); err != nil {
+		return err
+	}
+	if err := catalog.ValidModelName(req.Name); err != nil {
+		return api.Errorf(api.CodeInvalid, "new name: %v", err)
+	}
+	if req.Name == old {
+		return api.Errorf(api.CodeInvalid, "model %s is already called that", old)
+	}
+	var m api.Model
+	err := s.changeCatalog(r.Context(), func(ctx context.Context) error {
+		var err error
+		m, err = s.db.RenameModel(ctx, old, req.Name, s.now())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.log.WithFields(map[string]any{"model": req.Name, "was": old}).Info("catalog entry renamed")
+	writeJSON(w, http.StatusOK, m)
+	return nil
+}
+
 // changeCatalog runs a catalog write and reloads the view from the store,
 // both under writeMu, and maps the store's errors to API errors.
 func (s *Server) changeCatalog(ctx context.Context, change func(ctx context.Context) error) error {

@@ -171,6 +171,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "GET /v1/models", roleRead, s.getModels)
 	s.route(mux, "PUT /v1/models/{name}", roleAdmin, s.putModel)
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
+	s.route(mux, "POST /v1/models/{name}/rename", roleAdmin, s.renameModel)
 	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
 	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
 	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)

@@ -182,3 +182,50 @@ func copyDB(t *testing.T, from, to string) {
 		}
 	}
 }
+
+// TestModelsMv is item 8's rename: `llmgw models mv OLD NEW` moves an
+// entry in one step, and the node that holds it holds it under the new
+// name with nothing for gc to collect; on main a rename was rm then add,
+// between which a node's gc found the files unwanted.
+func TestModelsMv(t *testing.T) {
+	e := newEvictEnv(t)
+	ctx := context.Background()
+	cache := filepath.Join(e.dir, "n1-cache")
+	e.add("old", 1)
+	env := map[string]string{"LLMGW_COORDINATOR": e.url, "LLMGW_TOKEN_FILE": writeToken(t, "admin-secret")}
+	code, out, errs := llmgwRun(t, env, "fetch", "old", "--cache-dir", cache, "--lock-dir", cache+".locks")
+	if code != 0 {
+		t.Fatalf("llmgw fetch old: %s", errs)
+	}
+	path := strings.TrimSpace(out)
+	long := time.Now().Add(-time.Hour)
+	os.Chtimes(path, long, long)
+	onceAgent(t, e, "n1", e.url, cache)
+
+	code, out, errs = llmgwRun(t, env, "models", "mv", "old", "new")
+	if code != 0 || !strings.Contains(out, "new -> "+e.src("old", 1)+" (was old)") {
+		t.Fatalf("llmgw models mv old new: %d %q %s", code, out, errs)
+	}
+	st, err := e.admin.ModelStatus(ctx, "new")
+	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Node != "n1" || st.Nodes[0].Holds == api.HoldNone {
+		t.Fatalf("status of new right after the move: %+v, %v; want n1 holding it without a new report", st, err)
+	}
+	if _, err := e.admin.ModelStatus(ctx, "old"); err == nil {
+		t.Error("old is still in the catalog")
+	}
+	cp := onceAgent(t, e, "n1", e.url, cache)
+	if _, ok := cp.Lookup("new"); !ok {
+		t.Fatalf("the node's catalog copy lacks new: %+v", cp.Models)
+	}
+	if r := epilogGC(t, e, "n1", cache); len(r.Files) != 0 || r.Held != "" {
+		t.Errorf("gc after the move: %+v (held %q); want nothing to collect", r.Files, r.Held)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the weights are gone after the move: %v", err)
+	}
+	// Onto a name that exists: refused, nothing changed.
+	e.add("other", 1)
+	if code, _, errs := llmgwRun(t, env, "models", "mv", "new", "other"); code == 0 || !strings.Contains(errs, "already exists") {
+		t.Errorf("models mv onto an existing name: %d %s", code, errs)
+	}
+}

@@ -435,3 +435,63 @@ func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	db.match = match
 	return nil
 }
+
+// RenameModel gives the catalog entry old the name new, in one
+// transaction: its sources, pins, files and the presence of its weights
+// follow it, so at no moment does any node see its files unwanted (an rm
+// then an add left a window in which gc could collect them). It wraps
+// ErrNotFound when old does not exist and ErrConflict when new does.
+func (db *DB) RenameModel(ctx context.Context, old, new string, now time.Time) (api.Model, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tx, err := db.cw().BeginTx(ctx, nil)
+	if err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	defer tx.Rollback()
+	m, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, old))
+	if err == sql.ErrNoRows {
+		return api.Model{}, fmt.Errorf("model %s: %w", old, ErrNotFound)
+	}
+	if err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	var taken int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM catalog WHERE name = ?`, new).Scan(&taken); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	if taken > 0 {
+		return api.Model{}, fmt.Errorf("rename model %s: model %s already exists; remove it first, or pick another name: %w", old, new, ErrConflict)
+	}
+	// The rows that name the entry move with it; the foreign keys are
+	// checked at commit, once all of them have.
+	for _, q := range []string{`PRAGMA defer_foreign_keys = ON`,
+		`UPDATE catalog SET name = ?2, updated = ?3 WHERE name = ?1`,
+		`UPDATE catalog_files SET name = ?2 WHERE name = ?1`,
+		`UPDATE pins SET name = ?2 WHERE name = ?1`,
+		`UPDATE seed_requests SET model = ?2 WHERE model = ?1`} {
+		if _, err := tx.ExecContext(ctx, q, old, new, nanos(now)); err != nil {
+			return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+		}
+	}
+	m.Name, m.Updated = new, now.UTC()
+	if err := readFiles(ctx, tx, &m); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	match, err := loadMatcher(ctx, tx)
+	if err != nil {
+		return api.Model{}, err
+	}
+	if err := rematch(ctx, tx, match, append(needles(m), modelNeedle(old))); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: match presence: %w", old, err)
+	}
+	if err := changed(ctx, tx, now, new, nil, nil); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	db.committed()
+	db.match = match
+	return m, nil
+}
