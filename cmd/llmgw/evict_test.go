@@ -195,7 +195,7 @@ func TestEvictionOnAFullDisk(t *testing.T) {
 	}
 	t.Logf("llmgw gc:\n%s", out)
 	for _, want := range []string{"evicted", catalog.CacheName(e.src("a", 30)), "other node(s) of this fabric hold model a",
-		catalog.CacheName(e.src("b", 30)), "no catalog entry wants it", "(watermark)", "(fetch)"} {
+		catalog.CacheName(e.src("b", 30)), "superseded: model b no longer wants it", "(watermark)", "(fetch)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("llmgw gc output lacks %q", want)
 		}

@@ -234,7 +234,7 @@ func why(d Decision, fab Fabric) string {
 	case Unwanted:
 		return "no catalog entry wants it"
 	case Superseded:
-		return "a superseded revision of model " + d.Model
+		return "superseded: model " + d.Model + " no longer wants it (an admin replaced or removed it)"
 	}
 	if d.LastCopy {
 		return "least recently used; the last copy in this fabric of model " + d.Model + ", not used within keep_last_copy_for"

@@ -83,26 +83,11 @@ func (f *Fetcher) ClaimSet(ctx context.Context, set string, files []SetFile) err
 	if err != nil {
 		return checkSpace(dir, need)
 	}
-	if need > 0 {
-		free, mount, serr := statfsFree(dir)
-		others, n := b.othersThan(dir)
-		if serr == nil && need > free-others && f.MakeRoom != nil {
-			b.close()
-			_, held := f.MakeRoom(ctx, dir, need-(free-others))
-			if b, err = f.openBook(ctx, dir); err != nil {
-				return checkSpace(dir, need)
-			}
-			free, mount, serr = statfsFree(dir)
-			others, n = b.othersThan(dir)
-			if serr == nil && need > free-others {
-				b.close()
-				return setNoRoom(len(files), total, noRoom(need, free, others, n, mount, held))
-			}
+	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
+		if b == nil && !isNoSpace(err) {
+			return checkSpace(dir, need)
 		}
-		if serr == nil && need > free-others {
-			b.close()
-			return setNoRoom(len(files), total, noRoom(need, free, others, n, mount, ""))
-		}
+		return setNoRoom(len(files), total, err)
 	}
 	b.drop(dir)
 	b.claims = append(b.claims, c)

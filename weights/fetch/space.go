@@ -191,28 +191,11 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 		b.close()
 		return func() {}, nil
 	}
-	if need > 0 {
-		free, mount, serr := statfsFree(dir)
-		others, n := b.others(d.part)
-		if serr == nil && need > free-others && d.f.MakeRoom != nil {
-			// Evict first, with the record released: eviction looks at
-			// the claims too, and a fetch elsewhere may be waiting on it.
-			b.close()
-			_, held := d.f.MakeRoom(ctx, dir, need-(free-others))
-			if b, err = d.f.openBook(ctx, dir); err != nil {
-				return func() {}, checkSpace(dir, need)
-			}
-			free, mount, serr = statfsFree(dir)
-			others, n = b.others(d.part)
-			if serr == nil && need > free-others {
-				b.close()
-				return nil, noRoom(need, free, others, n, mount, held)
-			}
+	if b, err = d.f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.others(d.part) }); err != nil {
+		if b == nil && !isNoSpace(err) {
+			return func() {}, checkSpace(dir, need)
 		}
-		if serr == nil && need > free-others {
-			b.close()
-			return nil, noRoom(need, free, others, n, mount, "")
-		}
+		return nil, err
 	}
 	b.set(claim{PID: os.Getpid(), Part: d.part, Size: size})
 	if err := b.close(); err != nil {
@@ -226,6 +209,40 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 		b.drop(d.part)
 		b.close()
 	}, nil
+}
+
+// fit checks that need bytes fit on the filesystem holding dir beside
+// what the other claims (others, of the open record b) will still write,
+// and, when they do not, asks MakeRoom to evict the shortfall first, with
+// the record released (eviction reads it too, and a fetch elsewhere may be
+// waiting on it). It returns the record, open, when they fit; else an
+// ErrNoSpace error with the record closed, or, when the record could not
+// be opened again, a nil record and that error.
+func (f *Fetcher) fit(ctx context.Context, b *spaceBook, dir string, need int64, others func(*spaceBook) (int64, int)) (*spaceBook, error) {
+	if need <= 0 {
+		return b, nil
+	}
+	free, mount, serr := statfsFree(dir)
+	o, n := others(b)
+	if serr != nil || need <= free-o {
+		return b, nil // unknowable, or fits; ENOSPC during the fetch still says it clearly
+	}
+	held := ""
+	if f.MakeRoom != nil {
+		b.close()
+		_, held = f.MakeRoom(ctx, dir, need-(free-o))
+		var err error
+		if b, err = f.openBook(ctx, dir); err != nil {
+			return nil, err
+		}
+		free, mount, serr = statfsFree(dir)
+		o, n = others(b)
+		if serr != nil || need <= free-o {
+			return b, nil
+		}
+	}
+	b.close()
+	return nil, noRoom(need, free, o, n, mount, held)
 }
 
 // noRoom is the refusal of a fetch of need bytes that did not fit; held,
