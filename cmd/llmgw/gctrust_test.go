@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -151,6 +152,13 @@ func TestRestoredCoordinatorIsNotTrustedAgain(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "GC HELD on 1 node since") || !strings.Contains(out, "n1") || !strings.Contains(out, "llmgw gc --trust") {
 		t.Errorf("llmgw status with n1's gc held: %d\n%s%s", code, out, errs)
 	}
+	if resp, err := http.Get(ts.URL + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "llmgw_coordinator_nodes_gc_held 1") {
+			t.Errorf("/metrics does not count n1's held gc:\n%s", grepLines(string(b), "gc_held"))
+		}
+	}
 	// An admin adopts it; the node, reading the catalog, trusts it.
 	code, out, errs = llmgwRun(t, env, "gc", "--trust", "--node", "n1")
 	if code != 0 && !strings.Contains(errs, "did not answer") {
@@ -163,6 +171,16 @@ func TestRestoredCoordinatorIsNotTrustedAgain(t *testing.T) {
 	if code, out, _ := llmgwRun(t, env, "status"); code != 0 || strings.Contains(out, "GC HELD") {
 		t.Errorf("llmgw status after the node adopted the catalog still says gc is held:\n%s", out)
 	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // copyDB copies a quiet sqlite database, its WAL with it, as a file
