@@ -155,8 +155,7 @@ func TestEvictOnCluster(t *testing.T) {
 	}
 	out, _, _ := runBin(t, bin, c.admin, "gc", "--node", "n1")
 	t.Logf("llmgw gc --node n1:\n%s", out)
-	for _, want := range []string{"evicted", catalog.CacheName(src("a", 30)), "other node(s) of this fabric hold model a",
-		"the last copy in this fabric of model b"} {
+	for _, want := range []string{"evicted", catalog.CacheName(src("a", 30)), "(fetch): least recently used; 1 other node(s) of this fabric hold model a"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("llmgw gc --node n1 lacks %q", want)
 		}
