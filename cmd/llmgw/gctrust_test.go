@@ -247,3 +247,19 @@ func TestModelsMv(t *testing.T) {
 		t.Errorf("models mv onto an existing name: %d %s", code, errs)
 	}
 }
+
+// `llmgw gc --help` names every guard and which flag lifts it.
+func TestGCHelpNamesTheGuards(t *testing.T) {
+	code, out, errs := llmgwRun(t, map[string]string{}, "gc", "--help")
+	text := out + errs
+	if code != 0 {
+		t.Fatalf("llmgw gc --help: exit %d", code)
+	}
+	for _, want := range []string{"never lifted, --force or not", "gc_interval", "after which it can go",
+		"lifted by --trust (and by --force)", "does not descend", "lifted by --force only", "gc_max_share",
+		"models add or models rm", "held whatever the flags", "--trust"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("llmgw gc --help lacks %q", want)
+		}
+	}
+}

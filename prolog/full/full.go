@@ -149,7 +149,9 @@ func (p *Prolog) gcHolds() string {
 		MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge, Deadline: p.now().Add(5 * time.Second)})
 	var held int64
 	for _, f := range r.Files {
-		if f.Action == gc.Listed {
+		// What only the run's hold keeps: garbage by every rule for a
+		// single file.
+		if f.Action == gc.Listed || f.Action == gc.Kept && f.Reason == r.Held {
 			held += f.Size
 		}
 	}

@@ -162,3 +162,16 @@ func TestStalePartInSetAgesOut(t *testing.T) {
 		}
 	}
 }
+
+// A file kept for being fetched within the gc interval says when it can
+// go, and is kept under --force all the same.
+func TestRecentSaysWhenItCanGo(t *testing.T) {
+	n := newNode(t)
+	opt := n.opts(true)
+	opt.Recent, opt.Force = time.Hour, true
+	r := Run(opt)
+	f := find(t, r, filepath.Base(n.cachePath(goneSrc)))
+	if f.Action != Kept || !strings.Contains(f.Reason, "it can go after ") || !strings.Contains(f.Reason, "--force or not") {
+		t.Errorf("a file fetched just now, forced: %+v; want kept, saying when it can go", f)
+	}
+}
