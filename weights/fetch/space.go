@@ -179,11 +179,25 @@ func (b *spaceBook) drop(part string) {
 // dropped by the returned release, or by the next look after the process
 // dies.
 func (d *download) claimSpace(ctx context.Context, need, size int64) (release func(), err error) {
-	dir := filepath.Dir(d.part)
-	b, err := d.f.openBook(ctx, dir)
+	return d.f.ClaimSpace(ctx, d.part, need, size)
+}
+
+// ClaimSpace claims, in the node's record of space on the filesystem
+// holding part, that part will still have need bytes written to reach
+// size (size < 0: unknown, nothing claimed): refused with ErrNoSpace when
+// it cannot fit beside the fetches in flight even after MakeRoom evicted
+// for it. A file of a set claimed whole (ClaimSet) claims nothing more.
+// The claim is dropped by release, or by the next look after this process
+// dies. Every writer of the cache claims here: the fetcher's downloads do,
+// and a fetch through peers (the swarm) or a prefetch must too, so that
+// one budget holds them all; a prefetch asks the agent's Room first
+// (weights/evict.Budget.Claim at evict.Prefetch), which never evicts.
+func (f *Fetcher) ClaimSpace(ctx context.Context, part string, need, size int64) (release func(), err error) {
+	dir := filepath.Dir(part)
+	b, err := f.openBook(ctx, dir)
 	if err != nil {
 		// No record: the fetch still has the plain check and ENOSPC.
-		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
+		f.logger().WithError(err).Warn("cannot record the disk space this fetch claims")
 		return func() {}, checkSpace(dir, need)
 	}
 	if b.setOf(dir) {
@@ -191,22 +205,22 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 		b.close()
 		return func() {}, nil
 	}
-	if b, err = d.f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.others(d.part) }); err != nil {
+	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.others(part) }); err != nil {
 		if b == nil && !isNoSpace(err) {
 			return func() {}, checkSpace(dir, need)
 		}
 		return nil, err
 	}
-	b.set(claim{PID: os.Getpid(), Part: d.part, Size: size})
+	b.set(claim{PID: os.Getpid(), Part: part, Size: size})
 	if err := b.close(); err != nil {
-		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
+		f.logger().WithError(err).Warn("cannot record the disk space this fetch claims")
 	}
 	return func() {
-		b, err := d.f.openBook(context.WithoutCancel(ctx), dir)
+		b, err := f.openBook(context.WithoutCancel(ctx), dir)
 		if err != nil {
 			return
 		}
-		b.drop(d.part)
+		b.drop(part)
 		b.close()
 	}, nil
 }
