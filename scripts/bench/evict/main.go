@@ -300,7 +300,12 @@ func replay(jobs []job, size []int64, share float64, keep time.Duration, p polic
 			chosen = append(chosen, n)
 		}
 		if len(chosen) < j.k {
+			// Charged as if it ran elsewhere and read the origin when its
+			// fabric has no copy: a refusal must not flatter the policy.
 			k.refused++
+			if !inFabric {
+				k.origin += size[j.model]
+			}
 			continue
 		}
 		if warm {
@@ -361,7 +366,7 @@ func main() {
 		}
 	}
 	tw.Flush()
-	fmt.Println("\njobs refused: fewer nodes of the job's fabric than it asked could hold the model or make room without evicting a file in use or a recent last copy; plain LRU refuses none because it evicts those (the columns before)")
+	fmt.Println("\njobs refused: fewer nodes of the job's fabric than it asked could hold the model or make room without evicting a file in use or a recent last copy; plain LRU refuses none because it evicts those (the columns before). A refused job counts no warm start, and its model's bytes as read from the origin when its fabric held no copy.")
 	fmt.Println("goals: origin GB ≤ 0.70× LRU at 20% and no row above 1.00×; warm starts ≥ LRU's; 0 evictions of a file in use; 0 of a fabric's last copy of a model used within keep_last_copy_for")
 	if worse {
 		fmt.Println("MISSED: a row is worse than plain LRU or evicted what it must not")
