@@ -42,6 +42,7 @@ type evictState struct {
 	// kept in the state directory (usedFile) across restarts.
 	used   map[string]time.Time
 	loaded bool
+	dirty  bool // used changed since it was last written
 	// recent are the last evictions, newest last, for `llmgw gc`.
 	recent []api.GCFile
 	// lastHeld is the last pass's account of what it could not free, so
@@ -70,6 +71,7 @@ func (a *Agent) noteUse(cfg Config, names ...string) {
 	for _, n := range names {
 		s.used[n] = now
 	}
+	s.dirty = true
 	a.saveUsedLocked(cfg)
 }
 
@@ -89,6 +91,10 @@ func (a *Agent) loadUsedLocked(cfg Config) {
 }
 
 func (a *Agent) saveUsedLocked(cfg Config) {
+	if !a.evict.dirty {
+		return
+	}
+	a.evict.dirty = false
 	b, _ := json.Marshal(a.evict.used)
 	if err := catalog.WriteAtomic(filepath.Join(cfg.StateDir, usedFile), b, 0o644); err != nil {
 		a.log.WithError(err).Debug("evict: the record of when jobs last used the cache could not be written")
@@ -185,8 +191,12 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 	for _, e := range raw {
 		if e.InUse != "" {
 			// A running job uses it: that is a use, whether or not the
-			// agent fetched it for that job.
-			a.evict.used[e.Name] = now.UTC()
+			// agent fetched it for that job. Noted once a minute at most:
+			// the record is written to disk when it changes.
+			if now.Sub(a.evict.used[e.Name]) > time.Minute {
+				a.evict.used[e.Name] = now.UTC()
+				a.evict.dirty = true
+			}
 		}
 		ee := evict.Entry{Name: e.Name, Size: e.Size, Written: e.Written, LastUsed: a.evict.used[e.Name], InUse: e.InUse, Fetching: e.Fetching, Class: evict.Unwanted}
 		if e.Wanted != "" {
@@ -198,9 +208,14 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 		p.entries = append(p.entries, ee)
 	}
 	// Forget uses of entries that are gone.
+	present := make(map[string]bool, len(raw))
+	for _, e := range raw {
+		present[e.Name] = true
+	}
 	for n := range a.evict.used {
-		if !slicesContainsEntry(raw, n) {
+		if !present[n] {
 			delete(a.evict.used, n)
+			a.evict.dirty = true
 		}
 	}
 	a.saveUsedLocked(cfg)
@@ -212,14 +227,6 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 	return p, nil
 }
 
-func slicesContainsEntry(es []gc.Entry, name string) bool {
-	for _, e := range es {
-		if e.Name == name {
-			return true
-		}
-	}
-	return false
-}
 
 // askFabric asks the coordinator about the fabric's copies; an agent with
 // no coordinator, or one that does not answer, gets the error as its
@@ -286,6 +293,7 @@ func (a *Agent) evictNow(ctx context.Context, need int64, trigger string) (freed
 		a.metrics.evictedBytes.WithLabelValues(class[f.Name].String()).Add(float64(f.Size))
 		log.Info(f.Reason)
 		delete(a.evict.used, f.Name)
+		a.evict.dirty = true
 		a.evict.recent = append(a.evict.recent, api.GCFile{Name: f.Name, Path: f.Path, Action: "evicted", Reason: now.Format(time.RFC3339) + " (" + trigger + "): " + strings.TrimPrefix(f.Reason, "evicted: "), Size: f.Size})
 	}
 	if n := len(a.evict.recent); n > maxRecentEvictions {
