@@ -227,7 +227,6 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 	return p, nil
 }
 
-
 // askFabric asks the coordinator about the fabric's copies; an agent with
 // no coordinator, or one that does not answer, gets the error as its
 // answer, and every copy of a recently used model then counts as the last.
