@@ -261,7 +261,12 @@ func (a *Agent) evictNow(ctx context.Context, need int64, trigger string) (freed
 	defer a.evict.mu.Unlock()
 	p, err := a.planEviction(ctx, cfg, need)
 	if err != nil {
-		a.log.WithError(err).Warn("evict: nothing evicted")
+		// Once per change for the pass after each scan: an agent without
+		// a catalog copy yet must not say so every scan.
+		if trigger == "fetch" || err.Error() != a.evict.lastHeld {
+			a.log.WithError(err).Warn("evict: nothing evicted")
+		}
+		a.evict.lastHeld = err.Error()
 		return 0, "nothing could be evicted: " + err.Error()
 	}
 	if p.need <= 0 {
