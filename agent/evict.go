@@ -171,9 +171,6 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 	f := a.fetcherLocked()
 	a.mu.Unlock()
 	opt := a.gcOptions(cfg)
-	if opt.CatalogErr != nil {
-		return p, fmt.Errorf("the catalog copy cannot be read (%v), so what is wanted cannot be told", opt.CatalogErr)
-	}
 	raw, err := gc.Entries(opt)
 	if err != nil {
 		return p, err
@@ -184,6 +181,9 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 	p.need = need
 	if need < 0 {
 		p.need = p.budget.Pressure()
+	}
+	if opt.CatalogErr != nil && p.need > 0 {
+		return p, fmt.Errorf("the catalog copy cannot be read (%v), so what is wanted cannot be told", opt.CatalogErr)
 	}
 	a.loadUsedLocked(cfg)
 	now := time.Now()
