@@ -18,7 +18,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +45,7 @@ type Agent struct {
 
 	// Knobs tests turn; New sets the production values.
 	debounce       time.Duration
+	peerRetry      time.Duration // how often a taken peer port is tried again
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	notifySocket   string                 // $NOTIFY_SOCKET
@@ -75,6 +78,7 @@ type Agent struct {
 	gpu         gpuProbe
 	evict       evictState // evict.go; its own lock
 	scanMem     scan.Memory
+	hubs        string // the catalog's Hub models, as hubsOf says them
 }
 
 // kick is a request to one of the agent's loops.
@@ -113,6 +117,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		// connections and never answers must not hold scans up for long.
 		http:         hc,
 		debounce:     time.Second,
+		peerRetry:    defaultPeerRetry,
 		backoffBase:  backoffBase,
 		backoffCap:   backoffCap,
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
@@ -121,7 +126,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		flights:      map[string]*flight{},
 		seeding:      map[string]bool{},
 	}
-	a.swarm.calls = map[string]*swarmCall{}
+	a.swarm.calls = map[swarmCallKey]*swarmCall{}
 	a.swarm.said = map[string]bool{}
 	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
 	a.swarm.peer = peerClient()
@@ -182,7 +187,7 @@ func (a *Agent) applyPending() {
 	}
 	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
 	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() ||
-		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed {
+		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed || nc.HFEndpoint != old.HFEndpoint {
 		// A Fetcher's fields must not change under a running Ensure; fetches
 		// under way finish on the old one, new ones use the new one. The
 		// node-wide lock directory keeps the two from fetching one file twice.
@@ -200,6 +205,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			LockDir:      a.cfg.LockDir(),
 			Connections:  a.cfg.Connections,
 			HFTokenFile:  a.cfg.HFTokenFile,
+			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
 			MakeRoom:     a.makeRoom,
@@ -231,13 +237,32 @@ func (a *Agent) recordError(msg string) {
 }
 
 // scanDirs is what a scan covers: the configured weight directories, then
-// the cache, where what the agent fetched lives.
+// the cache, where what the agent fetched lives, then the Hugging Face
+// cache Hub models are fetched into, unless a directory already scanned is
+// it or holds it at its top (its default, "hub" in the cache): a snapshot
+// there is held, whoever downloaded it.
 func scanDirs(cfg Config) []string {
 	dirs := slices.Clone(cfg.WeightDirs)
 	if !slices.Contains(dirs, cfg.CacheDir) {
 		dirs = append(dirs, cfg.CacheDir)
 	}
+	hf := cfg.HFCacheDir()
+	if !slices.ContainsFunc(dirs, func(d string) bool { return d == hf || filepath.Dir(hf) == filepath.Clean(d) }) {
+		dirs = append(dirs, hf)
+	}
 	return dirs
+}
+
+// hubLists are the file lists of the Hub models in the node's catalog
+// copy, which the scan judges their snapshots by (scan.Options.Hub). A
+// copy that cannot be read gives none: snapshots are then held to the
+// rules for a snapshot without a list.
+func hubLists(cfg Config) map[string]catalog.Hub {
+	cp, err := catalog.ReadCopy(cfg.CatalogCopyPath())
+	if err != nil {
+		return nil
+	}
+	return scan.HubLists(cp.Models)
 }
 
 // scan scans once and reports whether the inventory changed.
@@ -246,7 +271,7 @@ func (a *Agent) scan(ctx context.Context) bool {
 	start := time.Now()
 	// The memory carries sizes from scan to scan: a touch of a weight
 	// file does not make its model vanish for a scan interval.
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Memory: &a.scanMem})
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg), Memory: &a.scanMem})
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -270,6 +295,12 @@ func (a *Agent) scan(ctx context.Context) bool {
 	changed := fp != a.invFP
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
 	a.mu.Unlock()
+	// The files the chunk server offers are checked as often as the cache
+	// is scanned: one removed by gc (an Epilog's, in another process) or
+	// replaced leaves its swarm now, not when a peer next asks for it.
+	for sum, h := range a.swarm.files.sweep() {
+		go a.withdraw(sum, h)
+	}
 	a.logDirChanges(inv.Dirs)
 	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
 	return changed
@@ -335,7 +366,11 @@ func (a *Agent) buildReport() *api.Report {
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
-	r.PeerAddr = a.swarm.addr
+	if a.swarm.serving.Load() {
+		// Only while it serves there: a port another process holds is
+		// no address for the fabric's members to be sent to.
+		r.PeerAddr = a.swarm.addr
+	}
 	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
 	a.last = &r
 	return &r
@@ -409,8 +444,11 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 		a.metrics.lastReportSuccess.SetToCurrentTime()
 		if cp, cerr := refreshCatalog(ctx, c, cfg); cerr != nil {
 			a.catalogFailed(cerr)
-		} else {
-			a.catalogOK(cp)
+		} else if a.catalogOK(cp) {
+			// The scan judges Hub snapshots by the catalog's lists: a
+			// model added or repinned is seen held without waiting a
+			// scan interval.
+			a.kick(kickScan)
 		}
 		// After the catalog refresh, so the node judges the request by
 		// the catalog as it is now.
@@ -418,13 +456,15 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 		if len(ans.Seed) > 0 {
-			a.seed(ans.Seed)
+			a.seed(ctx, ans.Seed)
 		}
 	}
 	return r, result, err
 }
 
-func (a *Agent) catalogOK(cp catalog.Copy) {
+// catalogOK records a refreshed catalog copy and reports whether its Hub
+// models changed since the last one.
+func (a *Agent) catalogOK(cp catalog.Copy) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
@@ -433,6 +473,22 @@ func (a *Agent) catalogOK(cp catalog.Copy) {
 		a.log.Info("catalog copy up to date again")
 	}
 	a.catalogFail = ""
+	hubs := hubsOf(cp.Models)
+	changed := hubs != a.hubs
+	a.hubs = hubs
+	return changed
+}
+
+// hubsOf names the Hub models of a catalog and their commits, to tell
+// when they change.
+func hubsOf(models []catalog.Model) string {
+	var b strings.Builder
+	for _, m := range models {
+		if m.IsHub() {
+			fmt.Fprintf(&b, "%s %s@%s %d\n", m.Name, m.Hub.Repo, m.Hub.Commit, len(m.Hub.Files))
+		}
+	}
+	return b.String()
 }
 
 // noteGCHeldLocked keeps whether the catalog copy cp holds this node's
@@ -491,6 +547,7 @@ func (a *Agent) Status() api.AgentStatus {
 		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
 		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+		PeerAddr: a.swarm.addr, PeerServerError: a.swarm.notServing,
 	}
 	if st.WeightDirs == nil {
 		st.WeightDirs = []string{}
@@ -551,28 +608,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
 	}
 
-	if a.swarm.addr != "" {
-		pl, err := net.Listen("tcp", a.swarm.addr)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("peer chunk server on %s (peer_addr/peer_interface): %w", a.swarm.addr, err)
-		}
-		if cfg.MungeSocket == "" {
-			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
-			pl.Close()
-		} else {
-			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
-			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
-			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
-			wg.Go(func() { srv.Serve(pl) })
-			wg.Go(func() {
-				<-ctx.Done()
-				srv.Close()
-			})
-			a.log.WithField("addr", a.swarm.addr).Info("serving verified chunks to the fabric at /v1/chunks/")
-		}
-	}
+	a.startPeerServer(ctx, cfg, &wg)
 
 	a.scan(ctx)
 	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {

@@ -111,7 +111,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	fl := a.flights[req.Source]
 	if fl == nil {
 		fl = &flight{source: req.Source, subs: map[*subscriber]struct{}{}}
-		if catalog.KindOf(req.Source) == catalog.KindRemote {
+		if catalog.KindOf(req.Source) == catalog.KindRemote && req.Hub == nil {
 			target := catalog.CachePathFor(f.CacheDir, req.Source)
 			if req.Set != "" {
 				target = catalog.SetFilePath(filepath.Join(f.CacheDir, req.Set), req.Source)
@@ -129,7 +129,11 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 
 	var path string
 	var err error
-	if req.Set != "" {
+	if req.Hub != nil {
+		// A Hugging Face repository at one commit, into the node's Hugging
+		// Face cache. Through the fabric's swarm is phase 2 of issue 25.
+		path, err = f.EnsureHub(ctx, cfg.HFCacheDir(), *req.Hub)
+	} else if req.Set != "" {
 		// One file of a model of several: into its set directory.
 		path, err = f.EnsureIn(ctx, req.Set, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 	} else if why := a.whyNoSwarm(cfg, req); why == "" {
@@ -147,7 +151,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 		}
 		path, err = f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 		if err == nil && a.swarm.addr != "" && req.SHA256 != "" && req.Size > 0 {
-			a.holdComplete(fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
+			a.holdComplete(req.Source, fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
 		}
 	}
 

@@ -31,6 +31,8 @@ type metrics struct {
 	fetchedBytes      prometheus.Counter
 	swarmBytes        *prometheus.CounterVec
 	swarmServed       prometheus.Counter
+	swarmPeerFailures *prometheus.CounterVec
+	peerServerUp      prometheus.Gauge
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
 	lastReportSuccess prometheus.Gauge
@@ -67,6 +69,14 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 		swarmServed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "swarm_served_bytes_total",
 			Help: "Bytes this node's chunk server sent to peers of its fabric: which node fed the others, and that no other fabric's did.",
+		}),
+		swarmPeerFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "swarm_peer_failures_total",
+			Help: "Reads from a peer that failed, by why: unreachable (no connection, no answer, a body that stopped), refused (404, 416 or 503 for a chunk its plan entry says it holds), busy (its upload slots full), slow (under the floor rate of a peer read), bad (a chunk that does not match its digest). All but busy and bad peers are reported to the coordinator.",
+		}, []string{"why"}),
+		peerServerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "peer_server_up",
+			Help: "1 while the chunk server serves the fabric at the peer address; 0 when it does not (another process holds the address: the agent retries and says why in its status), or when no peer address is set.",
 		}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "fetch_errors_total",
@@ -126,8 +136,11 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	m.swarmBytes.WithLabelValues("origin")
 	m.swarmBytes.WithLabelValues("peer")
 	m.swarmBytes.WithLabelValues("peer_discarded")
+	for _, why := range []string{"unreachable", "refused", "busy", "slow", "bad"} {
+		m.swarmPeerFailures.WithLabelValues(why)
+	}
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.evictions, m.evictedBytes, m.evictHeld, m.gcHeld,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

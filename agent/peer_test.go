@@ -96,6 +96,9 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 		"not a root credential": {addr, "ib-a", chunk0, "MUNGE " + mungetest.EncodeAs(t, client, 65534, 65534, api.PeerMungePayload(http.MethodGet, addr, uri, "n22", "ib-a", chunk0)), 403},
 		"unverified chunk":      {addr, "ib-a", chunk1, cred(addr, "ib-a", chunk1), 416},
 		"range past the end":    {addr, "ib-a", fmt.Sprintf("bytes=0-%d", len(data)), cred(addr, "ib-a", fmt.Sprintf("bytes=0-%d", len(data))), 416},
+		// A request covers exactly one chunk (issue 24).
+		"part of a chunk": {addr, "ib-a", fmt.Sprintf("bytes=100-%d", testChunk-1), cred(addr, "ib-a", fmt.Sprintf("bytes=100-%d", testChunk-1)), 416},
+		"two chunks":      {addr, "ib-a", fmt.Sprintf("bytes=0-%d", 2*testChunk-1), cred(addr, "ib-a", fmt.Sprintf("bytes=0-%d", 2*testChunk-1)), 416},
 	} {
 		if r := do(c.host, c.fabric, c.rng, c.auth); r.StatusCode != c.want {
 			t.Errorf("%s: %s, want %d", name, r.Status, c.want)
@@ -107,14 +110,14 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 		}
 	}
 	// What the 206 carries is the file's bytes.
-	rng := fmt.Sprintf("bytes=100-%d", testChunk-1)
-	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 100, testChunk-1, false)
+	rng := fmt.Sprintf("bytes=0-%d", testChunk-1)
+	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 0, testChunk-1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 206 || string(body) != string(data[100:testChunk]) {
+	if resp.StatusCode != 206 || string(body) != string(data[:testChunk]) {
 		t.Errorf("%s: %s with %d bytes, want 206 with the file's bytes", rng, resp.Status, len(body))
 	}
 	// A sha256 not held: nothing, whatever the cache holds under other names.
@@ -220,11 +223,13 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	c.grew(100)
 	h.setLive(c)
 	defer c.fail()
-	client := realm.Start("127.0.0.27")
 	ctx := context.Background()
 	var open int
+	// From as many nodes as there are verified slots: a node is given one
+	// live stream at most.
 	for k := 0; k < maxUploads; k++ {
-		resp, err := peerGet(ctx, http.DefaultClient, client, "n27", "ib-a", addr, sum, testChunk, 2*testChunk-1, true)
+		client := realm.Start(fmt.Sprintf("127.0.0.%d", 40+k))
+		resp, err := peerGet(ctx, http.DefaultClient, client, fmt.Sprintf("n%d", 40+k), "ib-a", addr, sum, testChunk, 2*testChunk-1, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,6 +247,7 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	if open != maxLiveUploads {
 		t.Errorf("%d live streams open at once, want maxLiveUploads = %d", open, maxLiveUploads)
 	}
+	client := realm.Start("127.0.0.27")
 	resp, err := peerGet(ctx, http.DefaultClient, client, "n27", "ib-a", addr, sum, 0, testChunk-1, false)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ package agent
 // is verified, synced and tagged exactly as a Fetcher's own.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash"
@@ -55,6 +56,9 @@ type swarm struct {
 	log          logrus.FieldLogger
 	onBytes      func(from string, n int64) // "origin" or "peer"
 	onProgress   func(done, total int64)
+	// onPeerFailure, when set, is told of each failed read from a peer:
+	// "unreachable", "refused", "busy", "slow" or "bad".
+	onPeerFailure func(why string)
 
 	chunk int64
 	n     int
@@ -63,15 +67,31 @@ type swarm struct {
 	fh *os.File
 	h  *held
 
-	mu         sync.Mutex
-	sums       []string       // known digests, by chunk
-	mine       map[int]string // digests this node computed from origin bytes
-	acked      int
-	bad        map[string]bool
-	unreach    []string
-	down       map[string]time.Time // peer address -> when it failed
-	validator  string
-	fromOrigin atomic.Int64
+	mu      sync.Mutex
+	sums    []string       // known digests, by chunk
+	mine    map[int]string // digests this node computed from origin bytes
+	acked   int
+	bad     map[string]bool
+	unreach []string
+	down    map[string]time.Time // peer address -> until when it is left alone
+	// refusing is, by peer address, when the peer began to answer this
+	// member with nothing but failures (shun); a read it serves ends it.
+	refusing map[string]time.Time
+	// peerBytesIn counts the bytes that arrived from peers, landed or
+	// not; watchAt and watchFrom are the start of the lease holder's
+	// current window on them and the count then (peersStalled).
+	peerBytesIn atomic.Int64
+	watchAt     time.Time
+	watchFrom   int64
+	validator   string
+	// alone says the member reads the origin without a plan (withoutPlan);
+	// grace, when set, replaces planGrace (tests).
+	alone bool
+	grace time.Duration
+	// staleValidators are validators the origin answered If-Range with
+	// the whole file: never sent again by this member (originGet).
+	staleValidators map[string]bool
+	fromOrigin      atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
@@ -138,6 +158,8 @@ func (s *swarm) run(ctx context.Context) error {
 	s.mine = map[int]string{}
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
+	s.refusing = map[string]time.Time{}
+	s.staleValidators = map[string]bool{}
 	s.verifiedc = make(chan struct{}, 1)
 	s.liveAtDigest = map[int]int64{}
 	defer s.dropLive()
@@ -174,7 +196,10 @@ func (s *swarm) run(ctx context.Context) error {
 		return err
 	}
 	s.n = s.nChunks()
-	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, have: have}
+	// Sized now, not at the first plan: a member without one (withoutPlan)
+	// reads the origin with none.
+	s.sums = make([]string, s.n)
+	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -188,6 +213,8 @@ func (s *swarm) run(ctx context.Context) error {
 	}()
 
 	waitFor := time.Duration(0) // the wait the next report asks for
+	var last *api.SwarmPlan     // the last plan the coordinator gave
+	var refused time.Time       // since when it gives none, zero while it does
 	for {
 		rep := s.report(false, false)
 		rep.WaitMs = int(waitFor / time.Millisecond)
@@ -199,13 +226,28 @@ func (s *swarm) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.log.WithError(err).Warn("swarm: no plan from the coordinator; asking again")
-			if err := sleep(ctx, time.Second); err != nil {
-				return err
+			if refused.IsZero() {
+				refused = time.Now()
+				s.log.WithError(err).Warnf("swarm: no plan from the coordinator; asking again, and reading the origin alone if it gives none for %v", cmp.Or(s.grace, planGrace))
 			}
-			continue
+			var ok bool
+			if plan, ok = s.withoutPlan(last, refused); !ok {
+				if err := sleep(ctx, time.Second); err != nil {
+					return err
+				}
+				continue
+			}
+		} else {
+			if !refused.IsZero() {
+				s.log.WithField("after", time.Since(refused).Round(time.Millisecond).String()).Info("swarm: the coordinator plans again")
+			}
+			refused = time.Time{}
+			s.mu.Lock()
+			s.alone = false
+			s.mu.Unlock()
+			last = &plan
+			s.takePlan(plan)
 		}
-		s.takePlan(plan)
 		s.reverify()
 		if err := s.settleLive(ctx, plan); err != nil {
 			return err
@@ -217,6 +259,9 @@ func (s *swarm) run(ctx context.Context) error {
 		until := time.Now().Add(every)
 		switch {
 		case plan.Lease && !s.peersHold(plan):
+			s.mu.Lock()
+			s.watchAt = time.Time{}
+			s.mu.Unlock()
 			err = s.fromOriginRun(ctx, plan, until)
 		default:
 			// Without the lease, peers only; with it, what peers hold is
@@ -254,14 +299,55 @@ func (s *swarm) run(ctx context.Context) error {
 		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
 	}
 	os.Remove(s.target + swarmSuffix)
-	s.h.mu.Lock()
-	s.h.path, s.h.complete = s.target, true
-	s.h.mu.Unlock()
+	s.h.completeAt(s.target)
 	done = true
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	s.coord.Swarm(cctx, s.report(true, false))
 	return nil
+}
+
+// planGrace is how long a member goes on without a plan (the coordinator
+// down, restarting, or refusing: its registry full, the node over its
+// quota) before it reads the origin alone. A coordinator restart or a
+// network blip costs the fabric a pause and no origin byte: every member
+// of a fabric reading the origin the moment the coordinator is away would
+// be the stampede the swarm exists to prevent. A coordinator away longer,
+// or a refusal that lasts, costs one origin read per node, as a node
+// without a swarm does; waiting on instead turned every Prolog of the
+// fabric into a fetch_deadline failure (issue 24).
+const planGrace = 10 * time.Second
+
+// withoutPlan is the plan a member acts on when the coordinator gave none
+// since refused, last being the last it gave (nil if none), and false when
+// it is to ask again first. A lease holder keeps its lease and reads on:
+// the coordinator passes a lease only when it hears another member, and
+// when it is back it hears this one first. Any other member reads what it
+// knows from the peers it knows for planGrace, then the origin alone, with
+// a plan of its own that gives it the lease; its origin read stops at the
+// first real plan that does not.
+func (s *swarm) withoutPlan(last *api.SwarmPlan, refused time.Time) (api.SwarmPlan, bool) {
+	switch {
+	case last != nil && last.Lease:
+		return *last, true
+	case time.Since(refused) >= cmp.Or(s.grace, planGrace):
+		every := 250
+		if last != nil {
+			every = last.ReportEvery
+		}
+		s.mu.Lock()
+		alone := s.alone
+		s.alone = true
+		s.mu.Unlock()
+		if !alone {
+			s.log.WithField("for", time.Since(refused).Round(time.Millisecond).String()).Warn("swarm: no plan from the coordinator; reading the origin alone, every chunk checked against its own read and the file against its pin")
+		}
+		return api.SwarmPlan{Lease: true, ReportEvery: every}, true
+	case last != nil:
+		p := *last
+		return p, true
+	}
+	return api.SwarmPlan{}, false
 }
 
 // report is what the member tells the coordinator now.

@@ -155,15 +155,22 @@ type swOrigin struct {
 
 func newSwOrigin(t *testing.T, data []byte, rate int64) *swOrigin {
 	o := &swOrigin{data: data, rate: rate, bytes: make([]int, len(data))}
+	o.url = serveOrigin(t, o)
+	return o
+}
+
+// serveOrigin serves h on 127.0.0.1 until the test ends and returns the
+// URL of its file, /model.bin.
+func serveOrigin(t testing.TB, h http.Handler) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: o}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	o.url = "http://" + l.Addr().String() + "/model.bin"
-	return o
+	return "http://" + l.Addr().String() + "/model.bin"
 }
 
 func (o *swOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -63,6 +63,8 @@ func validModel(m *api.Model) error {
 		return bad("size is negative")
 	case m.GPUMemory < 0:
 		return bad("GPU memory is negative")
+	case m.Hub != nil:
+		return validHub(m, bad)
 	case len(m.Files) > 0:
 		return validSet(m, bad)
 	}
@@ -120,10 +122,35 @@ func validSet(m *api.Model, bad func(string, ...any) error) error {
 	return nil
 }
 
+// validHub checks a Hub model (weights/catalog/hub.go): the repository,
+// the commit and every file as the node will use them, since each file
+// becomes a path under every node's Hugging Face cache. The source becomes
+// the repository at the commit, and the size, when not given, the files'.
+func validHub(m *api.Model, bad func(string, ...any) error) error {
+	if err := catalog.CheckHub(*m.Hub); err != nil {
+		return bad("%v", err)
+	}
+	src := catalog.HubSource(m.Hub.Repo, m.Hub.Commit)
+	switch {
+	case m.Source != "" && m.Source != src:
+		return bad("source %q is not the repository at its commit, %s", m.Source, src)
+	case len(m.Files) > 0:
+		return bad("a Hub repository lists its files in hub.files, not files")
+	case m.SHA256 != "":
+		return bad("a Hub repository is pinned by its commit, and each file by the Hub's digest; give no sha256")
+	}
+	m.Source = src
+	m.Pinned, m.PinnedETag = "", ""
+	if m.Size == 0 {
+		m.Size = catalog.HubSize(*m.Hub)
+	}
+	return nil
+}
+
 func (s *Server) putModel(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	var m api.Model
-	if err := decode(w, r, MaxModelBytes, "model", &m); err != nil {
+	if err := decode(w, r, MaxCatalogEntryBytes, "model", &m); err != nil {
 		return err
 	}
 	if m.Name == "" {

@@ -33,6 +33,9 @@ import (
 const (
 	MaxReportBytes = 8 << 20
 	MaxModelBytes  = 64 << 10
+	// MaxCatalogEntryBytes bounds one catalog entry: a Hub repository's
+	// list of up to catalog.MaxHubFiles files is a few hundred kilobytes.
+	MaxCatalogEntryBytes = 2 << 20
 )
 
 // Server is the coordinator's HTTP service over one store.

@@ -107,13 +107,19 @@ var ErrNotPresent = errors.New("not present on this node")
 //   - a model of several files must have each file in its set directory,
 //     as a single remote source must (see presentFile); the path is
 //     catalog.SetPath.
-func Present(cacheDir string, m catalog.Model) (string, error) {
-	return present(cacheDir, m, nil)
+//   - a Hub model must have every file of its list in its commit's
+//     snapshot in the Hugging Face cache hfCache, of its size, and its
+//     refs naming the commit (see presentHub); the path is the snapshot.
+func Present(cacheDir, hfCache string, m catalog.Model) (string, error) {
+	return present(cacheDir, hfCache, m, nil)
 }
 
 // present is Present, each filesystem operation announced to w (nil: not
 // watched).
-func present(cacheDir string, m catalog.Model, w *watch) (string, error) {
+func present(cacheDir, hfCache string, m catalog.Model, w *watch) (string, error) {
+	if m.IsHub() {
+		return presentHub(hfCache, *m.Hub)
+	}
 	if m.IsSet() {
 		return presentSet(cacheDir, m, w)
 	}
@@ -131,8 +137,8 @@ func present(cacheDir string, m catalog.Model, w *watch) (string, error) {
 }
 
 // presentFile checks a fetched file at p: regular, of size when one is
-// given, and not tagged with another digest than want; it returns the
-// file's size.
+// given, and, when want is set, tagged with want (or on a filesystem that
+// keeps no tags); it returns the file's size.
 func presentFile(p string, size int64, want string, w *watch) (int64, error) {
 	w.begin("stat", p)
 	st, err := os.Stat(p)
@@ -146,14 +152,20 @@ func presentFile(p string, size int64, want string, w *watch) (int64, error) {
 		return 0, fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), size, ErrNotPresent)
 	}
 	// A digest recorded on the file that is not the one the catalog
-	// wants (an admin repinned, or declared another), or a file
-	// written since it was hashed: the slow path fetches and verifies.
+	// wants (an admin repinned, or declared another), a file written
+	// since it was hashed, or one with no digest recorded where the
+	// filesystem keeps them (copied in by hand: nothing says it is the
+	// pinned bytes): the slow path fetches or hashes, and verifies.
 	if want != "" {
 		w.begin("read the digest tag of", p)
 		sum, tagged := catalog.RecordedSHA256(p)
+		untagged := !tagged && catalog.Untagged(p)
 		w.end()
-		if tagged && sum != want {
+		switch {
+		case tagged && sum != want:
 			return 0, fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+		case untagged:
+			return 0, fmt.Errorf("cache file %s carries no recorded sha256, and the catalog pins %s: %w", p, want, ErrNotPresent)
 		}
 	}
 	return st.Size(), nil
@@ -180,6 +192,33 @@ func presentSet(cacheDir string, m catalog.Model, w *watch) (string, error) {
 		return "", fmt.Errorf("set directory %s holds %d bytes, the catalog says %d: %w", dir, total, m.Size, ErrNotPresent)
 	}
 	return catalog.SetPath(cacheDir, m), nil
+}
+
+// presentHub checks the Hub model h in the Hugging Face cache hfCache:
+// each file of its list, through the snapshot's link, a regular file of
+// its size (one stat each, whoever put it there), and each ref the fetch
+// writes naming the commit, since that is what an engine given the bare
+// repository id reads. A ref naming another commit (a repin, another
+// download into a shared cache) sends the job to the slow path, which
+// points it back.
+func presentHub(hfCache string, h catalog.Hub) (string, error) {
+	for _, f := range h.Files {
+		p := catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path)
+		st, err := os.Stat(p)
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("%s of %s at %s: %w (%v)", f.Path, h.Repo, h.Commit, ErrNotPresent, err)
+		case !st.Mode().IsRegular() || st.Size() != f.Size:
+			return "", fmt.Errorf("%s of %s at %s is not a file of %d bytes: %w", f.Path, h.Repo, h.Commit, f.Size, ErrNotPresent)
+		}
+	}
+	for _, ref := range catalog.HubRefs(h) {
+		p := catalog.HubRefPath(hfCache, h.Repo, ref)
+		if b, err := catalog.ReadRegular(p); err != nil || string(b) != h.Commit {
+			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
+		}
+	}
+	return catalog.HubPath(hfCache, h), nil
 }
 
 // HungError is returned by PresentWithin when one filesystem operation on
@@ -261,7 +300,7 @@ func (w *watch) end() {
 // that answered each stat in 4 s as if it were hung. The goroutine stays
 // blocked until the mount answers, at the latest until the hook's process
 // exits (FUSE and NFS waits are killable), which it does right after.
-func PresentWithin(cacheDir string, m catalog.Model, op, budget time.Duration) (string, error) {
+func PresentWithin(cacheDir, hfCache string, m catalog.Model, op, budget time.Duration) (string, error) {
 	type result struct {
 		path string
 		err  error
@@ -270,7 +309,7 @@ func PresentWithin(cacheDir string, m catalog.Model, op, budget time.Duration) (
 	w := &watch{}
 	start := time.Now()
 	go func() {
-		p, err := present(cacheDir, m, w)
+		p, err := present(cacheDir, hfCache, m, w)
 		ch <- result{p, err}
 	}()
 	tick := time.NewTicker(max(min(op/20, 100*time.Millisecond), time.Millisecond))
@@ -284,7 +323,7 @@ func PresentWithin(cacheDir string, m catalog.Model, op, budget time.Duration) (
 			hung := !w.since.IsZero() && now.Sub(w.since) >= op
 			h := &HungError{Path: w.path, Op: w.op, After: op, Answered: w.answered}
 			slow := budget > 0 && now.Sub(start) >= budget
-			sl := &SlowError{Path: weightsPath(cacheDir, m), Budget: budget, Answered: w.answered, Slowest: max(w.slowest, now.Sub(w.since))}
+			sl := &SlowError{Path: weightsPath(cacheDir, hfCache, m), Budget: budget, Answered: w.answered, Slowest: max(w.slowest, now.Sub(w.since))}
 			w.mu.Unlock()
 			switch {
 			case hung:
@@ -297,7 +336,10 @@ func PresentWithin(cacheDir string, m catalog.Model, op, budget time.Duration) (
 }
 
 // weightsPath is where Present looks for m's weights.
-func weightsPath(cacheDir string, m catalog.Model) string {
+func weightsPath(cacheDir, hfCache string, m catalog.Model) string {
+	if m.IsHub() {
+		return catalog.HubSnapshotDir(hfCache, m.Hub.Repo, m.Hub.Commit)
+	}
 	if m.IsSet() {
 		return catalog.SetDir(cacheDir, m)
 	}
@@ -361,7 +403,7 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("model %s is not in the catalog copy %s", job.Model, cfg.CatalogCopyPath())
 	}
-	p, err := PresentWithin(cfg.CacheDir, m, cfg.FSTimeout(), cfg.FetchDeadline)
+	p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout(), cfg.FetchDeadline)
 	var hung *HungError
 	var slow *SlowError
 	if errors.As(err, &hung) || errors.As(err, &slow) {
@@ -371,7 +413,18 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
-	return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()})
+	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()}
+	HubRecord(cfg, m, &rec)
+	return catalog.WriteJobRecord(cfg.RunDir, rec)
+}
+
+// HubRecord adds to the record of a job of m, when m is a Hub model, the
+// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE, and whether
+// it exports HF_HUB_OFFLINE=1 beside it.
+func HubRecord(cfg nodeconf.Agent, m catalog.Model, rec *catalog.JobRecord) {
+	if m.IsHub() {
+		rec.HFCache, rec.HFOffline = cfg.HFCacheDir(), cfg.HubOffline()
+	}
 }
 
 // SetOf is the set directory's name a job record names for m, or "" for a

@@ -93,7 +93,12 @@ func Validate(c Agent) error {
 	if c.GPUMemory < 0 {
 		errs = append(errs, fmt.Errorf("gpu memory %d: must be a byte count (or 0 to ask nvidia-smi)", c.GPUMemory))
 	}
-	for name, p := range map[string]string{"cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "munge socket": c.MungeSocket, "tls_ca": c.TLSCA, "nvidia-smi": c.NvidiaSMI} {
+	if c.HFEndpoint != "" {
+		if u, err := url.Parse(c.HFEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("hf_endpoint %q: want the Hub's (or a mirror's) base URL, e.g. https://hf-mirror.example.org", c.HFEndpoint))
+		}
+	}
+	for name, p := range map[string]string{"hf_cache": c.HFCache, "cache dir": c.CacheDir, "state dir": c.StateDir, "run dir": c.RunDir, "socket": c.Socket, "token file": c.TokenFile, "munge socket": c.MungeSocket, "tls_ca": c.TLSCA, "nvidia-smi": c.NvidiaSMI} {
 		if p != "" {
 			if err := catalog.CheckAbsPath(name, p); err != nil {
 				errs = append(errs, err)

@@ -203,6 +203,20 @@ type Agent struct {
 	// neither $HF_TOKEN nor $HF_TOKEN_PATH is set: slurmd runs a Prolog with
 	// no $HOME, where huggingface-cli's own token file cannot be found.
 	HFTokenFile string `toml:"hf_token_file"`
+	// HFEndpoint is the Hub the node fetches Hugging Face models from
+	// (default $HF_ENDPOINT in the agent's environment, else
+	// https://huggingface.co): a site's mirror.
+	HFEndpoint string `toml:"hf_endpoint"`
+	// HFCache is the Hugging Face cache Hub models are fetched into, in
+	// huggingface_hub's layout, and that jobs of them are given as
+	// HF_HUB_CACHE (default: "hub" inside CacheDir). A site may name its
+	// shared Hugging Face cache on a filer; it is scanned like a weight
+	// directory.
+	HFCache string `toml:"hf_cache"`
+	// HFHubOffline, unless set to false, has the TaskProlog export
+	// HF_HUB_OFFLINE=1 beside HF_HUB_CACHE for a job of a Hub model, so
+	// that the engine loads what llmgw fetched and asks the Hub nothing.
+	HFHubOffline *bool `toml:"hf_hub_offline"`
 	// CacheReserve is the free space, in bytes, that a fetch from an origin
 	// giving no length leaves on the cache's filesystem (0: 5% of it, at
 	// most 10 GB; -1: none).
@@ -318,6 +332,14 @@ func (c Agent) FSTimeout() time.Duration {
 	}
 	return DefaultHookFSTimeout
 }
+
+// HFCacheDir is the node's Hugging Face cache: HFCache, else "hub" in
+// CacheDir. Call it on a config with defaults applied.
+func (c Agent) HFCacheDir() string { return catalog.HFCacheDir(c.CacheDir, c.HFCache) }
+
+// HubOffline reports whether a job of a Hub model is given
+// HF_HUB_OFFLINE=1 (hf_hub_offline, default true).
+func (c Agent) HubOffline() bool { return c.HFHubOffline == nil || *c.HFHubOffline }
 
 // CatalogFile is the name of the catalog copy in the state directory.
 const CatalogFile = "catalog.json"

@@ -219,7 +219,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
 	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge", "PeerAddr", "PeerInterface", "PeerPort",
-	"CacheHigh", "CacheLow", "KeepLastCopyFor", "HookFSTimeout"}
+	"CacheHigh", "CacheLow", "KeepLastCopyFor", "HookFSTimeout", "HFEndpoint", "HFCache", "HFHubOffline"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -299,6 +299,14 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	case "CacheLow":
 		n, ok = s.Int(strconv.IntSize)
 		c.CacheLow = int(n)
+	case "HFEndpoint":
+		c.HFEndpoint, ok = s.String()
+	case "HFCache":
+		c.HFCache, ok = s.String()
+	case "HFHubOffline":
+		var v bool
+		v, ok = s.Bool()
+		c.HFHubOffline = &v
 	case "GCMaxShare":
 		n, ok = s.Int(strconv.IntSize)
 		c.GCMaxShare = int(n)

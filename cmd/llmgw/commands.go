@@ -48,7 +48,7 @@ func init() {
 		// The services, then the operator's commands, then node-side tools.
 		{name: "coordinator", synopsis: "[--config FILE] [--listen ADDR] [--db PATH]", summary: "run the coordinator: the catalog, node reports, per-fabric status", run: coordinatorCmd},
 		{name: "agent", synopsis: "[--config FILE] [--coordinator URL] [--node NAME] [--fabric NAME] [--weights-dir DIR]... [--cache-dir DIR] [--socket PATH] [--once]", summary: "run the node agent: scan weights, report, serve the hooks", run: agentCmd},
-		{name: "models", synopsis: "add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES] | rm NAME | mv OLD NEW | repin NAME | list [--json]", summary: "show and change the model catalog", run: modelsCmd},
+		{name: "models", synopsis: "add NAME SOURCE [--size BYTES] [--sha256 HEX] [--gpu-memory BYTES] | add NAME hf:ORG/REPO[@REV] [--include GLOB]... [--exclude GLOB]... | rm NAME | mv OLD NEW | repin NAME | list [--json]", summary: "show and change the model catalog", run: modelsCmd},
 		{name: "status", synopsis: "[MODEL] [--json]", summary: "per fabric: which models are held (shared/local), fetching, stale nodes", run: statusCmd},
 		{name: "nodes", synopsis: "token NODE [--out FILE] | rm NODE", summary: "make a node's own token; forget a node", run: nodesCmd},
 		{name: "gc", synopsis: "[--collect [--force]] [--trust] [--node NAME] [--json]", summary: "reclaim fetched weights no catalog entry wants, node by node (lists unless --collect)", run: gcCmd},

@@ -28,6 +28,8 @@ var importRules = map[string]struct {
 	"weights/fetch":            {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
 	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
 	"weights/evict":            {[]string{"weights/catalog"}, "eviction decides from what the agent gathers and the coordinator answers; it does no I/O and shares the name rules only"},
+	"weights/hub":              {[]string{"weights/catalog", "weights/fetch"}, "the Hub's API (a revision's commit, its files, the selection) is a client of its own: the command line resolves a model with it, and nothing on a node asks the Hub what a branch means (fetch: the redirect and Retry-After rules the node's fetch applies)"},
+	"weights/hub/hubtest":      {nil, "the Hub stand-in for tests stands alone, so huggingface_hub and llmgw are tested against the same server"},
 	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
 	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "weights/evict", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
@@ -36,6 +38,7 @@ var importRules = map[string]struct {
 	"coordinator":              {[]string{"api", "coordinator/store", "internal/munge", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm (and munge, which says who speaks)"},
 	"internal/munge":           {[]string{"api"}, "MUNGE credentials are a leaf beside the protocol: the coordinator decodes them, agents and the CLI make them, the hook never links them"},
 	"internal/munge/mungetest": {[]string{"internal/munge"}, "tests start real munged daemons through it"},
+	"internal/swarmtest":       {[]string{"api", "internal/munge"}, "hostile swarm members for tests and the liars benchmark speak the protocol and MUNGE alone, so what they do is what any program on a node could"},
 	"coordinator/store":        {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"api/table":                {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
 	"cmd/llmgw/demo":           {[]string{"agent/nodeconf", "api", "placement", "slurm", "weights/catalog"}, "the demo runs llmgw's own binary as coordinator and agents and shows the commands a user would type; it reads api types and the node configuration, and speaks to the dev cluster through slurm"},
@@ -50,6 +53,7 @@ var importRules = map[string]struct {
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
 	"internal/loopfs":      {nil, "tests' ext4 loop filesystem stands alone, like fusetest"},
 	"scripts/bench/evict":  {[]string{"weights/evict"}, "the eviction replay runs the agent's own policy and nothing else"},
+	"scripts/bench/hub":    {[]string{"weights/hub/hubtest"}, "the Hub benchmark serves the tests' Hub stand-in, so it measures what the tests check"},
 }
 
 // onlyIn confines an import to the packages that own what it does.

@@ -127,6 +127,9 @@ func TestShippedAgentConfig(t *testing.T) {
 		"cache_low":          {cfg.CacheLow, evict.DefaultLow},
 		"keep_last_copy_for": {cfg.KeepLastCopyFor, evict.DefaultKeepLastCopyFor},
 		"hook_fs_timeout":    {cfg.HookFSTimeout, def.HookFSTimeout},
+		"hf_endpoint":        {cfg.HFEndpoint, def.HFEndpoint},
+		"hf_cache":           {cfg.HFCache, def.HFCache},
+		"hf_hub_offline":     {cfg.HubOffline(), def.HubOffline()},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])

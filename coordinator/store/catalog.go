@@ -26,7 +26,11 @@ import (
 //     model of several files is its set directory there (catalog.SetName),
 //     which the scan counts complete only with every file in it;
 //   - a bare model id is a Hugging Face cache snapshot of that id (or
-//     "id@revision" for one revision).
+//     "id@revision" for one revision);
+//   - a Hub model (a repository at one commit) is a Hugging Face cache
+//     snapshot of that repository at that commit, wherever the node found
+//     it: the node judges it complete against the model's file list
+//     (weights/scan), whoever downloaded it.
 type matcher struct {
 	byPath map[string]string // cleaned path → model
 	// below maps every directory above a path source (but "/") to the
@@ -36,12 +40,17 @@ type matcher struct {
 	below       map[string]string
 	byCacheName map[string]string // base name in a cache dir → model
 	byModelID   map[string]string // "org/name" or "org/name@rev" → model
+	byHub       map[string]string // "org/name@commit" → Hub model
 }
 
 func newMatcher(models []api.Model) *matcher {
-	m := &matcher{byPath: map[string]string{}, below: map[string]string{}, byCacheName: map[string]string{}, byModelID: map[string]string{}}
+	m := &matcher{byPath: map[string]string{}, below: map[string]string{}, byCacheName: map[string]string{}, byModelID: map[string]string{}, byHub: map[string]string{}}
 	belowSource := map[string]string{}
 	for _, mod := range models {
+		if mod.IsHub() {
+			m.byHub[mod.Hub.Repo+"@"+mod.Hub.Commit] = mod.Name
+			continue
+		}
 		switch catalog.KindOf(mod.Source) {
 		case catalog.KindPath:
 			src := filepath.Clean(mod.Source)
@@ -81,6 +90,11 @@ func (m *matcher) model(cacheDir string, w *api.Weight) string {
 			if name, ok := m.byCacheName[base]; ok {
 				return name
 			}
+		}
+	}
+	if w.ModelID != "" && w.Revision != "" && len(m.byHub) > 0 {
+		if name, ok := m.byHub[w.ModelID+"@"+w.Revision]; ok {
+			return name
 		}
 	}
 	if w.ModelID != "" {
@@ -147,6 +161,9 @@ func listModels(ctx context.Context, q querier) ([]api.Model, error) {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
 	if err := addFiles(ctx, q, out); err != nil {
+		return nil, err
+	}
+	if err := addHubs(ctx, q, out); err != nil {
 		return nil, err
 	}
 	if err := addPins(ctx, q, out); err != nil {
@@ -288,7 +305,10 @@ func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
 	if err := readFiles(ctx, db.cr(), &m); err != nil {
 		return api.Model{}, err
 	}
-	if m.SHA256 == "" && !m.IsSet() {
+	if err := readHub(ctx, db.cr(), &m); err != nil {
+		return api.Model{}, err
+	}
+	if m.SHA256 == "" && !m.IsSet() && !m.IsHub() {
 		if err := readPin(ctx, db.cr(), &m); err != nil {
 			return api.Model{}, err
 		}
@@ -317,6 +337,15 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 		// A model of several files is named by its first (see
 		// migrations/0007_catalog_files.sql).
 		m.Source = m.Files[0].Source
+	}
+	if m.IsHub() {
+		// A Hub model by its repository and commit (0010_catalog_hub.sql).
+		m.Source = catalog.HubSource(m.Hub.Repo, m.Hub.Commit)
+	}
+	if why, err := hubConflict(ctx, tx, m); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
+	} else if why != "" {
+		return api.Model{}, false, fmt.Errorf("put model %s: %s: %w", m.Name, why, ErrConflict)
 	}
 	for _, src := range sourcesOf(m) {
 		var other string
@@ -354,6 +383,9 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 	}
 	if err := putFiles(ctx, tx, &m); err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: files: %w", m.Name, err)
+	}
+	if err := putHub(ctx, tx, m); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: Hub repository: %w", m.Name, err)
 	}
 	match, err := loadMatcher(ctx, tx)
 	if err != nil {

@@ -54,9 +54,13 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 	if err != nil {
 		return api.Model{}, fmt.Errorf("pin %s: %w", source, err)
 	}
-	if m.SHA256 != "" {
-		// A declared digest is what every fetch verifies; a pin would
-		// only shadow it.
+	if err := readHub(ctx, tx, &m); err != nil {
+		return api.Model{}, err
+	}
+	if m.SHA256 != "" || m.IsHub() {
+		// A declared digest is what every fetch verifies, and a Hub
+		// model's commit and the Hub's digests pin it: a pin would only
+		// shadow them.
 		return m, nil
 	}
 	if err := readPin(ctx, tx, &m); err != nil {
@@ -195,7 +199,7 @@ func addPins(ctx context.Context, q querier, models []api.Model) error {
 		// A pin is of the bytes of one source: an entry given a new
 		// source starts unpinned.
 		// A model of several files has its pins on its files.
-		if p, ok := pins[models[i].Name]; ok && p.source == models[i].Source && models[i].SHA256 == "" && !models[i].IsSet() {
+		if p, ok := pins[models[i].Name]; ok && p.source == models[i].Source && models[i].SHA256 == "" && !models[i].IsSet() && !models[i].IsHub() {
 			models[i].Pinned, models[i].PinnedETag = p.sha256, p.etag
 		}
 	}

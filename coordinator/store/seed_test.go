@@ -126,6 +126,8 @@ func TestSeedMigratesAnOlderDatabase(t *testing.T) {
 	if _, _, err := db.PutModel(ctx, api.Model{Name: "m", Source: "https://example.org/w.gguf"}, t0); err != nil {
 		t.Fatal(err)
 	}
+	// Back to before the seed migration: its tables go, and those of
+	// every later one (undoLater), which open makes again.
 	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
 		t.Fatal(err)
 	}

@@ -374,8 +374,11 @@ func decodeModel(s *jsonlite.Scanner) (Model, bool) {
 				m.Files = append(m.Files, f)
 				return ok
 			})
+		case "hub":
+			m.Hub = &Hub{}
+			ok = decodeHub(s, m.Hub)
 		default:
-			ok = jsonlite.Unknown(name, "name", "source", "size_bytes", "sha256", "gpu_memory_bytes", "pinned_sha256", "pinned_etag", "created", "updated", "files") && s.Skip()
+			ok = jsonlite.Unknown(name, "name", "source", "size_bytes", "sha256", "gpu_memory_bytes", "pinned_sha256", "pinned_etag", "created", "updated", "files", "hub") && s.Skip()
 		}
 		return ok
 	})
@@ -403,6 +406,53 @@ func decodeFile(s *jsonlite.Scanner) (File, bool) {
 		return ok
 	})
 	return f, ok
+}
+
+// decodeHub reads a Model's Hub into h, as encoding/json does.
+func decodeHub(s *jsonlite.Scanner, h *Hub) bool {
+	return s.Object(func(name string) bool {
+		var ok bool
+		switch name {
+		case "repo":
+			h.Repo, ok = s.String()
+		case "revision":
+			h.Revision, ok = s.String()
+		case "commit":
+			h.Commit, ok = s.String()
+		case "include":
+			h.Include, ok = s.Strings()
+		case "exclude":
+			h.Exclude, ok = s.Strings()
+		case "listed":
+			h.Listed, ok = s.Bool()
+		case "files":
+			h.Files = []HubFile{}
+			ok = s.Array(func() bool {
+				var f HubFile
+				ok := s.Object(func(name string) bool {
+					var ok bool
+					switch name {
+					case "path":
+						f.Path, ok = s.String()
+					case "size_bytes":
+						f.Size, ok = s.Int(64)
+					case "sha256":
+						f.SHA256, ok = s.String()
+					case "blob":
+						f.Blob, ok = s.String()
+					default:
+						ok = jsonlite.Unknown(name, "path", "size_bytes", "sha256", "blob") && s.Skip()
+					}
+					return ok
+				})
+				h.Files = append(h.Files, f)
+				return ok
+			})
+		default:
+			ok = jsonlite.Unknown(name, "repo", "revision", "commit", "include", "exclude", "listed", "files") && s.Skip()
+		}
+		return ok
+	})
 }
 
 // decodeTime reads a time as encoding/json does: time.Time's own

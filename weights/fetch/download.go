@@ -313,8 +313,13 @@ func (d *download) toStream() error {
 	return st.save(d.statePath)
 }
 
-// checkHub compares the digest the hub publishes with the caller's.
+// checkHub compares the digest the hub publishes with the caller's, and
+// the commit it served with the one asked for.
 func (d *download) checkHub(resp *http.Response) error {
+	if c := hubCommit(resp); d.want.Commit != "" && c != "" && c != d.want.Commit {
+		return &Error{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
+			"the hub served commit %s, not %s that the model is pinned to (is HF_ENDPOINT a mirror that serves another revision?)", c, d.want.Commit)}
+	}
 	d.hubSum = hubSHA256(resp)
 	if d.hubSum != "" && d.want.SHA256 != "" && d.hubSum != d.want.SHA256 {
 		return &Error{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
@@ -423,6 +428,16 @@ func (d *download) finish(ctx context.Context, size int64, sum string) (string, 
 	if d.want.Size > 0 && fi.Size() != d.want.Size {
 		d.discard()
 		return fail("verify", fmt.Errorf("size mismatch: expected %d bytes, got %d; discarded", d.want.Size, fi.Size()))
+	}
+	if d.want.GitBlob != "" {
+		id, err := gitBlobFD(ctx, d.fh, fi.Size())
+		if err != nil {
+			return fail("verify", err)
+		}
+		if id != d.want.GitBlob {
+			d.discard()
+			return fail("verify", fmt.Errorf("git blob id mismatch: expected %s, got %s; discarded", d.want.GitBlob, id))
+		}
 	}
 	if exp := d.expectedSum(); exp != "" {
 		if sum == "" {

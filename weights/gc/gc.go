@@ -127,6 +127,10 @@ type Options struct {
 
 	// evict is set by Evict: a wanted name may go.
 	evict bool
+	// HFCache is the node's Hugging Face cache (agent.toml's hf_cache),
+	// whose old revisions of Hub models the node's own gc judges too (see
+	// hub.go); "" judges none.
+	HFCache string
 }
 
 // File is what gc did with one file, and why.
@@ -243,7 +247,7 @@ func Run(opt Options) Result {
 	if res.Held == "" && recErr != nil {
 		res.Held = fmt.Sprintf("job records in %s cannot all be read (%v), so gc cannot rule out that a running job uses a file; nothing is removed", catalog.JobsDir(opt.RunDir), recErr)
 	}
-	g.inUse = inUse(recs)
+	g.inUse, g.recs = inUse(recs), recs
 
 	if res.Held == "" && !opt.Force {
 		if why := opt.Catalog.Distrust(); why != "" {
@@ -298,6 +302,14 @@ func Run(opt Options) Result {
 		}
 		res.Files = append(res.Files, f)
 	}
+	if !asked {
+		for _, f := range g.hubRevisions(res.Held) {
+			if f.Action == Removed {
+				res.Freed += f.Size
+			}
+			res.Files = append(res.Files, f)
+		}
+	}
 	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Name < res.Files[j].Name })
 	return res
 }
@@ -313,6 +325,7 @@ type run struct {
 	root   *os.Root
 	wanted map[string]string // cache name → model that wants it
 	inUse  map[string]string // cache name or weight path → job using it
+	recs   []catalog.JobRecord
 }
 
 // inUse indexes the job records by every spelling of what they use: the

@@ -19,8 +19,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Defaults for Options.
@@ -73,10 +76,34 @@ type Options struct {
 	// only to files seen growing, or not seen before, never to one whose
 	// mtime alone changed.
 	Memory *Memory
+	// Hub are the file lists of the catalog's Hub models (weights/catalog
+	// hub.go), by HubKey(repository, commit): a Hugging Face cache snapshot
+	// of one of them is complete when every file of the list is in it
+	// with its size, whoever downloaded it, and not by the rules a
+	// snapshot scanned without a list is held to (see hubList).
+	Hub map[string]catalog.Hub
 
 	// roots are every directory of this scan, cleaned and absolute: a
 	// symlink is followed only to within one of them (see walker.within).
 	roots []string
+}
+
+// HubKey is the key of Options.Hub: a repository id, compared without
+// regard to case as the Hub does, and a commit.
+func HubKey(repo, commit string) string { return strings.ToLower(repo) + "@" + commit }
+
+// HubLists is Options.Hub for the models of a catalog.
+func HubLists(models []catalog.Model) map[string]catalog.Hub {
+	var out map[string]catalog.Hub
+	for _, m := range models {
+		if m.IsHub() {
+			if out == nil {
+				out = map[string]catalog.Hub{}
+			}
+			out[HubKey(m.Hub.Repo, m.Hub.Commit)] = *m.Hub
+		}
+	}
+	return out
 }
 
 func (o Options) withDefaults() Options {

@@ -366,7 +366,7 @@ func TestScan(t *testing.T) {
 				testHF(t, root, "Qwen/Qwen2.5-0.5B", "a09a3545", map[string]int64{"model.safetensors": 1000, "config.json": 10})
 				testHF(t, root, "Qwen/Qwen2.5-0.5B", "b1c2d3e4", map[string]int64{"model.safetensors": 2000, "config.json": 10})
 				testHF(t, root, "gpt2", "e7da7f22", map[string]int64{
-					"model.safetensors.index.json": -1, "model-00001-of-00002.safetensors": 5, "model-00002-of-00002.safetensors": 5})
+					"model.safetensors.index.json": -1, "model-00001-of-00002.safetensors": 5, "model-00002-of-00002.safetensors": 5, "config.json": 10})
 				testHF(t, root, "meta/Broken", "0000aaaa", map[string]int64{"model.safetensors": -1, "config.json": 3})
 				testHF(t, root, "org/configs-only", "1111", map[string]int64{"config.json": 3})
 				testMkdir(t, root+"/models--org--never-started/blobs")
@@ -378,7 +378,7 @@ func TestScan(t *testing.T) {
 				{"models--Qwen--Qwen2.5-0.5B/snapshots/a09a3545", 1010, true, "", "Qwen/Qwen2.5-0.5B", "a09a3545"},
 				{"models--Qwen--Qwen2.5-0.5B/snapshots/b1c2d3e4", 2010, true, "", "Qwen/Qwen2.5-0.5B", "b1c2d3e4"},
 				// The index's blob is missing here: its link dangles.
-				{"models--gpt2/snapshots/e7da7f22", 10, false, "model.safetensors.index.json (dangling symlink", "gpt2", "e7da7f22"},
+				{"models--gpt2/snapshots/e7da7f22", 20, false, "model.safetensors.index.json (dangling symlink", "gpt2", "e7da7f22"},
 				{"models--meta--Broken/snapshots/0000aaaa", 3, false, "model.safetensors (dangling symlink", "meta/Broken", "0000aaaa"},
 			},
 			skips: map[string]string{
@@ -926,6 +926,8 @@ func TestScanHalfFinished(t *testing.T) {
 		testLink(t, "../../blobs/"+filepath.Base(blob), fmt.Sprintf("%s/model-%05d-of-00030.safetensors", snap, i))
 	}
 	testFile(t, repo+"/blobs/blob06.incomplete", 50)
+	testFile(t, repo+"/blobs/config", 10)
+	testLink(t, "../../blobs/config", snap+"/config.json")
 	// Another repo whose download finished long ago, with no shards named
 	// -of-: the only sign of a download in flight is the .incomplete blob.
 	done := root + "/models--org--small"

@@ -741,6 +741,11 @@ func checkAgent(ctx context.Context, o Options) []Finding {
 			Message: fmt.Sprintf("the agent's last report to %s failed: %s", st.Coordinator, r.Error),
 			Fix:     "see the coordinator finding below; the agent retries by itself"})
 	}
+	if st.PeerServerError != "" {
+		fs = append(fs, Finding{Check: "chunk server", Severity: Warn,
+			Message: st.PeerServerError + ": the fabric's swarms go without this node",
+			Fix:     "stop the process on that address (ss -ltnp names it), or set another peer_port or peer_addr in agent.toml; the agent serves as soon as it can listen"})
+	}
 	if st.Catalog.Error != "" || st.Catalog.Fetched.IsZero() {
 		fs = append(fs, Finding{Check: "catalog copy", Severity: Warn,
 			Message: fmt.Sprintf("the agent has no fresh catalog copy at %s (%s): the hooks cannot resolve models added since", st.Catalog.Path, orNone(st.Catalog.Error)),
