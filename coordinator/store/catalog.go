@@ -500,6 +500,8 @@ func (db *DB) RenameModel(ctx context.Context, old, new string, now time.Time) (
 	for _, q := range []string{`PRAGMA defer_foreign_keys = ON`,
 		`UPDATE catalog SET name = ?2, updated = ?3 WHERE name = ?1`,
 		`UPDATE catalog_files SET name = ?2 WHERE name = ?1`,
+		`UPDATE catalog_hub SET name = ?2 WHERE name = ?1`,
+		`UPDATE catalog_hub_files SET name = ?2 WHERE name = ?1`,
 		`UPDATE pins SET name = ?2 WHERE name = ?1`,
 		`UPDATE seed_requests SET model = ?2 WHERE model = ?1`} {
 		if _, err := tx.ExecContext(ctx, q, old, new, nanos(now)); err != nil {
@@ -508,6 +510,11 @@ func (db *DB) RenameModel(ctx context.Context, old, new string, now time.Time) (
 	}
 	m.Name, m.Updated = new, now.UTC()
 	if err := readFiles(ctx, tx, &m); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	// A Hub model keeps its repository, commit and list: the snapshot
+	// every node holds is the new name's, matched by its needle below.
+	if err := readHub(ctx, tx, &m); err != nil {
 		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
 	}
 	match, err := loadMatcher(ctx, tx)
