@@ -118,7 +118,7 @@ func Present(cacheDir, hfCache string, m catalog.Model) (string, error) {
 // watched).
 func present(cacheDir, hfCache string, m catalog.Model, w *watch) (string, error) {
 	if m.IsHub() {
-		return presentHub(hfCache, *m.Hub)
+		return presentHub(hfCache, *m.Hub, w)
 	}
 	if m.IsSet() {
 		return presentSet(cacheDir, m, w)
@@ -200,11 +200,15 @@ func presentSet(cacheDir string, m catalog.Model, w *watch) (string, error) {
 // writes naming the commit, since that is what an engine given the bare
 // repository id reads. A ref naming another commit (a repin, another
 // download into a shared cache) sends the job to the slow path, which
-// points it back.
-func presentHub(hfCache string, h catalog.Hub) (string, error) {
+// points it back. Each stat and ref read is one operation announced to
+// w: a Hugging Face cache on a filer that stops answering is bounded by
+// hook_fs_timeout like any other weights.
+func presentHub(hfCache string, h catalog.Hub, w *watch) (string, error) {
 	for _, f := range h.Files {
 		p := catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path)
+		w.begin("stat", p)
 		st, err := os.Stat(p)
+		w.end()
 		switch {
 		case err != nil:
 			return "", fmt.Errorf("%s of %s at %s: %w (%v)", f.Path, h.Repo, h.Commit, ErrNotPresent, err)
@@ -214,7 +218,10 @@ func presentHub(hfCache string, h catalog.Hub) (string, error) {
 	}
 	for _, ref := range catalog.HubRefs(h) {
 		p := catalog.HubRefPath(hfCache, h.Repo, ref)
-		if b, err := catalog.ReadRegular(p); err != nil || string(b) != h.Commit {
+		w.begin("read", p)
+		b, err := catalog.ReadRegular(p)
+		w.end()
+		if err != nil || string(b) != h.Commit {
 			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
 		}
 	}
