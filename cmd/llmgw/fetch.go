@@ -26,8 +26,11 @@ unchanged for the engine to resolve.
 MODEL is a catalog name (no slash): resolved at the coordinator (--coordinator
 or LLMGW_COORDINATOR), else in the agent's catalog copy (--state-dir), and
 fetched as a job's Prolog would: verified against its declared or pinned
-sha256, a model of several files into its set directory, whole. The path
-printed is the one a job gets as LLMGW_MODEL_PATH. A name that is no catalog
+sha256, a model of several files into its set directory, whole, a Hub
+repository into the Hugging Face cache (--hf-cache, by default the agent's:
+hub inside the cache directory) in huggingface_hub's own layout, at the
+catalog's commit. The path printed is the one a job gets as
+LLMGW_MODEL_PATH (a Hub model's: its snapshot). A name that is no catalog
 entry is an error.
 
 The file is fetched over --connections connections when the origin serves
@@ -47,6 +50,7 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 	// The agent's cache, so that what an operator fetches by hand is what
 	// the agent scans and reports.
 	cacheDir := fs.String("cache-dir", agent.DefaultCacheDir, "where remote sources are fetched to")
+	hfCache := fs.String("hf-cache", "", "the Hugging Face cache a Hub model is fetched into (agent.toml's hf_cache; default: hub inside --cache-dir, as the agent's)")
 	sum := fs.String("sha256", "", "expected sha256 of the file, hex; a mismatch deletes the download")
 	conns := fs.Int("connections", fetch.DefaultConnections, "connections per fetch when the origin serves ranges")
 	lockDir := fs.String("lock-dir", "", "node-local directory for the one-fetch-per-node locks (default "+fetch.DefaultLockDir+", or a per-user directory under $TMPDIR when that is not writable)")
@@ -104,7 +108,7 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 		if m, err = resolveModel(ctx, e, name, *url, *tokenFile, *stateDir); err != nil {
 			return err
 		}
-		path, err = ensureModel(ctx, f, m)
+		path, err = ensureModel(ctx, f, catalog.HFCacheDir(dir, *hfCache), m)
 	} else {
 		path, err = f.Ensure(ctx, fs.Arg(0), fetch.Want{SHA256: *sum})
 	}
@@ -168,8 +172,15 @@ func resolveModel(ctx context.Context, e *env, name, url, tokenFile, stateDir st
 // ensureModel makes the catalog entry m present as a Prolog would and
 // returns the path a job gets: each file verified against its declared or
 // pinned sha256, a model of several files into its set directory, its
-// manifest first, claimed whole.
-func ensureModel(ctx context.Context, f *fetch.Fetcher, m catalog.Model) (string, error) {
+// manifest first, claimed whole, a Hub model into the Hugging Face cache
+// hfCache at its commit.
+func ensureModel(ctx context.Context, f *fetch.Fetcher, hfCache string, m catalog.Model) (string, error) {
+	if m.IsHub() {
+		if _, err := f.EnsureHub(ctx, hfCache, *m.Hub); err != nil {
+			return "", fmt.Errorf("model %s: %w", m.Name, err)
+		}
+		return catalog.HubPath(hfCache, *m.Hub), nil
+	}
 	if !m.IsSet() {
 		return f.Ensure(ctx, m.Source, fetch.Want{SHA256: m.WantSHA256(), Size: m.Size})
 	}

@@ -67,3 +67,49 @@ func TestFetchCatalogModel(t *testing.T) {
 		t.Errorf("llmgw fetch Qwen/Qwen2.5-7B: %d %q", code, out)
 	}
 }
+
+// `llmgw fetch MODEL` of a Hub model fetches it as a node's Prolog does,
+// into the Hugging Face cache (the agent's default, <cache-dir>/hub, or
+// --hf-cache) in huggingface_hub's layout, and prints the path a job
+// gets: its snapshot. Before, the catalog entry's source (hf:ORG/NAME@
+// COMMIT) went to the fetcher of one file, which refused it as "names a
+// repository, not a file".
+func TestFetchHubModel(t *testing.T) {
+	coord, _, adminTok := testCoordinator(t)
+	h := startStandIn(t)
+	commit := h.Commit("org/tiny", "main", hubShards(`{"model_type":"llama"}`))
+	env := map[string]string{"LLMGW_COORDINATOR": coord, "LLMGW_TOKEN_FILE": adminTok, "HF_ENDPOINT": h.URL}
+	if code, out, errs := llmgwRun(t, env, "models", "add", "tiny", "hf:org/tiny"); code != 0 {
+		t.Fatalf("models add tiny hf:org/tiny: exit %d, %q %q", code, out, errs)
+	}
+	cache := filepath.Join(t.TempDir(), "cache")
+	locks := filepath.Join(t.TempDir(), "locks")
+
+	code, out, errs := llmgwRun(t, env, "fetch", "tiny", "--cache-dir", cache, "--lock-dir", locks)
+	snap := catalog.HubSnapshotDir(filepath.Join(cache, "hub"), "org/tiny", commit)
+	if code != 0 || strings.TrimSpace(out) != snap {
+		t.Fatalf("llmgw fetch tiny: %d %q %s; want its snapshot %s", code, out, errs, snap)
+	}
+	for name, want := range h.Files("org/tiny", commit) {
+		if name == "README.md" || strings.HasPrefix(name, "original/") {
+			continue // not selected
+		}
+		if got, err := os.ReadFile(filepath.Join(snap, name)); err != nil || string(got) != string(want) {
+			t.Errorf("%s in the snapshot: %d bytes, %v; want the commit's %d", name, len(got), err, len(want))
+		}
+	}
+	if ref, err := os.ReadFile(catalog.HubRefPath(filepath.Join(cache, "hub"), "org/tiny", "main")); err != nil || string(ref) != commit {
+		t.Errorf("refs/main: %q, %v; want %s", ref, err, commit)
+	}
+	// Present: nothing more is read from the Hub, and the path is the same.
+	served := h.Served()
+	if code, out, errs := llmgwRun(t, env, "fetch", "tiny", "--cache-dir", cache, "--lock-dir", locks); code != 0 || strings.TrimSpace(out) != snap || h.Served() != served {
+		t.Errorf("llmgw fetch tiny again: %d %q %s, %d bytes more from the Hub; want the same path and none", code, out, errs, h.Served()-served)
+	}
+	// The agent's hf_cache elsewhere: --hf-cache.
+	other := filepath.Join(t.TempDir(), "hf")
+	code, out, errs = llmgwRun(t, env, "fetch", "tiny", "--cache-dir", cache, "--hf-cache", other, "--lock-dir", locks)
+	if want := catalog.HubSnapshotDir(other, "org/tiny", commit); code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("llmgw fetch tiny --hf-cache %s: %d %q %s; want %s", other, code, out, errs, want)
+	}
+}
