@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -396,12 +397,20 @@ func heldSummary(res evict.Result, short int64) string {
 }
 
 // makeRoom is the Fetcher's MakeRoom: a fetch that does not fit evicts by
-// the same rules first.
+// the same rules first. Only a fetch onto the cache's own filesystem: the
+// cache directory, a set directory, a Hub model's blobs in a Hugging Face
+// cache beside it; eviction frees room there and nowhere else.
 func (a *Agent) makeRoom(ctx context.Context, dir string, need int64) (int64, string) {
-	if filepath.Clean(dir) != filepath.Clean(a.Config().CacheDir) && filepath.Dir(filepath.Clean(dir)) != filepath.Clean(a.Config().CacheDir) {
+	if !sameFilesystem(dir, a.Config().CacheDir) {
 		return 0, ""
 	}
 	return a.evictNow(ctx, need, "fetch")
+}
+
+// sameFilesystem says whether a and b are on one filesystem.
+func sameFilesystem(a, b string) bool {
+	var sa, sb syscall.Stat_t
+	return syscall.Stat(a, &sa) == nil && syscall.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
 // evictIfHigh runs a pass when the cache is above cache_high.

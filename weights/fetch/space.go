@@ -42,8 +42,14 @@ type claim struct {
 	Part string `json:"part"`
 	Size int64  `json:"size"`
 	// Set marks the claim of a whole set (ClaimSet): Part is its directory,
-	// Size every file's, and what its directory holds is what is done.
+	// Size every file's, and what its directory holds is what is done. A
+	// Hub model's claim (claimHub) is one too, on its blobs directory.
 	Set bool `json:"set,omitempty"`
+	// Base is what the directory held when the claim was made, for a
+	// directory that holds other files than the claim's (a Hub
+	// repository's blobs of other revisions): only what it gains since
+	// is done.
+	Base int64 `json:"base,omitempty"`
 	// Until, when set, is when the claim lapses (Unix nanoseconds).
 	Until int64 `json:"until,omitempty"`
 }
@@ -55,7 +61,7 @@ func (c claim) remaining() int64 {
 		return 0
 	}
 	if c.Set {
-		return max(0, c.Size-dirUsage(c.Part))
+		return max(0, min(c.Size, c.Size-(dirUsage(c.Part)-c.Base)))
 	}
 	var st unix.Stat_t
 	if unix.Stat(c.Part, &st) != nil {
