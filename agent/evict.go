@@ -32,9 +32,12 @@ import (
 //
 // A prefetch plugs in through Room: it claims at evict.Prefetch and gets
 // only the room below cache_low, so it never evicts and never takes what a
-// job's fetch needs. Hub snapshots (the HF cache layout) plug in as
-// entries: an old snapshot of a repository the catalog lists at another
-// commit is evict.Superseded.
+// job's fetch needs. Hub snapshots (the HF cache layout) are entries
+// when the Hugging Face cache is on the cache's filesystem (weights/gc's
+// hubevict.go): an old snapshot of a repository the catalog lists at
+// another commit is evict.Superseded, the catalog commit's is wanted, and
+// a Hub fetch claims its room whole in the same record as a set
+// (weights/fetch), so it evicts by the same rules when it does not fit.
 
 // evictState is what eviction keeps between passes.
 type evictState struct {
@@ -104,6 +107,9 @@ func (a *Agent) saveUsedLocked(cfg Config) {
 
 // usedName is the cache entry a fetch of req lands in.
 func usedName(req api.EnsureRequest) string {
+	if req.Hub != nil {
+		return gc.HubEntryName(req.Hub.Repo, req.Hub.Commit)
+	}
 	if req.Set != "" {
 		return req.Set
 	}
@@ -152,7 +158,7 @@ func (a *Agent) Room(ctx context.Context, n int64, p evict.Priority) (evictBytes
 
 func (a *Agent) gcOptions(cfg Config) gc.Options {
 	cp, cerr := catalog.ReadCopy(a.catalog.Path)
-	return gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir}
+	return gc.Options{CacheDir: cfg.CacheDir, HFCache: cfg.HFCacheDir(), Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir}
 }
 
 // evictPlan is one pass's plan, with what it was made from.
@@ -162,6 +168,7 @@ type evictPlan struct {
 	res     evict.Result
 	fabric  evict.Fabric
 	entries []evict.Entry
+	paths   map[string]string // entry name → where it is
 }
 
 // planEviction plans freeing need bytes (need < 0: what the watermarks
@@ -203,10 +210,16 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 		if e.Wanted != "" {
 			ee.Class, ee.Model = evict.Wanted, e.Wanted
 			models = append(models, e.Wanted)
+		} else if e.Superseded != "" {
+			ee.Class, ee.Model = evict.Superseded, e.Superseded
 		} else if m, ok := opt.Catalog.SupersededBy(e.Name); ok {
 			ee.Class, ee.Model = evict.Superseded, m
 		}
 		p.entries = append(p.entries, ee)
+		if p.paths == nil {
+			p.paths = map[string]string{}
+		}
+		p.paths[e.Name] = e.Path
 	}
 	// Forget uses of entries that are gone.
 	present := make(map[string]bool, len(raw))
@@ -430,11 +443,11 @@ func (a *Agent) evictionListing(ctx context.Context, cfg Config) []api.GCFile {
 		return out
 	}
 	for _, d := range p.res.Evict {
-		out = append(out, api.GCFile{Name: d.Name, Path: filepath.Join(cfg.CacheDir, d.Name), Action: "listed",
+		out = append(out, api.GCFile{Name: d.Name, Path: p.paths[d.Name], Action: "listed",
 			Reason: fmt.Sprintf("eviction would remove it: the cache is above cache_high (%d%%); %s", p.budget.High, d.Reason), Size: d.Size})
 	}
 	for _, d := range p.res.Held {
-		out = append(out, api.GCFile{Name: d.Name, Path: filepath.Join(cfg.CacheDir, d.Name), Action: "kept",
+		out = append(out, api.GCFile{Name: d.Name, Path: p.paths[d.Name], Action: "kept",
 			Reason: "eviction keeps it: " + d.Reason, Size: d.Size})
 	}
 	return out

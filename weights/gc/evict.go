@@ -19,15 +19,22 @@ import (
 // and the fabric's last copies are weights/evict's to judge, and the agent
 // asks the coordinator before it removes one.
 
-// Entry is one whole thing in the cache: a fetched file, or a set
-// directory (a model of several files).
+// Entry is one whole thing in the cache: a fetched file, a set
+// directory (a model of several files), or a Hub model's snapshot in the
+// Hugging Face cache (hubevict.go; its Name is HubEntryName's).
 type Entry struct {
 	Name string
+	// Path is where it is.
+	Path string
 	// Size is its bytes on disk (blocks), what removing it frees.
 	Size    int64
 	Written time.Time
 	// Wanted is the catalog model that wants it, or "".
 	Wanted string
+	// Superseded is the catalog model it is an older revision of (a Hub
+	// snapshot of another commit than the catalog's), or "". A cache
+	// file's superseding is the catalog copy's to say (Copy.SupersededBy).
+	Superseded string
 	// InUse is the job whose record names it, or "".
 	InUse string
 	// Fetching says a fetch is writing it, or in it: a .part touched
@@ -78,7 +85,7 @@ func Entries(opt Options) ([]Entry, error) {
 		if err != nil {
 			continue
 		}
-		e := Entry{Name: name, Wanted: g.wanted[name], Written: fi.ModTime()}
+		e := Entry{Name: name, Path: filepath.Join(opt.CacheDir, name), Wanted: g.wanted[name], Written: fi.ModTime()}
 		switch {
 		case fi.Mode().IsRegular():
 			e.Size = blocks(fi)
@@ -103,6 +110,7 @@ func Entries(opt Options) ([]Entry, error) {
 			out[i].Fetching = true
 		}
 	}
+	out = append(out, hubEntries(opt, recs)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
@@ -124,18 +132,51 @@ func blocks(fi fs.FileInfo) int64 {
 // or beside it, and the same inode as when it was judged. Files written
 // within justFetched are kept: a Prolog that fetched one has yet to
 // write the record that names it.
+//
+// A Hub snapshot (IsHubEntry) is judged again by hubevict.go's rules.
 func Evict(opt Options, reasons map[string]string) Result {
-	names := make([]string, 0, len(reasons))
+	var names, hub []string
 	for n := range reasons {
-		names = append(names, n)
+		if IsHubEntry(n) {
+			hub = append(hub, n)
+		} else {
+			names = append(names, n)
+		}
 	}
-	opt.Only, opt.Collect, opt.Force, opt.MaxShare = names, true, true, 0
+	sort.Strings(hub)
+	opt.Collect, opt.Force, opt.MaxShare = true, true, 0
 	opt.Recent = justFetched
 	opt.evict = true
-	res := Run(opt)
-	for i := range res.Files {
-		if f := &res.Files[i]; f.Action == Removed {
-			f.Reason = "evicted: " + reasons[f.Name]
+	var res Result
+	if len(names) > 0 {
+		o := opt
+		o.Only = names
+		res = Run(o)
+		for i := range res.Files {
+			if f := &res.Files[i]; f.Action == Removed {
+				f.Reason = "evicted: " + reasons[f.Name]
+			}
+		}
+	}
+	if len(hub) > 0 {
+		recs, err := catalog.ReadJobRecords(opt.RunDir)
+		if opt.RunDir == "" {
+			recs, err = catalog.ReadJobRecords(catalog.DefaultRunDir)
+		}
+		var files []File
+		if err != nil {
+			for _, n := range hub {
+				files = append(files, File{Name: n, Path: filepath.Join(opt.HFCache, n), Action: Kept,
+					Reason: fmt.Sprintf("job records cannot all be read (%v), so a running job's snapshot cannot be told", err)})
+			}
+		} else {
+			files = evictHub(opt, recs, hub, reasons)
+		}
+		for _, f := range files {
+			if f.Action == Removed {
+				res.Freed += f.Size
+			}
+			res.Files = append(res.Files, f)
 		}
 	}
 	return res
