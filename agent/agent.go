@@ -77,6 +77,8 @@ type Agent struct {
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
+	evict       evictState // evict.go; its own lock
+	scanMem     scan.Memory
 	hubs        string // the catalog's Hub models, as hubsOf says them
 }
 
@@ -134,6 +136,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
+		a.noteGCHeldLocked(cp)
+	}
 	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
 		log.Warn("no token file and no munge_socket configured: reports are sent without a token, which the coordinator refuses; install this node's own token ('llmgw nodes token NODE --out FILE') as token_file, or set munge_socket")
 	}
@@ -204,6 +209,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
+			MakeRoom:     a.makeRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}
@@ -264,7 +270,9 @@ func hubLists(cfg Config) map[string]catalog.Hub {
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg)})
+	// The memory carries sizes from scan to scan: a touch of a weight
+	// file does not make its model vanish for a scan interval.
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg), Memory: &a.scanMem})
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -364,6 +372,7 @@ func (a *Agent) buildReport() *api.Report {
 		// no address for the fabric's members to be sent to.
 		r.PeerAddr = a.swarm.addr
 	}
+	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
 	a.last = &r
 	return &r
 }
@@ -479,6 +488,7 @@ func (a *Agent) catalogOK(cp catalog.Copy) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
+	a.noteGCHeldLocked(cp)
 	if a.catalogFail != "" {
 		a.log.Info("catalog copy up to date again")
 	}
@@ -499,6 +509,26 @@ func hubsOf(models []catalog.Model) string {
 		}
 	}
 	return b.String()
+}
+
+// noteGCHeldLocked keeps whether the catalog copy cp holds this node's
+// gc, for the report, the socket's status and the metric; a change is
+// logged once. a.mu is held.
+func (a *Agent) noteGCHeldLocked(cp catalog.Copy) {
+	why := cp.Distrust()
+	if why != a.catalog.GCHeld {
+		if why != "" {
+			a.log.WithField("since", cp.DistrustSince).Warn("gc held: " + why + "; 'llmgw gc --trust' adopts the current catalog")
+		} else if a.catalog.GCHeld != "" {
+			a.log.Info("gc no longer held: this node trusts the catalog again")
+		}
+	}
+	a.catalog.GCHeld, a.catalog.GCHeldSince = why, cp.DistrustSince
+	if why != "" {
+		a.metrics.gcHeld.Set(1)
+	} else {
+		a.metrics.gcHeld.Set(0)
+	}
 }
 
 func (a *Agent) catalogFailed(err error) {
@@ -650,6 +680,8 @@ func (a *Agent) loop(ctx context.Context) {
 		if a.scan(ctx) {
 			soon()
 		}
+		// Above cache_high, down to cache_low; a removal kicks a scan.
+		a.evictIfHigh(ctx)
 		scanT.Reset(a.Config().ScanInterval)
 	}
 	for {

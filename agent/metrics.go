@@ -38,6 +38,10 @@ type metrics struct {
 	lastReportSuccess prometheus.Gauge
 	lastScanSuccess   prometheus.Gauge
 	info              *prometheus.GaugeVec
+	evictions         *prometheus.CounterVec
+	evictedBytes      *prometheus.CounterVec
+	evictHeld         prometheus.Gauge
+	gcHeld            prometheus.Gauge
 }
 
 func newMetrics(version string, fetchesInProgress func() float64) *metrics {
@@ -95,6 +99,28 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Help: "The agent's version; the value is always 1.",
 		}, []string{"version"}),
 	}
+	m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "evictions_total",
+		Help: "Cache entries evicted under pressure, by class (unwanted, superseded, wanted) and trigger (watermark: above cache_high; fetch: a fetch that did not fit).",
+	}, []string{"class", "trigger"})
+	m.evictedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "evicted_bytes_total",
+		Help: "Bytes freed by eviction, by class.",
+	}, []string{"class"})
+	m.evictHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "evict_short_bytes",
+		Help: "Bytes the last eviction pass could not free: what jobs, fetches and fabrics' last copies hold (0 when it freed what it needed).",
+	})
+	m.gcHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "gc_held",
+		Help: "1 while this node's gc is held by a catalog it does not trust (another identity, an older state): 'llmgw gc --trust' adopts it.",
+	})
+	for _, c := range []string{"unwanted", "superseded", "wanted"} {
+		m.evictedBytes.WithLabelValues(c)
+		for _, tr := range []string{"watermark", "fetch"} {
+			m.evictions.WithLabelValues(c, tr)
+		}
+	}
 	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fetches_in_progress",
 		Help: "Fetches moving bytes right now.",
@@ -115,7 +141,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	}
 	m.info.WithLabelValues(version).Set(1)
 	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports,
-		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
+		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.evictions, m.evictedBytes, m.evictHeld, m.gcHeld,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

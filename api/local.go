@@ -116,6 +116,10 @@ type CatalogStatus struct {
 	Fetched time.Time `json:"fetched,omitzero"`
 	Models  int       `json:"models"`
 	Error   string    `json:"error,omitempty"`
+	// GCHeld says why gc removes nothing on this node (the catalog is not
+	// the one it trusts), since GCHeldSince; empty while it trusts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent

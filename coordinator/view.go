@@ -41,6 +41,12 @@ type view struct {
 	// generation's number.
 	catID  string
 	catGen int64
+	// catHistory, catDropped, catTrusted and catTrustedAt are the
+	// catalog's history (store/history.go), read with it.
+	catHistory   []string
+	catDropped   map[string]string
+	catTrusted   string
+	catTrustedAt time.Time
 	// slurm is each node's Slurm state as last read from sinfo (see
 	// setSlurmStates); it survives reloads and new reports, which say
 	// nothing of Slurm.
@@ -52,6 +58,9 @@ type viewNode struct {
 	placement.Node
 	agentVersion string
 	errors       []string
+	// gcHeld and gcHeldSince are the node's gc hold (api.Report.GCHeld).
+	gcHeld      string
+	gcHeldSince time.Time
 	// cacheDir is where the node fetches to; gc asks about the cache
 	// names it reported there.
 	cacheDir string
@@ -70,6 +79,8 @@ func presenceNode(n *store.Node) *viewNode {
 		},
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,
+		gcHeld:       n.GCHeld,
+		gcHeldSince:  n.GCHeldSince,
 		cacheDir:     n.CacheDir,
 		peerAddr:     n.PeerAddr,
 	}
@@ -98,6 +109,10 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	if err != nil {
 		return err
 	}
+	history, dropped, trusted, trustedAt, err := db.CatalogHistory(ctx)
+	if err != nil {
+		return err
+	}
 	nodes, err := db.Nodes(ctx)
 	if err != nil {
 		return err
@@ -119,6 +134,7 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	v.cat = cat
 	v.files = catalogFiles(models)
 	v.catID, v.catGen = catID, catGen
+	v.catHistory, v.catDropped, v.catTrusted, v.catTrustedAt = history, dropped, trusted, trustedAt
 	return nil
 }
 

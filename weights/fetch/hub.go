@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -63,9 +64,15 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 	if err != nil {
 		return fail("mkdir", err)
 	}
-	if err := hubRoom(hfCache, stage, h); err != nil {
+	if err := hubRoom(stage, h, hubMissing(hfCache, h)); err != nil {
 		return fail("space", err)
 	}
+	// The whole model's room before its first byte, in the node's record
+	// of space (see claimHub); renewed at each file, dropped at the end.
+	if err := f.claimHub(ctx, hfCache, h); err != nil {
+		return fail("space", err)
+	}
+	defer f.dropClaim(context.WithoutCancel(ctx), filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"))
 	total := catalog.HubSize(h)
 	var done int64
 	report := func(n int64) {
@@ -81,7 +88,7 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 		if !linked(link, file.Size) {
 			blob := catalog.HubBlobPath(hfCache, h.Repo, file.BlobName())
 			if !whole(blob, file.Size) {
-				if err := f.fetchBlob(ctx, h, file, blob, stage, report); err != nil {
+				if err := f.fetchBlob(ctx, hfCache, h, file, blob, stage, report); err != nil {
 					return "", &Error{Source: source, Op: opOf(err), Err: fmt.Errorf("file %d of %d, %s: %w", i+1, len(h.Files), file.Path, errOf(err))}
 				}
 			}
@@ -118,7 +125,7 @@ func WriteHubRef(hfCache, repo, ref, commit string) error {
 
 // fetchBlob fetches file of h into blob, through the staging directory
 // when stage is set.
-func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blob, stage string, report func(int64)) error {
+func (f *Fetcher) fetchBlob(ctx context.Context, hfCache string, h catalog.Hub, file catalog.HubFile, blob, stage string, report func(int64)) error {
 	src := "hf:" + h.Repo + "@" + h.Commit + "/" + file.Path
 	rem, err := hubRemote(src, f.hfEndpoint(), h.Repo, h.Commit, file.Path)
 	if err != nil {
@@ -130,7 +137,10 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 		target = filepath.Join(stage, file.BlobName())
 	}
 	want := Want{SHA256: file.SHA256, GitBlob: file.Blob, Size: file.Size, Commit: h.Commit}
-	if _, err := f.ensureAt(ctx, rem, target, want); err != nil {
+	// Each file renews the model's claim, so a fetch longer than the
+	// claim's life keeps it.
+	renew := func(ctx context.Context) error { return f.claimHub(ctx, hfCache, h) }
+	if _, err := f.ensureAt(ctx, rem, target, want, renew); err != nil {
 		return err
 	}
 	if stage == "" {
@@ -142,29 +152,91 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 	return nil
 }
 
-// hubRoom refuses, before the first byte, a model whose missing files do
-// not fit: each file's fetch checks its own size, and a model of thirty
-// shards that fit one by one but not together would otherwise fill the
-// disk at the twentieth and leave nineteen behind. Through a staging
-// directory, that one must hold the largest file, and the cache the sum.
-func hubRoom(hfCache, stage string, h catalog.Hub) error {
-	var missing, largest int64
+// hubMissing is what h still needs in hfCache: the bytes of the files
+// neither linked nor whole among the blobs, and the largest of them.
+func hubMissing(hfCache string, h catalog.Hub) (m missingFiles) {
 	for _, f := range h.Files {
 		if linked(catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path), f.Size) || whole(catalog.HubBlobPath(hfCache, h.Repo, f.BlobName()), f.Size) {
 			continue
 		}
-		missing += f.Size
-		largest = max(largest, f.Size)
+		m.bytes += f.Size
+		m.largest = max(m.largest, f.Size)
+		var st syscall.Stat_t
+		if syscall.Stat(catalog.HubBlobPath(hfCache, h.Repo, f.BlobName())+catalog.PartSuffix, &st) == nil {
+			m.partial += min(f.Size, int64(st.Blocks)*512)
+		}
 	}
-	if err := checkSpace(filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"), missing); err != nil {
-		return fmt.Errorf("%s at %s is missing %s on this node: %w", h.Repo, h.Commit, catalog.FormatBytes(missing), err)
-	}
+	return m
+}
+
+// missingFiles is what a Hub model still needs: bytes in all, the largest
+// file's, and what the .part files of a fetch resumed already hold.
+type missingFiles struct{ bytes, largest, partial int64 }
+
+// hubRoom refuses, before the first byte, a model whose largest missing
+// file does not fit in the staging directory, when there is one (the
+// model's whole claim on its own filesystem is claimHub's).
+func hubRoom(stage string, h catalog.Hub, m missingFiles) error {
 	if stage != "" {
-		if err := checkSpace(stage, largest); err != nil {
+		if err := checkSpace(stage, m.largest); err != nil {
 			return fmt.Errorf("the llmgw cache, where each file of %s is fetched before it moves to hf_cache: %w", h.Repo, err)
 		}
 	}
 	return nil
+}
+
+// claimHub claims the room h's missing files will take in its
+// repository's blobs directory, whole, before its first byte, in the
+// node's record of space where sets and single files claim theirs: each
+// file's fetch checks its own size, and a model of thirty shards that fit
+// one by one but not together would fill the disk at the twentieth and
+// leave nineteen behind. When it does not fit, MakeRoom evicts first by
+// the rules every fetch's shortfall goes through (the agent's eviction);
+// then it fails with ErrNoSpace. The blobs fetched into the directory
+// (their .part files too) fall under the claim, which shrinks as they
+// land; calling it again renews it with what is still missing.
+func (f *Fetcher) claimHub(ctx context.Context, hfCache string, h catalog.Hub) error {
+	dir := filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs")
+	m := hubMissing(hfCache, h)
+	// What a resumed fetch's .part files hold is on the disk already, in
+	// Base: the claim is what is still to be written.
+	need := max(0, m.bytes-m.partial)
+	c := claim{PID: os.Getpid(), Part: dir, Size: need, Set: true, Base: dirUsage(dir), Until: time.Now().Add(setClaimFor).UnixNano()}
+	noRoom := func(err error) error {
+		return fmt.Errorf("%s at %s is missing %s on this node, claimed whole before its first byte: %w; nothing more of it was fetched",
+			h.Repo, h.Commit, catalog.FormatBytes(m.bytes), err)
+	}
+	b, err := f.openBook(ctx, dir)
+	if err != nil {
+		if err := checkSpace(dir, need); err != nil {
+			return noRoom(err)
+		}
+		return nil
+	}
+	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
+		if b == nil && !isNoSpace(err) {
+			if err := checkSpace(dir, need); err != nil {
+				return noRoom(err)
+			}
+			return nil
+		}
+		return noRoom(err)
+	}
+	b.drop(dir)
+	if need > 0 {
+		b.claims = append(b.claims, c)
+	}
+	return b.close()
+}
+
+// dropClaim drops this process's claim on part (a file or a directory).
+func (f *Fetcher) dropClaim(ctx context.Context, part string) {
+	b, err := f.openBook(ctx, part)
+	if err != nil {
+		return
+	}
+	b.drop(part)
+	b.close()
 }
 
 // hubStaging is the directory blobs of repo are fetched into before they

@@ -751,6 +751,15 @@ func checkAgent(ctx context.Context, o Options) []Finding {
 			Message: fmt.Sprintf("the agent has no fresh catalog copy at %s (%s): the hooks cannot resolve models added since", st.Catalog.Path, orNone(st.Catalog.Error)),
 			Fix:     "make the coordinator reachable from this node"})
 	}
+	if st.Catalog.GCHeld != "" {
+		since := ""
+		if !st.Catalog.GCHeldSince.IsZero() {
+			since = " since " + st.Catalog.GCHeldSince.UTC().Format(time.RFC3339)
+		}
+		fs = append(fs, Finding{Check: "gc", Severity: Warn,
+			Message: "this node's gc removes nothing" + since + ": " + st.Catalog.GCHeld,
+			Fix:     "if the coordinator's catalog is the right one (a database restored or moved on purpose), run 'llmgw gc --trust': every node adopts it, gc_max_share still holds"})
+	}
 	return fs
 }
 
