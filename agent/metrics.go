@@ -33,6 +33,7 @@ type metrics struct {
 	swarmServed       prometheus.Counter
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
+	catalogReads      prometheus.Counter
 	lastReportSuccess prometheus.Gauge
 	lastScanSuccess   prometheus.Gauge
 	info              *prometheus.GaugeVec
@@ -72,6 +73,10 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "reports_total",
 			Help: "Attempts to report to the coordinator, by result.",
 		}, []string{"result"}),
+		catalogReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "catalog_reads_total",
+			Help: "Times the catalog was read from the coordinator after a report: only when the report's answer names another catalog than the node's copy (every report, from a coordinator older than that).",
+		}),
 		lastReportSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "last_report_success_timestamp_seconds",
 			Help: "When the coordinator last accepted a report, as a Unix time.",
@@ -101,7 +106,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	m.swarmBytes.WithLabelValues("peer")
 	m.swarmBytes.WithLabelValues("peer_discarded")
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports, m.catalogReads,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

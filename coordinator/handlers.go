@@ -29,6 +29,13 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// catalogTag is the catalog's tag as GET /v1/models serves it now.
+func (s *Server) catalogTag() string {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	return s.view.catTag
+}
+
 // mayFetch reports whether r comes from a caller trusted to fetch the
 // catalog's sources (an agent, or an admin who set them): only such a caller
 // is sent a source's query string, where signed URLs keep their signature.

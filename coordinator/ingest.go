@@ -320,7 +320,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 		if res.err != nil {
 			return res.err
 		}
-		ans := ReportAnswer{Result: "stored"}
+		ans := ReportAnswer{Result: "stored", CatalogTag: s.catalogTag()}
 		if !res.stored {
 			ans.Result = "dropped"
 		} else {

@@ -2,6 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/placement"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // view is the coordinator's in-memory copy of what the store holds: the
@@ -38,6 +43,9 @@ type view struct {
 	// generation's number.
 	catID  string
 	catGen int64
+	// catTag names the catalog as served (api.ReportAnswer.CatalogTag):
+	// made once per load, from the same models.
+	catTag string
 	// slurm is each node's Slurm state as last read from sinfo (see
 	// setSlurmStates); it survives reloads and new reports, which say
 	// nothing of Slurm.
@@ -111,7 +119,25 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
 	v.catID, v.catGen = catID, catGen
+	v.catTag = catalogTag(catID, catGen, cat.Models)
 	return nil
+}
+
+// catalogTag names a catalog as agents read it, for ReportAnswer.CatalogTag:
+// the identity and generation, and a digest of the entries, since a pin
+// taken or forgotten changes an entry without a new generation, and a
+// database restored from a backup can reach a generation it had before
+// with other entries. Made once per catalog change; every report answer
+// carries it.
+func catalogTag(id string, gen int64, models []catalog.Model) string {
+	b, err := json.Marshal(models)
+	if err != nil {
+		// Never for these types; an empty tag has agents read the
+		// catalog after every report, which is always correct.
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return fmt.Sprintf("%s/%d/%s", id, gen, hex.EncodeToString(sum[:12]))
 }
 
 // all yields every node in name order. The caller holds v.mu.
