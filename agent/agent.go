@@ -83,6 +83,9 @@ type Agent struct {
 	// copy is the catalog, and is not read again.
 	catTag, catFrom string
 	catFiles        []os.FileInfo
+	// hfRoom is the Hugging Face cache's room as the last scan measured
+	// it, nil when it is on the cache's own filesystem or did not answer.
+	hfRoom *api.Cache
 }
 
 // kick is a request to one of the agent's loops.
@@ -269,6 +272,7 @@ func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
 	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg)})
+	hfRoom := hfCacheRoom(cfg)
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -291,6 +295,7 @@ func (a *Agent) scan(ctx context.Context) bool {
 	a.mu.Lock()
 	changed := fp != a.invFP
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
+	a.hfRoom = hfRoom
 	a.mu.Unlock()
 	a.logDirChanges(inv.Dirs)
 	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
@@ -353,6 +358,10 @@ func (a *Agent) buildReport() *api.Report {
 	r.Node = cfg.Node
 	r.Fabric = cfg.Fabric
 	r.Cache = cache
+	if a.hubs != "" && a.hfRoom != nil {
+		hf := *a.hfRoom
+		r.HFCache = &hf
+	}
 	r.GPUMemory = gpu
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
@@ -602,6 +611,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
 		a.mu.Lock()
 		a.catalog.Fetched, a.catalog.Models = cp.Fetched, len(cp.Models)
+		a.hubs = hubsOf(cp.Models)
 		a.mu.Unlock()
 	}
 	a.log.WithFields(logrus.Fields{

@@ -68,7 +68,8 @@ func presenceNode(n *store.Node) *viewNode {
 	vn := &viewNode{
 		Node: placement.Node{
 			Name: n.Name, Fabric: n.Fabric, Looked: n.Looked, Received: n.Received, ReportTime: n.ReportTime,
-			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, GPUMemory: n.GPUMemory, Holdings: n.Holdings,
+			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, HFCacheFree: n.HFCacheFree, HFCacheTotal: n.HFCacheTotal,
+			GPUMemory: n.GPUMemory, Holdings: n.Holdings,
 		},
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,

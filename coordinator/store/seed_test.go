@@ -127,8 +127,9 @@ func TestSeedMigratesAnOlderDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to before the seed migration: its tables go, and those of
-	// every later one (0010_catalog_hub.sql), which open makes again.
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_hub_files; DROP TABLE catalog_hub;
+	// every later one (0010_catalog_hub.sql, 0014_node_hf_cache.sql), which
+	// open makes again.
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE nodes DROP COLUMN hf_cache_free_bytes; ALTER TABLE nodes DROP COLUMN hf_cache_total_bytes; DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_hub_files; DROP TABLE catalog_hub;
 		PRAGMA user_version = %d`, seedMigration-1)); err != nil {
 		t.Fatal(err)
 	}
