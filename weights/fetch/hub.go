@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"path"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -32,13 +32,18 @@ import (
 //     commit only once every file of it is linked, so an engine resolving
 //     the id never lands on a snapshot still being filled.
 //
-// The blobs of a cache on another filesystem than the llmgw cache (a
-// site's shared cache on a filer) are fetched into the llmgw cache first,
-// where the node's own locks and resume work, then copied beside their
-// final name and renamed into place: two nodes filling one filer never
-// write the same file.
+// Every blob is fetched in the llmgw cache first (.hub-staging/), where
+// the node's own locks and resume work and where only root writes, then
+// moved into the Hugging Face cache by a rename, or, on another filesystem
+// (a site's shared cache on a filer), copied to a fresh name there and
+// renamed: two nodes filling one filer never write the same file, and a
+// link a user planted in a shared cache never turns root's writes
+// elsewhere (hubfs.go).
 
-// stagingDir is where blobs bound for another filesystem are fetched first.
+// stagingDir is where the blobs of Hub models are fetched first: in the
+// llmgw cache, which only root writes, where the node's locks and resume
+// work; each is moved into the Hugging Face cache once verified (see
+// hubfs.go for why never in place).
 const stagingDir = catalog.HubStagingDir
 
 // EnsureHub makes every file of the Hub model h present in the Hugging
@@ -53,17 +58,65 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 	if err := catalog.CheckAbsPath("hf_cache", hfCache); err != nil {
 		return fail("parse", err)
 	}
-	snap := catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit)
-	for _, d := range []string{filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"), snap} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	if f.CacheDir == "" {
+		return fail("parse", errors.New("no cache directory configured: a Hub model's files are fetched into the llmgw cache before they move into the Hugging Face cache; set --cache-dir"))
+	}
+	if err := os.MkdirAll(hfCache, 0o755); err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	}
+	root, err := os.OpenRoot(hfCache)
+	if err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache): %w", err))
+	}
+	defer root.Close()
+	repo := &hubRepo{root: root, rel: catalog.RepoFolder(h.Repo)}
+	snapRel := "snapshots/" + h.Commit
+	blobs, err := repo.dir("blobs")
+	if err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	}
+	defer blobs.Close()
+	// The directories of the snapshot, by their path in it ("" for its
+	// top), each opened once.
+	dirs := map[string]*os.File{}
+	defer func() {
+		for _, d := range dirs {
+			d.Close()
+		}
+	}()
+	dirOf := func(p string) (*os.File, string, error) {
+		sub, name := path.Split(p)
+		if d := dirs[sub]; d != nil {
+			return d, name, nil
+		}
+		d, err := repo.dir(snapRel + "/" + sub)
+		if err != nil {
+			return nil, "", err
+		}
+		dirs[sub] = d
+		return d, name, nil
+	}
+	if _, _, err := dirOf(""); err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	}
+	stage := filepath.Join(f.CacheDir, stagingDir, repo.rel)
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return fail("mkdir", fmt.Errorf("staging directory in the llmgw cache: %w", err))
+	}
+
+	// What is missing: a file the snapshot does not lead to with its size,
+	// whose blob is not there either.
+	var missing []int
+	for i, file := range h.Files {
+		d, name, err := dirOf(file.Path)
+		if err != nil {
+			return fail("mkdir", fmt.Errorf("file %s: %w", file.Path, err))
+		}
+		if !regularAt(d, name, file.Size, true) && !regularAt(blobs, file.BlobName(), file.Size, false) {
+			missing = append(missing, i)
 		}
 	}
-	stage, err := f.hubStaging(hfCache, h.Repo)
-	if err != nil {
-		return fail("mkdir", err)
-	}
-	if err := hubRoom(hfCache, stage, h); err != nil {
+	if err := hubRoom(hfCache, stage, h, missing); err != nil {
 		return fail("space", err)
 	}
 	total := catalog.HubSize(h)
@@ -74,69 +127,116 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 		}
 	}
 	report(0)
-	dirs := map[string]bool{}
+	// place makes file i's link lead to its blob, fetching the blob first
+	// when it is not there.
+	place := func(i int) error {
+		file := h.Files[i]
+		d, name, err := dirOf(file.Path)
+		if err != nil {
+			return &Error{Source: source, Op: "mkdir", Err: fmt.Errorf("file %s: %w", file.Path, err)}
+		}
+		if regularAt(d, name, file.Size, true) {
+			return nil
+		}
+		if !regularAt(blobs, file.BlobName(), file.Size, false) {
+			if err := f.fetchBlob(ctx, h, file, blobs, stage, report); err != nil {
+				return &Error{Source: source, Op: opOf(err), Err: fmt.Errorf("file %d of %d, %s: %w", i+1, len(h.Files), file.Path, errOf(err))}
+			}
+		}
+		if err := linkAt(d, name, catalog.HubLinkTarget(file.Path, file.BlobName())); err != nil {
+			return &Error{Source: source, Op: "link", Err: fmt.Errorf("file %s: %w", file.Path, err)}
+		}
+		return nil
+	}
 	for i, file := range h.Files {
-		link := catalog.HubFilePath(hfCache, h.Repo, h.Commit, file.Path)
-		dirs[filepath.Dir(link)] = true
-		if !linked(link, file.Size) {
-			blob := catalog.HubBlobPath(hfCache, h.Repo, file.BlobName())
-			if !whole(blob, file.Size) {
-				if err := f.fetchBlob(ctx, h, file, blob, stage, report); err != nil {
-					return "", &Error{Source: source, Op: opOf(err), Err: fmt.Errorf("file %d of %d, %s: %w", i+1, len(h.Files), file.Path, errOf(err))}
-				}
-			}
-			if err := linkBlob(link, catalog.HubLinkTarget(file.Path, file.BlobName())); err != nil {
-				return fail("link", fmt.Errorf("file %s: %w", file.Path, err))
-			}
+		if err := place(i); err != nil {
+			return "", err
 		}
 		done += file.Size
 		report(0)
 	}
-	for d := range dirs {
-		if err := syncDir(d); err != nil {
+	// Every link must lead to its file before the refs name the commit: a
+	// blob found above may have gone since (an old revision's gc in
+	// another process, racing this fetch), and the snapshot would be
+	// handed to engines with a dangling link. Such a file is placed again,
+	// once.
+	for pass := 0; ; pass++ {
+		var gone []string
+		for i, file := range h.Files {
+			d, name, _ := dirOf(file.Path)
+			if regularAt(d, name, file.Size, true) {
+				continue
+			}
+			if pass > 0 {
+				gone = append(gone, file.Path)
+				continue
+			}
+			if err := place(i); err != nil {
+				return "", err
+			}
+		}
+		if len(gone) > 0 {
+			return fail("link", fmt.Errorf("%s went from the Hugging Face cache as it was being filled (removed by something else); the next fetch tries again", strings.Join(gone, ", ")))
+		}
+		if pass > 0 {
+			break
+		}
+	}
+	for _, d := range dirs {
+		if err := d.Sync(); err != nil {
 			return fail("sync", err)
 		}
 	}
 	for _, ref := range catalog.HubRefs(h) {
-		if err := WriteHubRef(hfCache, h.Repo, ref, h.Commit); err != nil {
+		if err := writeRef(repo, ref, h.Commit); err != nil {
 			return fail("ref", err)
 		}
 	}
-	return snap, nil
+	return catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit), nil
 }
 
-// WriteHubRef makes refs/REF of repo in hfCache name commit, as
-// huggingface_hub writes it: the hash alone, no newline (it reads the
-// file whole into a path). A ref already naming it is not rewritten.
-func WriteHubRef(hfCache, repo, ref, commit string) error {
-	p := catalog.HubRefPath(hfCache, repo, ref)
-	if b, err := os.ReadFile(p); err == nil && string(b) == commit {
+// writeRef makes refs/REF of repo name commit, as huggingface_hub writes
+// it: the hash alone, no newline (it reads the file whole into a path). A
+// ref already naming it is not rewritten.
+func writeRef(repo *hubRepo, ref, commit string) error {
+	sub, name := path.Split(ref)
+	d, err := repo.dir("refs/" + sub)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if regularAt(d, name, int64(len(commit)), false) {
+		if b, err := repo.root.ReadFile(path.Join(repo.rel, "refs", ref)); err == nil && string(b) == commit {
+			return nil
+		}
+	}
+	return writeAt(d, name, []byte(commit))
+}
+
+// fetchBlob fetches file of h into the staging directory stage, then moves
+// it into blobs. The node-wide lock on the blob spans both: another
+// process that waited on it finds the blob in place and fetches nothing.
+func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blobs *os.File, stage string, report func(int64)) error {
+	src := "hf:" + h.Repo + "@" + h.Commit + "/" + file.Path
+	unlock, err := f.lock(ctx, filepath.Join(stage, file.BlobName()+".publish"))
+	if err != nil {
+		return &Error{Source: src, Op: "lock", Err: err}
+	}
+	defer unlock()
+	if regularAt(blobs, file.BlobName(), file.Size, false) {
 		return nil
 	}
-	return catalog.WriteAtomic(p, []byte(commit), 0o644)
-}
-
-// fetchBlob fetches file of h into blob, through the staging directory
-// when stage is set.
-func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blob, stage string, report func(int64)) error {
-	src := "hf:" + h.Repo + "@" + h.Commit + "/" + file.Path
 	rem, err := hubRemote(src, f.hfEndpoint(), h.Repo, h.Commit, file.Path)
 	if err != nil {
 		return &Error{Source: src, Op: "parse", Err: err}
 	}
 	rem.progress = func(done, _ int64) { report(done) }
-	target := blob
-	if stage != "" {
-		target = filepath.Join(stage, file.BlobName())
-	}
+	staged := filepath.Join(stage, file.BlobName())
 	want := Want{SHA256: file.SHA256, GitBlob: file.Blob, Size: file.Size, Commit: h.Commit}
-	if _, err := f.ensureAt(ctx, rem, target, want); err != nil {
+	if _, err := f.ensureAt(ctx, rem, staged, want); err != nil {
 		return err
 	}
-	if stage == "" {
-		return nil
-	}
-	if err := publish(target, blob); err != nil {
+	if err := publishAt(staged, blobs, file.BlobName()); err != nil {
 		return &Error{Source: src, Op: "write", Err: err}
 	}
 	return nil
@@ -145,115 +245,23 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 // hubRoom refuses, before the first byte, a model whose missing files do
 // not fit: each file's fetch checks its own size, and a model of thirty
 // shards that fit one by one but not together would otherwise fill the
-// disk at the twentieth and leave nineteen behind. Through a staging
-// directory, that one must hold the largest file, and the cache the sum.
-func hubRoom(hfCache, stage string, h catalog.Hub) error {
-	var missing, largest int64
-	for _, f := range h.Files {
-		if linked(catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path), f.Size) || whole(catalog.HubBlobPath(hfCache, h.Repo, f.BlobName()), f.Size) {
-			continue
-		}
-		missing += f.Size
-		largest = max(largest, f.Size)
+// disk at the twentieth and leave nineteen behind. The Hugging Face cache
+// must hold the missing files together; the staging directory, when it is
+// on another filesystem, the largest of them (each moves out when done).
+func hubRoom(hfCache, stage string, h catalog.Hub, missing []int) error {
+	var need, largest int64
+	for _, i := range missing {
+		need += h.Files[i].Size
+		largest = max(largest, h.Files[i].Size)
 	}
-	if err := checkSpace(filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"), missing); err != nil {
-		return fmt.Errorf("%s at %s is missing %s on this node: %w", h.Repo, h.Commit, catalog.FormatBytes(missing), err)
+	if err := checkSpace(catalog.HubRepoDir(hfCache, h.Repo), need); err != nil {
+		return fmt.Errorf("%s at %s is missing %s on this node: %w", h.Repo, h.Commit, catalog.FormatBytes(need), err)
 	}
-	if stage != "" {
+	var a, b syscall.Stat_t
+	if syscall.Stat(hfCache, &a) == nil && syscall.Stat(stage, &b) == nil && a.Dev != b.Dev {
 		if err := checkSpace(stage, largest); err != nil {
 			return fmt.Errorf("the llmgw cache, where each file of %s is fetched before it moves to hf_cache: %w", h.Repo, err)
 		}
-	}
-	return nil
-}
-
-// hubStaging is the directory blobs of repo are fetched into before they
-// are copied into hfCache, or "" when hfCache is on the llmgw cache's own
-// filesystem and blobs are fetched in place.
-func (f *Fetcher) hubStaging(hfCache, repo string) (string, error) {
-	if f.CacheDir == "" {
-		return "", nil
-	}
-	var a, b syscall.Stat_t
-	if syscall.Stat(hfCache, &a) != nil || syscall.Stat(f.CacheDir, &b) != nil || a.Dev == b.Dev {
-		return "", nil
-	}
-	d := filepath.Join(f.CacheDir, stagingDir, catalog.RepoFolder(repo))
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", fmt.Errorf("staging directory for the Hugging Face cache on another filesystem: %w", err)
-	}
-	return d, nil
-}
-
-// publish copies the verified file staged to a name beside blob that no
-// other writer uses (the host and process), syncs it and renames it to
-// blob, then removes staged. Another node that published the same blob
-// meanwhile published the same bytes.
-func publish(staged, blob string) error {
-	in, err := os.Open(staged)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	host, _ := os.Hostname()
-	tmp := filepath.Join(filepath.Dir(blob), "."+filepath.Base(blob)+"."+host+"."+strconv.Itoa(os.Getpid())+".tmp")
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, blob)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	os.Remove(staged)
-	return syncDir(filepath.Dir(blob))
-}
-
-// linked reports whether the snapshot's entry at link leads to a regular
-// file of size bytes: a link into blobs/ as huggingface_hub makes it, or
-// whatever else put the file there.
-func linked(link string, size int64) bool {
-	st, err := os.Stat(link)
-	return err == nil && st.Mode().IsRegular() && st.Size() == size
-}
-
-// whole reports whether the blob is there, a regular file of size bytes.
-// A blob is named by its digest and only ever renamed into place whole.
-func whole(blob string, size int64) bool {
-	st, err := os.Lstat(blob)
-	return err == nil && st.Mode().IsRegular() && st.Size() == size
-}
-
-// linkBlob makes link a symlink to target, replacing what is there only
-// by a rename, so that a reader sees the old entry or the new one.
-func linkBlob(link, target string) error {
-	if cur, err := os.Readlink(link); err == nil && cur == target {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		return err
-	}
-	if st, err := os.Lstat(link); err == nil && st.IsDir() {
-		return fmt.Errorf("%s is a directory where the file's link belongs; remove it", link)
-	}
-	tmp := filepath.Join(filepath.Dir(link), "."+filepath.Base(link)+".llmgw-"+strconv.Itoa(os.Getpid())+".tmp")
-	os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, link); err != nil {
-		os.Remove(tmp)
-		return err
 	}
 	return nil
 }

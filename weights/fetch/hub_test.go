@@ -358,3 +358,35 @@ func TestHubModelNoRoom(t *testing.T) {
 		t.Errorf("%d bytes were fetched for a model that cannot fit", n)
 	}
 }
+
+// TestHubModelBlobGoneMidFetch: a blob that goes from the cache while the
+// model is being filled (the gc of an old revision in another process,
+// which shared the blob, racing this fetch) is fetched again before the
+// refs name the commit: the snapshot handed to engines never holds a
+// link that leads nowhere.
+func TestHubModelBlobGoneMidFetch(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	first := hb.Files[0]
+	removed := false
+	link := catalog.HubFilePath(x.cache, hb.Repo, hb.Commit, first.Path)
+	x.f.OnProgress = func(Progress) {
+		// Once the first file is linked, its blob goes.
+		if _, err := os.Lstat(link); !removed && err == nil {
+			removed = true
+			if err := os.Remove(catalog.HubBlobPath(x.cache, hb.Repo, first.BlobName())); err != nil {
+				t.Errorf("removing %s's blob: %v", first.Path, err)
+			}
+		}
+	}
+	snap := x.ensure(t, hb)
+	if !removed {
+		t.Fatal("the blob was never removed: the test did not test")
+	}
+	for _, f := range hb.Files {
+		if st, err := os.Stat(filepath.Join(snap, f.Path)); err != nil || st.Size() != f.Size {
+			t.Errorf("%s: %v; the snapshot leads nowhere for it", f.Path, err)
+		}
+	}
+}
