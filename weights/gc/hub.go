@@ -30,7 +30,10 @@ import (
 //   - after the snapshots, the blobs no snapshot left links to and the
 //     catalog's list does not name, and the refs that named a removed
 //     commit; never a blob being written (.part, .incomplete) nor one
-//     written within Recent.
+//     written within Recent;
+//   - in the llmgw cache's staging directory, where Hub blobs are fetched
+//     before they move into the Hugging Face cache, what fetches that
+//     stopped left: by the rules of a fetch's .part (hubStaging).
 //
 // It runs only in the node's own gc (Options.Only nil): a coordinator
 // names cache files, and knows nothing of a node's revisions.
@@ -220,4 +223,107 @@ func blobName(name string) bool {
 func sameFS(a, b string) bool {
 	var sa, sb syscall.Stat_t
 	return syscall.Stat(a, &sa) == nil && syscall.Stat(b, &sb) == nil && sa.Dev == sb.Dev
+}
+
+// hubStaging judges, and with Collect removes, what Hub fetches left in
+// the llmgw cache's staging directory (.hub-staging/models--ORG--NAME/,
+// weights/fetch/hub.go). A blob moves out of it once verified, so what
+// stays is a fetch that stopped (<digest>.part and its .part.ranges) or a
+// blob that could not be moved in; the next fetch of it resumes or moves
+// it. Like a fetch's .part in the cache: never one touched within
+// partQuiet or the gc interval; one whose blob a catalog Hub model lists
+// is kept until PartMaxAge; the rest is garbage. Only names that are a
+// blob's, or a fetch of one, in a repository's folder; never a link.
+func (g *run) hubStaging(held string) []File {
+	ents, err := fs.ReadDir(g.root.FS(), catalog.HubStagingDir)
+	if err != nil {
+		return nil
+	}
+	if held == "" && len(g.opt.Catalog.Models) == 0 {
+		held = "the catalog copy reads as empty; that is more likely a fault than a wish to remove every model, so nothing is removed"
+	}
+	wanted := map[string]string{} // blob name → a model that lists it
+	for _, m := range g.opt.Catalog.Models {
+		if m.IsHub() {
+			for _, f := range m.Hub.Files {
+				wanted[f.BlobName()] = m.Name
+			}
+		}
+	}
+	var out []File
+	for _, repo := range ents {
+		if !repo.IsDir() || catalog.HubRepoOf(repo.Name()) == "" {
+			continue
+		}
+		dir := catalog.HubStagingDir + "/" + repo.Name()
+		files, err := fs.ReadDir(g.root.FS(), dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range files {
+			blob, ok := stagedBlob(e.Name())
+			if !ok || !e.Type().IsRegular() {
+				continue
+			}
+			rel := dir + "/" + e.Name()
+			fi, err := g.root.Lstat(rel)
+			if err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			age := time.Since(fi.ModTime())
+			m, want := wanted[blob]
+			stale := g.opt.PartMaxAge > 0 && age >= g.opt.PartMaxAge
+			if age < partQuiet || age < g.opt.Recent || want && !stale {
+				continue // a fetch under way, or one to resume: not news
+			}
+			f := File{Name: rel, Path: filepath.Join(g.opt.CacheDir, rel), Size: fi.Size()}
+			why := "left in staging by a Hub fetch that stopped, of a blob no catalog model lists"
+			if want {
+				why = fmt.Sprintf("left in staging by a Hub fetch that stopped, untouched for %s, longer than gc_part_max_age (%s), though model %s lists its blob", age.Round(time.Hour), g.opt.PartMaxAge, m)
+			}
+			switch {
+			case held != "":
+				f.Action, f.Reason = Kept, held
+			case !g.opt.Collect:
+				f.Action, f.Reason = Listed, why+"; gc --collect would remove it"
+			case !g.opt.Deadline.IsZero() && !time.Now().Before(g.opt.Deadline):
+				f.Action, f.Reason = Kept, "gc ran out of its time bound before this file; the next gc looks again"
+			default:
+				f = g.removeStaged(f, fi, why)
+			}
+			out = append(out, f)
+		}
+		g.root.Remove(dir) // once empty; a fetch making it again is fine
+	}
+	return out
+}
+
+// removeStaged unlinks the staged file f, judged as judged, after looking
+// at it once more: still that regular file, and not written since.
+func (g *run) removeStaged(f File, judged fs.FileInfo, why string) File {
+	fi, err := g.root.Lstat(f.Name)
+	switch {
+	case err != nil:
+		f.Action, f.Reason = Refused, "it went away before it could be removed"
+	case !fi.Mode().IsRegular() || !os.SameFile(fi, judged) || !fi.ModTime().Equal(judged.ModTime()):
+		f.Action, f.Reason = Refused, "it changed after it was judged; the next gc judges it again"
+	default:
+		if err := g.root.Remove(f.Name); err != nil {
+			f.Action, f.Reason = Failed, fmt.Sprintf("remove: %v", err)
+		} else {
+			f.Action, f.Reason = Removed, why
+		}
+	}
+	return f
+}
+
+// stagedBlob is the blob a file in staging is of: the blob itself, or a
+// fetch of it (.part, .part.ranges, .part.ranges.tmp).
+func stagedBlob(name string) (string, bool) {
+	for _, suffix := range []string{catalog.RangesTmpSuffix, catalog.RangesSuffix, catalog.PartSuffix, ""} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && blobName(base) {
+			return base, true
+		}
+	}
+	return "", false
 }

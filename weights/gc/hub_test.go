@@ -167,3 +167,65 @@ func TestHubRevisionsHeld(t *testing.T) {
 		t.Errorf("an old revision on a filer: %+v; want kept, saying why", f)
 	}
 }
+
+// TestHubStagingLeftovers: a Hub model's blobs are fetched in the llmgw
+// cache's staging directory and moved out once verified, so what stays
+// there is a fetch that stopped (a node rebooted mid-shard) or a blob that
+// could not be moved in. One whose blob no catalog Hub model lists, or
+// untouched for gc_part_max_age, is garbage, removed with --collect (it
+// stayed forever, 140 GB of a shard at a time); never one touched within
+// the quiet time or the gc interval, nor anything not named as a blob.
+func TestHubStagingLeftovers(t *testing.T) {
+	cache := t.TempDir()
+	hf := filepath.Join(cache, catalog.DefaultHFDir)
+	cp, _, _ := hubCache(t, hf)
+	stage := filepath.Join(cache, catalog.HubStagingDir, "models--org--tiny")
+	os.MkdirAll(stage, 0o755)
+	old := time.Now().Add(-2 * time.Hour)
+	write := func(name string, size int, at time.Time) string {
+		p := filepath.Join(stage, name)
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(p, at, at)
+		return p
+	}
+	wantedShard := strings.Repeat("5", 64) // the catalog's model.safetensors
+	gone := strings.Repeat("9", 64)        // a shard of a revision no longer in the catalog
+	paths := map[string]bool{              // path → stays
+		write(wantedShard+catalog.PartSuffix, 100, old):                   true,  // resumable, wanted
+		write(wantedShard+catalog.RangesSuffix, 10, old):                  true,  // its record
+		write(gone+catalog.PartSuffix, 300, old):                          false, // left behind
+		write(gone+catalog.RangesSuffix, 10, old):                         false,
+		write(strings.Repeat("8", 40), 20, old):                           false, // a whole blob never moved in, unwanted
+		write(strings.Repeat("7", 64)+catalog.PartSuffix, 50, time.Now()): true,  // a fetch running
+		write("notes.txt", 5, old):                                        true,  // not llmgw's
+	}
+	link := filepath.Join(stage, strings.Repeat("6", 64)+catalog.PartSuffix)
+	os.Symlink(filepath.Join(cache, "elsewhere"), link)
+	paths[link] = true
+
+	opt := Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir(), Collect: true, PartMaxAge: 24 * time.Hour, Recent: 10 * time.Minute}
+	list := opt
+	list.Collect = false
+	if f := hubFile(Run(list), gone+catalog.PartSuffix); f.Action != Listed {
+		t.Errorf("a stopped fetch of an unwanted blob, without --collect: %+v; want listed", f)
+	}
+	r := Run(opt)
+	for p, stays := range paths {
+		if _, err := os.Lstat(p); (err == nil) != stays {
+			t.Errorf("%s there: %v, want %v (%+v)", filepath.Base(p), err == nil, stays, hubFile(r, filepath.Base(p)))
+		}
+	}
+	if r.Freed < 330 {
+		t.Errorf("freed %d bytes, want at least the 330 left behind", r.Freed)
+	}
+
+	// Past gc_part_max_age, a wanted blob's stopped fetch goes too.
+	stale := opt
+	stale.PartMaxAge = time.Hour
+	Run(stale)
+	if _, err := os.Stat(filepath.Join(stage, wantedShard+catalog.PartSuffix)); !os.IsNotExist(err) {
+		t.Errorf("a wanted blob's fetch untouched past gc_part_max_age is still there: %v", err)
+	}
+}
