@@ -112,6 +112,12 @@ func (m Model) IsHub() bool { return m.Hub != nil }
 // the catalog, the node's catalog copy and an ensure request.
 const MaxHubFiles = 4096
 
+// MaxHubBytes bounds a Hub model's size, and so each file's: a petabyte,
+// a thousand times the largest published checkpoint. A listing that says
+// more is wrong, and sizes adding up past int64 would make the model's
+// size negative, which every disk check then passes.
+const MaxHubBytes = 1 << 50
+
 // HubSource is the Source of the Hub model of repo at commit.
 func HubSource(repo, commit string) string { return "hf:" + repo + "@" + commit }
 
@@ -260,7 +266,12 @@ func CheckHub(h Hub) error {
 	}
 	seen := make(map[string]bool, len(h.Files))
 	weights := false
+	var total int64
 	for _, f := range h.Files {
+		if f.Size > MaxHubBytes || total+f.Size > MaxHubBytes {
+			return fmt.Errorf("%s at %s: the files add up to more than %s (%s alone is %d bytes); a listing that says so is wrong", h.Repo, h.Commit, FormatBytes(MaxHubBytes), f.Path, f.Size)
+		}
+		total += max(f.Size, 0)
 		if err := CheckRepoPath(f.Path); err != nil {
 			return err
 		}
