@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -119,6 +122,18 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 	if err := hubRoom(hfCache, stage, h, missing); err != nil {
 		return fail("space", err)
 	}
+	// One line when the model's fetch starts and one when it ends, not
+	// two per file (those are at debug): a 200-file model wrote 400
+	// lines into slurmd's log on every node.
+	log := f.logger().WithFields(logrus.Fields{"model": h.Repo, "commit": h.Commit})
+	start := time.Now()
+	if len(missing) > 0 {
+		var need int64
+		for _, i := range missing {
+			need += h.Files[i].Size
+		}
+		log.WithFields(logrus.Fields{"files": len(missing), "bytes": need, "hf_cache": hfCache}).Info("fetching the files of a Hub model the node lacks")
+	}
 	total := catalog.HubSize(h)
 	var done int64
 	report := func(n int64) {
@@ -192,7 +207,11 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 			return fail("ref", err)
 		}
 	}
-	return catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit), nil
+	snap := catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit)
+	if len(missing) > 0 {
+		log.WithFields(logrus.Fields{"snapshot": snap, "took": time.Since(start).Round(time.Millisecond)}).Info("fetched the files of a Hub model")
+	}
+	return snap, nil
 }
 
 // writeRef makes refs/REF of repo name commit, as huggingface_hub writes
@@ -231,6 +250,7 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 		return &Error{Source: src, Op: "parse", Err: err}
 	}
 	rem.progress = func(done, _ int64) { report(done) }
+	rem.quiet = true
 	staged := filepath.Join(stage, file.BlobName())
 	want := Want{SHA256: file.SHA256, GitBlob: file.Blob, Size: file.Size, Commit: h.Commit}
 	if _, err := f.ensureAt(ctx, rem, staged, want); err != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/hub/hubtest"
 )
@@ -388,5 +390,31 @@ func TestHubModelBlobGoneMidFetch(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(snap, f.Path)); err != nil || st.Size() != f.Size {
 			t.Errorf("%s: %v; the snapshot leads nowhere for it", f.Path, err)
 		}
+	}
+}
+
+// TestHubModelLogsOnce: a Hub model's fetch logs a line when it starts and
+// one when it ends, whatever its number of files, at the level the agent
+// and the Prolog log at; each file's start and end are at debug. A
+// 200-file model wrote 400 lines into slurmd's log on every node.
+func TestHubModelLogsOnce(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	var buf bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&buf)
+	log.SetLevel(logrus.InfoLevel)
+	log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
+	x.f.Log = log
+	x.ensure(t, hb)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "org/tiny") || !strings.Contains(lines[1], "org/tiny") {
+		t.Errorf("fetching %d files logged %d lines at info; want 2, naming the model:\n%s", len(hb.Files), len(lines), buf.String())
+	}
+	buf.Reset()
+	x.ensure(t, hb)
+	if buf.Len() != 0 {
+		t.Errorf("a held model logged at info:\n%s", buf.String())
 	}
 }
