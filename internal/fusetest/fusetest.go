@@ -33,7 +33,14 @@ func Need(t testing.TB) {
 // removed.
 func Mount(t testing.TB, src, mnt string) *os.Process {
 	t.Helper()
-	cmd := exec.Command("bindfs", "-f", src, mnt)
+	return MountWith(t, src, mnt)
+}
+
+// MountWith is Mount with bindfs options, e.g. "-o", "ro" for a filer
+// mounted read-only.
+func MountWith(t testing.TB, src, mnt string, opts ...string) *os.Process {
+	t.Helper()
+	cmd := exec.Command("bindfs", append(append([]string{"-f"}, opts...), src, mnt)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("bindfs %s %s: %v", src, mnt, err)

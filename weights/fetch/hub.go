@@ -224,12 +224,35 @@ func writeRef(repo *hubRepo, ref, commit string) error {
 		return err
 	}
 	defer d.Close()
+	var was string
 	if regularAt(d, name, int64(len(commit)), false) {
-		if b, err := repo.root.ReadFile(path.Join(repo.rel, "refs", ref)); err == nil && string(b) == commit {
+		b, err := repo.root.ReadFile(path.Join(repo.rel, "refs", ref))
+		if err == nil && string(b) == commit {
 			return nil
 		}
+		if catalog.ValidCommit(string(b)) {
+			was = string(b)
+		}
 	}
-	return writeAt(d, name, []byte(commit))
+	err = writeAt(d, name, []byte(commit))
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		// A shared cache mounted read-only, or not root's to write: the
+		// files are there, but an engine given the id reads the ref.
+		names := "names no commit"
+		if was != "" {
+			names = "names " + was
+		}
+		repoID := catalog.HubRepoOf(repo.rel)
+		cause := err
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			cause = pe.Err
+		}
+		return fmt.Errorf("refs/%s of %s in the Hugging Face cache %s %s, not %s, and this node cannot write it (%w): an engine given %s would not load the model's commit. "+
+			"The cache's admin can point it there (printf %s > %s), or the model can be registered at the ref's commit",
+			ref, repoID, repo.root.Name(), names, commit, cause, repoID, commit, filepath.Join(repo.root.Name(), repo.rel, "refs", ref))
+	}
+	return err
 }
 
 // fetchBlob fetches file of h into the staging directory stage, then moves
