@@ -318,7 +318,7 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("model %s is not in the catalog copy %s", job.Model, cfg.CatalogCopyPath())
 	}
-	p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout())
+	p, hf, err := PresentOnNode(cfg, m)
 	var hung *HungError
 	if errors.As(err, &hung) {
 		return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Time: now.UTC(),
@@ -328,16 +328,82 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
 	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()}
-	HubRecord(cfg, m, &rec)
+	HubRecord(cfg, m, hf, &rec)
 	return catalog.WriteJobRecord(cfg.RunDir, rec)
 }
 
+// PresentOnNode is PresentWithin for the node cfg configures, within its
+// filesystem timeout, and the Hugging Face cache a Hub model was found in
+// (else ""). A Hub model is looked for in hf_cache, then in the Hugging
+// Face caches its weight directories hold (HubCaches): a site's shared
+// cache on a filer, listed as a weight directory, holds the model as the
+// scan says it does, and the node fetches nothing (before, it fetched the
+// model again into hf_cache). Only hf_cache is ever written; a snapshot
+// elsewhere counts only with its refs naming the commit.
+func PresentOnNode(cfg nodeconf.Agent, m catalog.Model) (path, hfCache string, err error) {
+	if !m.IsHub() {
+		p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout())
+		return p, "", err
+	}
+	caches := HubCaches(cfg)
+	type result struct {
+		path, cache string
+		err         error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var first error
+		for _, hf := range caches {
+			p, err := Present(cfg.CacheDir, hf, m)
+			if err == nil {
+				ch <- result{p, hf, nil}
+				return
+			}
+			if first == nil {
+				first = err
+			}
+		}
+		ch <- result{err: first}
+	}()
+	t := time.NewTimer(cfg.FSTimeout())
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.path, r.cache, r.err
+	case <-t.C:
+		return "", "", &HungError{Path: weightsPath(cfg.CacheDir, cfg.HFCacheDir(), m), After: cfg.FSTimeout()}
+	}
+}
+
+// HubCaches are the Hugging Face caches a node looks for a Hub model in:
+// its hf_cache, then each weight directory that is one or holds one as
+// hub/ (huggingface_hub's $HF_HOME/hub), the scan finding snapshots there.
+// A directory that holds no models-- folder of the repository costs a
+// stat.
+func HubCaches(cfg nodeconf.Agent) []string {
+	out := []string{cfg.HFCacheDir()}
+	seen := map[string]bool{filepath.Clean(out[0]): true}
+	for _, d := range cfg.WeightDirs {
+		for _, c := range []string{filepath.Clean(d), filepath.Join(d, catalog.DefaultHFDir)} {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
 // HubRecord adds to the record of a job of m, when m is a Hub model, the
-// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE, and whether
-// it exports HF_HUB_OFFLINE=1 beside it.
-func HubRecord(cfg nodeconf.Agent, m catalog.Model, rec *catalog.JobRecord) {
+// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE (hfCache,
+// where the model was found; "" for the node's hf_cache), and whether it
+// exports HF_HUB_OFFLINE=1 beside it.
+func HubRecord(cfg nodeconf.Agent, m catalog.Model, hfCache string, rec *catalog.JobRecord) {
 	if m.IsHub() {
-		rec.HFCache, rec.HFOffline = cfg.HFCacheDir(), cfg.HubOffline()
+		if hfCache == "" {
+			hfCache = cfg.HFCacheDir()
+		}
+		rec.HFCache, rec.HFOffline = hfCache, cfg.HubOffline()
 	}
 }
 
