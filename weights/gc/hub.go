@@ -71,6 +71,16 @@ func (g *run) hubRevisions(held string) []File {
 
 // hubRepo judges the snapshots, then the blobs and refs, of one repository.
 func (g *run) hubRepo(root *os.Root, folder string, h catalog.Hub, held string) []File {
+	// In a cache users can write, one of the repository's folders may be a
+	// link planted to another repository's: judged through it, that
+	// repository's snapshots and blobs would go. The root keeps gc inside
+	// the cache; this keeps it inside the repository.
+	for _, d := range []string{folder, folder + "/snapshots", folder + "/blobs", folder + "/refs"} {
+		if fi, err := root.Lstat(d); err == nil && (fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir()) {
+			return []File{{Name: d, Path: filepath.Join(g.opt.HFCache, d), Action: Kept,
+				Reason: "a symbolic link or a file where a folder of " + h.Repo + " belongs: gc does not judge a repository through one; remove it"}}
+		}
+	}
 	snaps, err := fs.ReadDir(root.FS(), folder+"/snapshots")
 	if err != nil {
 		return nil

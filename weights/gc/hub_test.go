@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,4 +229,56 @@ func TestHubStagingLeftovers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(stage, wantedShard+catalog.PartSuffix)); !os.IsNotExist(err) {
 		t.Errorf("a wanted blob's fetch untouched past gc_part_max_age is still there: %v", err)
 	}
+}
+
+// TestHubRevisionsLinkedFolders: in a Hugging Face cache a user can write,
+// a repository's blobs/ or snapshots/ may be a link someone planted to
+// another repository's: gc, judging org/tiny's old revision, must not
+// remove the other repository's blobs (which org/tiny's snapshots do not
+// link) through it. A repository whose folders are links is left alone,
+// saying so.
+func TestHubRevisionsLinkedFolders(t *testing.T) {
+	for _, folder := range []string{"blobs", "snapshots"} {
+		t.Run(folder, func(t *testing.T) {
+			cache := t.TempDir()
+			hf := filepath.Join(cache, catalog.DefaultHFDir)
+			cp, old, _ := hubCache(t, hf)
+			// Another repository with blobs of its own, and org/tiny's
+			// folder made a link to it.
+			victim := filepath.Join(hf, "models--else--where")
+			other := hubCacheRepo(t, hf, "else/where", old)
+			tiny := filepath.Join(hf, "models--org--tiny", folder)
+			os.RemoveAll(tiny)
+			if err := os.Symlink("../models--else--where/"+folder, tiny); err != nil {
+				t.Fatal(err)
+			}
+			r := Run(Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir(), Collect: true})
+			for _, b := range other {
+				if _, err := os.Stat(filepath.Join(victim, "blobs", b)); err != nil {
+					t.Errorf("gc of org/tiny removed else/where's blob %s through a planted link: %v (%+v)", b, err, r.Files)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(victim, "snapshots", old)); err != nil {
+				t.Errorf("gc of org/tiny removed else/where's snapshot through a planted link: %v", err)
+			}
+		})
+	}
+}
+
+// hubCacheRepo lays out repo at commit with two blobs of its own and
+// returns their names.
+func hubCacheRepo(t *testing.T, hf, repo, commit string) []string {
+	t.Helper()
+	dir := filepath.Join(hf, catalog.RepoFolder(repo))
+	names := []string{strings.Repeat("e", 40), strings.Repeat("f", 64)}
+	for i, n := range names {
+		os.MkdirAll(filepath.Join(dir, "blobs"), 0o755)
+		os.WriteFile(filepath.Join(dir, "blobs", n), make([]byte, 10+i), 0o644)
+		l := filepath.Join(dir, "snapshots", commit, fmt.Sprintf("f%d.safetensors", i))
+		os.MkdirAll(filepath.Dir(l), 0o755)
+		os.Symlink(catalog.HubLinkTarget(filepath.Base(l), n), l)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(filepath.Join(dir, "snapshots", commit), old, old)
+	return names
 }
