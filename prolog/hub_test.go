@@ -32,17 +32,8 @@ func TestFastHub(t *testing.T) {
 	if err := Fast(cfg, job, time.Now()); !errors.Is(err, ErrNotPresent) {
 		t.Fatalf("Fast before the fetch = %v, want ErrNotPresent", err)
 	}
-	for _, f := range h.Files {
-		write(t, catalog.HubBlobPath(hf, h.Repo, f.BlobName()), int(f.Size))
-		link := catalog.HubFilePath(hf, h.Repo, commit, f.Path)
-		os.MkdirAll(filepath.Dir(link), 0o755)
-		if err := os.Symlink(catalog.HubLinkTarget(f.Path, f.BlobName()), link); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillHub(t, hf, h, strings.Repeat("d", 40))
 	ref := catalog.HubRefPath(hf, h.Repo, "main")
-	write(t, ref, 1)
-	os.WriteFile(ref, []byte(strings.Repeat("d", 40)), 0o644)
 	if err := Fast(cfg, job, time.Now()); !errors.Is(err, ErrNotPresent) || !strings.Contains(err.Error(), "does not name commit") {
 		t.Fatalf("Fast with refs/main at another commit = %v, want ErrNotPresent naming the ref", err)
 	}
@@ -101,18 +92,6 @@ func TestFastHubInWeightDir(t *testing.T) {
 		{Path: "config.json", Size: 3, Blob: strings.Repeat("1", 40)},
 		{Path: "model.safetensors", Size: 7, SHA256: strings.Repeat("2", 64)}}}
 	m := catalog.Model{Name: "tiny", Source: catalog.HubSource(h.Repo, commit), Hub: h}
-	fill := func(hf, ref string) {
-		for _, f := range h.Files {
-			write(t, catalog.HubBlobPath(hf, h.Repo, f.BlobName()), int(f.Size))
-			link := catalog.HubFilePath(hf, h.Repo, commit, f.Path)
-			os.MkdirAll(filepath.Dir(link), 0o755)
-			if err := os.Symlink(catalog.HubLinkTarget(f.Path, f.BlobName()), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-		os.MkdirAll(filepath.Dir(catalog.HubRefPath(hf, h.Repo, "main")), 0o755)
-		os.WriteFile(catalog.HubRefPath(hf, h.Repo, "main"), []byte(ref), 0o644)
-	}
 	for i, layout := range []string{"", "hub"} {
 		cfg := nodeConfig(t)
 		if err := catalog.WriteCopy(cfg.CatalogCopyPath(), catalog.Copy{Models: []catalog.Model{m}}); err != nil {
@@ -121,7 +100,7 @@ func TestFastHubInWeightDir(t *testing.T) {
 		other, shared := t.TempDir(), t.TempDir()
 		cfg.WeightDirs = []string{other, shared}
 		hf := filepath.Join(shared, layout)
-		fill(hf, commit)
+		fillHub(t, hf, h, commit)
 		job := Job{ID: fmt.Sprint(30 + i), Node: "n1", Model: "tiny"}
 		if err := Fast(cfg, job, time.Now()); err != nil {
 			t.Fatalf("%q: Fast with the snapshot in a weight directory's cache: %v", layout, err)
@@ -138,5 +117,24 @@ func TestFastHubInWeightDir(t *testing.T) {
 		if err := Fast(cfg, job, time.Now()); !errors.Is(err, ErrNotPresent) {
 			t.Errorf("%q: Fast with the weight directory's refs/main at another commit = %v, want ErrNotPresent", layout, err)
 		}
+	}
+}
+
+// fillHub lays out h's snapshot in the Hugging Face cache hf, as a fetch
+// leaves it, with refs/main holding ref.
+func fillHub(t *testing.T, hf string, h *catalog.Hub, ref string) {
+	t.Helper()
+	for _, f := range h.Files {
+		write(t, catalog.HubBlobPath(hf, h.Repo, f.BlobName()), int(f.Size))
+		link := catalog.HubFilePath(hf, h.Repo, h.Commit, f.Path)
+		os.MkdirAll(filepath.Dir(link), 0o755)
+		if err := os.Symlink(catalog.HubLinkTarget(f.Path, f.BlobName()), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := catalog.HubRefPath(hf, h.Repo, "main")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(ref), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

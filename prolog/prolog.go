@@ -26,7 +26,6 @@ package prolog
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -197,23 +196,11 @@ func presentHub(hfCache string, h catalog.Hub) (string, error) {
 	}
 	for _, ref := range catalog.HubRefs(h) {
 		p := catalog.HubRefPath(hfCache, h.Repo, ref)
-		if b, err := readRef(p); err != nil || string(b) != h.Commit {
+		if ref, err := catalog.ReadHubRef(p); err != nil || ref != h.Commit {
 			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
 		}
 	}
 	return catalog.HubPath(hfCache, h), nil
-}
-
-// readRef reads a ref, at most a commit's length and a byte: whoever
-// wrote the Hugging Face cache (a shared one) chose its size, and the
-// fast path must not read a gigabyte to find it is not a commit.
-func readRef(p string) ([]byte, error) {
-	f, err := catalog.OpenRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 41))
 }
 
 // HungError is returned by PresentWithin when the weights did not answer

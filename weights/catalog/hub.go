@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"path/filepath"
 	"strings"
@@ -390,6 +391,19 @@ func HubRefs(h Hub) []string {
 		refs = append(refs, h.Revision)
 	}
 	return refs
+}
+
+// ReadHubRef reads the ref at p (HubRefPath), at most a commit's length
+// and a byte: whoever wrote the cache (a shared one) chose its size, and
+// the hooks' fast path must not read a gigabyte to find it is no commit.
+func ReadHubRef(p string) (string, error) {
+	f, err := OpenRegular(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 41))
+	return string(b), err
 }
 
 // HubRepoOf reads a Hugging Face cache folder name back to its repository

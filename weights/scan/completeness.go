@@ -316,8 +316,8 @@ func (c *candidate) hubList(h catalog.Hub) {
 func readOnlyRefs(path string, h catalog.Hub) string {
 	repo := path + "/../.."
 	for _, ref := range catalog.HubRefs(h) {
-		b, err := readRef(repo + "/refs/" + ref)
-		if err == nil && string(b) == h.Commit {
+		b, err := catalog.ReadHubRef(repo + "/refs/" + ref)
+		if err == nil && b == h.Commit {
 			continue
 		}
 		var st syscall.Statfs_t
@@ -325,23 +325,12 @@ func readOnlyRefs(path string, h catalog.Hub) string {
 			return ""
 		}
 		names := "names no commit"
-		if c := strings.TrimSpace(string(b)); err == nil && catalog.ValidCommit(c) {
+		if c := strings.TrimSpace(b); err == nil && catalog.ValidCommit(c) {
 			names = "names " + c
 		}
 		return fmt.Sprintf("refs/%s %s, not %s, and the Hugging Face cache is read-only here: an engine given %s would load that, and the Prolog cannot point the ref back (its admin can, or register the model at that commit)", ref, names, h.Commit, h.Repo)
 	}
 	return ""
-}
-
-// readRef reads a ref, at most a commit's length and a byte: whoever
-// wrote the cache chose its size.
-func readRef(p string) ([]byte, error) {
-	f, err := catalog.OpenRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 41))
 }
 
 // stRdonly is statfs's ST_RDONLY flag: the filesystem is mounted
