@@ -74,6 +74,10 @@ type Client struct {
 	UserAgent string
 	// Sleep waits between retries (tests make it instant).
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Waiting, when set, is told each wait before a retry, in words, so
+	// that a person at the command line is not left at a silent prompt
+	// through minutes of Retry-After.
+	Waiting func(msg string)
 }
 
 // File is one file of a repository at one commit, as the tree lists it.
@@ -445,6 +449,9 @@ func (c *Client) do(ctx context.Context, op, u string) (*http.Response, error) {
 		}
 		if wait <= 0 {
 			wait = min(positive(c.RetryWait, DefaultRetryWait)<<min(attempt, 16), maxRetryWait)
+		}
+		if c.Waiting != nil {
+			c.Waiting(fmt.Sprintf("%s; waiting %s before attempt %d of %d", strings.TrimRight(herr.Error(), "."), wait.Round(time.Second), attempt+2, retries+1))
 		}
 		if err := c.sleep(ctx, wait); err != nil {
 			return nil, &Error{Op: op, Err: err}
