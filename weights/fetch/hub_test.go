@@ -418,3 +418,39 @@ func TestHubModelLogsOnce(t *testing.T) {
 		t.Errorf("a held model logged at info:\n%s", buf.String())
 	}
 }
+
+// TestHubModelKilledMidway: a fetch cut off in the middle of a shard (the
+// Prolog killed, the node rebooted) leaves nothing an engine would load:
+// no link for the shard, no refs; the next fetch resumes the shard where
+// it stopped, reading each byte from the Hub once.
+func TestHubModelKilledMidway(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	x.h.Throttle(400 << 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	x.f.OnProgress = func(p Progress) {
+		if p.Done > 150<<10 { // well into the first shard
+			cancel()
+		}
+	}
+	if _, err := x.f.EnsureHub(ctx, x.cache, hb); err == nil {
+		t.Fatal("the fetch cut off midway succeeded")
+	}
+	x.f.OnProgress = nil
+	if _, err := os.Lstat(catalog.HubRefPath(x.cache, hb.Repo, "main")); err == nil {
+		t.Error("refs/main names a commit whose snapshot is not whole")
+	}
+	for _, f := range hb.Files {
+		if strings.HasSuffix(f.Path, ".safetensors") {
+			if _, err := os.Stat(catalog.HubFilePath(x.cache, hb.Repo, hb.Commit, f.Path)); err == nil {
+				t.Errorf("%s is linked though its fetch was cut off", f.Path)
+			}
+		}
+	}
+	x.h.Throttle(0)
+	x.ensure(t, hb)
+	if got, size := x.h.Served(), catalog.HubSize(hb); got > size+64<<10 {
+		t.Errorf("the Hub served %d bytes for a model of %d: the cut-off shard was not resumed", got, size)
+	}
+}
