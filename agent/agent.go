@@ -14,6 +14,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -45,6 +46,7 @@ type Agent struct {
 
 	// Knobs tests turn; New sets the production values.
 	debounce       time.Duration
+	peerRetry      time.Duration // how often a taken peer port is tried again
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	notifySocket   string                 // $NOTIFY_SOCKET
@@ -75,6 +77,8 @@ type Agent struct {
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
+	evict       evictState // evict.go; its own lock
+	scanMem     scan.Memory
 	hubs        string // the catalog's Hub models, as hubsOf says them
 	// catTag is the tag of the report answer the catalog copy was last
 	// read after (api.ReportAnswer.CatalogTag), catFrom the coordinator
@@ -124,6 +128,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		// connections and never answers must not hold scans up for long.
 		http:         hc,
 		debounce:     time.Second,
+		peerRetry:    defaultPeerRetry,
 		backoffBase:  backoffBase,
 		backoffCap:   backoffCap,
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
@@ -132,7 +137,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		flights:      map[string]*flight{},
 		seeding:      map[string]bool{},
 	}
-	a.swarm.calls = map[string]*swarmCall{}
+	a.swarm.calls = map[swarmCallKey]*swarmCall{}
 	a.swarm.said = map[string]bool{}
 	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
 	a.swarm.peer = peerClient()
@@ -141,6 +146,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
+		a.noteGCHeldLocked(cp)
+	}
 	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
 		log.Warn("no token file and no munge_socket configured: reports are sent without a token, which the coordinator refuses; install this node's own token ('llmgw nodes token NODE --out FILE') as token_file, or set munge_socket")
 	}
@@ -211,6 +219,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
+			MakeRoom:     a.makeRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}
@@ -271,7 +280,9 @@ func hubLists(cfg Config) map[string]catalog.Hub {
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg)})
+	// The memory carries sizes from scan to scan: a touch of a weight
+	// file does not make its model vanish for a scan interval.
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg), Memory: &a.scanMem})
 	hfRoom := hfCacheRoom(cfg)
 	took := time.Since(start)
 	fp := fingerprint(inv)
@@ -297,6 +308,12 @@ func (a *Agent) scan(ctx context.Context) bool {
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
 	a.hfRoom = hfRoom
 	a.mu.Unlock()
+	// The files the chunk server offers are checked as often as the cache
+	// is scanned: one removed by gc (an Epilog's, in another process) or
+	// replaced leaves its swarm now, not when a peer next asks for it.
+	for sum, h := range a.swarm.files.sweep() {
+		go a.withdraw(sum, h)
+	}
 	a.logDirChanges(inv.Dirs)
 	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
 	return changed
@@ -366,26 +383,50 @@ func (a *Agent) buildReport() *api.Report {
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
-	r.PeerAddr = a.swarm.addr
+	if a.swarm.serving.Load() {
+		// Only while it serves there: a port another process holds is
+		// no address for the fabric's members to be sent to.
+		r.PeerAddr = a.swarm.addr
+	}
+	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
 	a.last = &r
 	return &r
+}
+
+// reportsWithMunge says whether reports carry a MUNGE credential rather
+// than the token (client).
+func reportsWithMunge(cfg Config) bool {
+	if cfg.MungeSocket == "" {
+		return false
+	}
+	_, err := os.Stat(cfg.TokenFile)
+	return cfg.TokenFile == "" || errors.Is(err, os.ErrNotExist)
 }
 
 // client returns a coordinator client with the current token, or why there
 // is none. The token file is read each time so a rotated token is picked up
 // without a restart.
+//
+// With munge_socket and a token file that exists, the token speaks to the
+// coordinator and MUNGE to peers: a node's token is its own secret, where
+// root on any host with the munge key can make a credential from any
+// node's address, and a coordinator with node_tokens_required takes
+// reports with the token only. A token file that does not exist leaves
+// MUNGE (the packaged agent.toml names one).
 func (a *Agent) client(cfg Config) (*api.Client, error) {
 	c := &api.Client{BaseURL: cfg.Coordinator, HTTP: a.http, UserAgent: "llmgw-agent/" + cfg.Version}
-	if cfg.MungeSocket != "" {
-		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
-		return c, nil
-	}
 	if cfg.TokenFile != "" {
 		tok, err := api.ReadToken(cfg.TokenFile)
-		if err != nil {
+		switch {
+		case err == nil:
+			c.Token = tok
+			return c, nil
+		case cfg.MungeSocket == "" || !errors.Is(err, os.ErrNotExist):
 			return nil, err
 		}
-		c.Token = tok
+	}
+	if cfg.MungeSocket != "" {
+		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
 	}
 	return c, nil
 }
@@ -431,7 +472,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	case result != prev:
 		// Logged once per kind of failure, not once per retry: a coordinator
 		// down overnight is one line, and the metric counts the attempts.
-		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, cfg.MungeSocket != "") + "; retrying with backoff, still serving this node")
+		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, reportsWithMunge(cfg)) + "; retrying with backoff, still serving this node")
 	default:
 		log.WithError(err).WithField("result", result).Debug("report not delivered")
 	}
@@ -453,7 +494,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 		if len(ans.Seed) > 0 {
-			a.seed(ans.Seed)
+			a.seed(ctx, ans.Seed)
 		}
 	}
 	return r, result, err
@@ -525,6 +566,7 @@ func (a *Agent) catalogOK(cp catalog.Copy, cfg Config, tag string) bool {
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
 	a.catalog.Checked = cp.Fetched
 	a.catTag, a.catFrom, a.catFiles = tag, from, files
+	a.noteGCHeldLocked(cp)
 	if a.catalogFail != "" {
 		a.log.Info("catalog copy up to date again")
 	}
@@ -545,6 +587,26 @@ func hubsOf(models []catalog.Model) string {
 		}
 	}
 	return b.String()
+}
+
+// noteGCHeldLocked keeps whether the catalog copy cp holds this node's
+// gc, for the report, the socket's status and the metric; a change is
+// logged once. a.mu is held.
+func (a *Agent) noteGCHeldLocked(cp catalog.Copy) {
+	why := cp.Distrust()
+	if why != a.catalog.GCHeld {
+		if why != "" {
+			a.log.WithField("since", cp.DistrustSince).Warn("gc held: " + why + "; 'llmgw gc --trust' adopts the current catalog")
+		} else if a.catalog.GCHeld != "" {
+			a.log.Info("gc no longer held: this node trusts the catalog again")
+		}
+	}
+	a.catalog.GCHeld, a.catalog.GCHeldSince = why, cp.DistrustSince
+	if why != "" {
+		a.metrics.gcHeld.Set(1)
+	} else {
+		a.metrics.gcHeld.Set(0)
+	}
 }
 
 func (a *Agent) catalogFailed(err error) {
@@ -571,7 +633,7 @@ func (a *Agent) Once(ctx context.Context) (r *api.Report, sent bool, err error) 
 // and what to check, as the running agent logs it: `llmgw agent --once` is
 // how an admin checks a node's setup, and "401" alone says nothing.
 func (a *Agent) WhyNotSent(err error) string {
-	return skippedWhat(classify(err), a.Config().MungeSocket != "")
+	return skippedWhat(classify(err), reportsWithMunge(a.Config()))
 }
 
 // Status is what the agent knows, as the socket's GET /v1/status answers.
@@ -583,6 +645,7 @@ func (a *Agent) Status() api.AgentStatus {
 		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
 		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+		PeerAddr: a.swarm.addr, PeerServerError: a.swarm.notServing,
 	}
 	if st.WeightDirs == nil {
 		st.WeightDirs = []string{}
@@ -644,28 +707,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
 	}
 
-	if a.swarm.addr != "" {
-		pl, err := net.Listen("tcp", a.swarm.addr)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("peer chunk server on %s (peer_addr/peer_interface): %w", a.swarm.addr, err)
-		}
-		if cfg.MungeSocket == "" {
-			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
-			pl.Close()
-		} else {
-			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
-			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
-			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
-			wg.Go(func() { srv.Serve(pl) })
-			wg.Go(func() {
-				<-ctx.Done()
-				srv.Close()
-			})
-			a.log.WithField("addr", a.swarm.addr).Info("serving verified chunks to the fabric at /v1/chunks/")
-		}
-	}
+	a.startPeerServer(ctx, cfg, &wg)
 
 	a.scan(ctx)
 	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {
@@ -717,6 +759,8 @@ func (a *Agent) loop(ctx context.Context) {
 		if a.scan(ctx) {
 			soon()
 		}
+		// Above cache_high, down to cache_low; a removal kicks a scan.
+		a.evictIfHigh(ctx)
 		scanT.Reset(a.Config().ScanInterval)
 	}
 	for {

@@ -151,7 +151,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 		}
 		path, err = f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 		if err == nil && a.swarm.addr != "" && req.SHA256 != "" && req.Size > 0 {
-			a.holdComplete(fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
+			a.holdComplete(req.Source, fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
 		}
 	}
 
@@ -171,6 +171,9 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	}
 	a.mu.Unlock()
 
+	if err == nil {
+		a.noteUse(cfg, usedName(req))
+	}
 	if failed {
 		a.metrics.fetchErrors.Inc()
 		a.recordError("fetch " + errString(err))

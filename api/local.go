@@ -88,6 +88,13 @@ type AgentStatus struct {
 	LastReport ReportResult `json:"last_report"`
 	// Catalog is the state of the node-local catalog copy.
 	Catalog CatalogStatus `json:"catalog"`
+	// PeerAddr is the node's chunk server address (peer_addr or
+	// peer_interface), "" when it serves no peers; PeerServerError, when
+	// set, is why it does not serve there now (another process holds the
+	// address: the agent fetches from the origin and tries again).
+	// Added with issue 24.
+	PeerAddr        string `json:"peer_addr,omitempty"`
+	PeerServerError string `json:"peer_server_error,omitempty"`
 }
 
 // ReportResult is the outcome of the agent's newest attempt to report.
@@ -114,6 +121,10 @@ type CatalogStatus struct {
 	Checked time.Time `json:"checked,omitzero"`
 	Models  int       `json:"models"`
 	Error   string    `json:"error,omitempty"`
+	// GCHeld says why gc removes nothing on this node (the catalog is not
+	// the one it trusts), since GCHeldSince; empty while it trusts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent

@@ -18,7 +18,8 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	// The view's copy is current: catalog writes reload it before they
 	// answer, so a client that just wrote reads its own write.
 	s.view.mu.RLock()
-	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen}
+	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen,
+		History: s.view.catHistory, Superseded: s.view.catDropped, Trusted: s.view.catTrusted, TrustedAt: s.view.catTrustedAt}
 	s.view.mu.RUnlock()
 	if !s.mayFetch(r) {
 		for i := range out.Models {
@@ -198,6 +199,35 @@ func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.WithField("model", name).Info("catalog entry removed")
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) renameModel(w http.ResponseWriter, r *http.Request) error {
+	old := r.PathValue("name")
+	if err := catalog.ValidModelName(old); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	var req api.ModelRename
+	if err := decode(w, r, MaxModelBytes, "model rename", &req); err != nil {
+		return err
+	}
+	if err := catalog.ValidModelName(req.Name); err != nil {
+		return api.Errorf(api.CodeInvalid, "new name: %v", err)
+	}
+	if req.Name == old {
+		return api.Errorf(api.CodeInvalid, "model %s is already called that", old)
+	}
+	var m api.Model
+	err := s.changeCatalog(r.Context(), func(ctx context.Context) error {
+		var err error
+		m, err = s.db.RenameModel(ctx, old, req.Name, s.now())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.log.WithFields(map[string]any{"model": req.Name, "was": old}).Info("catalog entry renamed")
+	writeJSON(w, http.StatusOK, m)
 	return nil
 }
 

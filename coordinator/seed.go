@@ -283,7 +283,7 @@ func (s *Server) postSeed(w http.ResponseWriter, r *http.Request) error {
 		state := api.SeedAsked
 		if n.holds {
 			state = api.SeedHeld
-		} else if !s.swarms.servesPeers(n.name) {
+		} else if !s.servesPeers(n.name) {
 			noPeers = append(noPeers, n.name)
 		}
 		st.Nodes = append(st.Nodes, api.SeedNode{Node: n.name, State: state})

@@ -106,8 +106,8 @@ func TestSeedRequestsBounded(t *testing.T) {
 		t.Errorf("request 'first' is kept beyond the newest %d: %v", seedKeepMax, err)
 	}
 	var n, asks int
-	db.r.QueryRowContext(ctx, `SELECT count(*) FROM seed_requests`).Scan(&n)
-	db.r.QueryRowContext(ctx, `SELECT count(*) FROM seed_asks`).Scan(&asks)
+	db.cr().QueryRowContext(ctx, `SELECT count(*) FROM seed_requests`).Scan(&n)
+	db.cr().QueryRowContext(ctx, `SELECT count(*) FROM seed_asks`).Scan(&asks)
 	if n != seedKeepMax || asks != seedKeepMax {
 		t.Errorf("%d requests and %d asks kept, want %d each", n, asks, seedKeepMax)
 	}
@@ -127,10 +127,8 @@ func TestSeedMigratesAnOlderDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to before the seed migration: its tables go, and those of
-	// every later one (0010_catalog_hub.sql, 0014_node_hf_cache.sql), which
-	// open makes again.
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE nodes DROP COLUMN hf_cache_free_bytes; ALTER TABLE nodes DROP COLUMN hf_cache_total_bytes; DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_hub_files; DROP TABLE catalog_hub;
-		PRAGMA user_version = %d`, seedMigration-1)); err != nil {
+	// every later one (undoLater), which open makes again.
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(`ALTER TABLE nodes DROP COLUMN hf_cache_free_bytes; ALTER TABLE nodes DROP COLUMN hf_cache_total_bytes; `+undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

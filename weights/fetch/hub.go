@@ -109,19 +109,33 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 
 	// What is missing: a file the snapshot does not lead to with its size,
 	// whose blob is not there either.
-	var missing []int
-	for i, file := range h.Files {
-		d, name, err := dirOf(file.Path)
-		if err != nil {
+	for _, file := range h.Files {
+		if _, _, err := dirOf(file.Path); err != nil {
 			return fail("mkdir", fmt.Errorf("file %s: %w", file.Path, err))
 		}
-		if !regularAt(d, name, file.Size, true) && !regularAt(blobs, file.BlobName(), file.Size, false) {
+	}
+	had := func(file catalog.HubFile) bool {
+		d, name, err := dirOf(file.Path)
+		return (err == nil && regularAt(d, name, file.Size, true)) || regularAt(blobs, file.BlobName(), file.Size, false)
+	}
+	var missing []int
+	for i, file := range h.Files {
+		if !had(file) {
 			missing = append(missing, i)
 		}
 	}
-	if err := hubRoom(hfCache, stage, h, missing); err != nil {
+	missingNow := func() missingFiles { return hubMissing(h, had, stage) }
+	if err := hubRoom(hfCache, stage, h, missingNow()); err != nil {
 		return fail("space", err)
 	}
+	// The whole model's room before its first byte, in the node's record
+	// of space (see claimHub); renewed at each file, dropped at the end.
+	blobsDir := filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs")
+	claim := func(ctx context.Context) error { return f.claimHub(ctx, h, blobsDir, missingNow) }
+	if err := claim(ctx); err != nil {
+		return fail("space", err)
+	}
+	defer f.dropClaim(context.WithoutCancel(ctx), blobsDir)
 	// One line when the model's fetch starts and one when it ends, not
 	// two per file (those are at debug): a 200-file model wrote 400
 	// lines into slurmd's log on every node.
@@ -154,7 +168,7 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 			return nil
 		}
 		if !regularAt(blobs, file.BlobName(), file.Size, false) {
-			if err := f.fetchBlob(ctx, h, file, blobs, stage, report); err != nil {
+			if err := f.fetchBlob(ctx, h, file, blobs, stage, report, claim); err != nil {
 				return &Error{Source: source, Op: opOf(err), Err: fmt.Errorf("file %d of %d, %s: %w", i+1, len(h.Files), file.Path, errOf(err))}
 			}
 		}
@@ -258,7 +272,9 @@ func writeRef(repo *hubRepo, ref, commit string) error {
 // fetchBlob fetches file of h into the staging directory stage, then moves
 // it into blobs. The node-wide lock on the blob spans both: another
 // process that waited on it finds the blob in place and fetches nothing.
-func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blobs *os.File, stage string, report func(int64)) error {
+// renew renews the model's claim before the file's first byte, so a fetch
+// longer than the claim's life keeps it.
+func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blobs *os.File, stage string, report func(int64), renew func(context.Context) error) error {
 	src := "hf:" + h.Repo + "@" + h.Commit + "/" + file.Path
 	unlock, err := f.lock(ctx, filepath.Join(stage, file.BlobName()+".publish"))
 	if err != nil {
@@ -276,7 +292,7 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 	rem.quiet = true
 	staged := filepath.Join(stage, file.BlobName())
 	want := Want{SHA256: file.SHA256, GitBlob: file.Blob, Size: file.Size, Commit: h.Commit}
-	if _, err := f.ensureAt(ctx, rem, staged, want); err != nil {
+	if _, err := f.ensureAt(ctx, rem, staged, want, renew); err != nil {
 		return err
 	}
 	if err := publishAt(staged, blobs, file.BlobName()); err != nil {
@@ -285,28 +301,93 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 	return nil
 }
 
-// hubRoom refuses, before the first byte, a model whose missing files do
-// not fit: each file's fetch checks its own size, and a model of thirty
-// shards that fit one by one but not together would otherwise fill the
-// disk at the twentieth and leave nineteen behind. The Hugging Face cache
-// must hold the missing files together; the staging directory, when it is
-// on another filesystem, the largest of them (each moves out when done).
-func hubRoom(hfCache, stage string, h catalog.Hub, missing []int) error {
-	var need, largest int64
-	for _, i := range missing {
-		need += h.Files[i].Size
-		largest = max(largest, h.Files[i].Size)
+// missingFiles is what a Hub model still needs: bytes in all, the largest
+// file's, and what the .part files of a fetch resumed already hold.
+type missingFiles struct{ bytes, largest, partial int64 }
+
+// hubMissing is what h still needs: the files had does not find (neither
+// linked in the snapshot nor whole among the blobs), and what their .part
+// files in the staging directory already hold.
+func hubMissing(h catalog.Hub, had func(catalog.HubFile) bool, stage string) (m missingFiles) {
+	for _, f := range h.Files {
+		if had(f) {
+			continue
+		}
+		m.bytes += f.Size
+		m.largest = max(m.largest, f.Size)
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(stage, f.BlobName())+catalog.PartSuffix, &st) == nil {
+			m.partial += min(f.Size, int64(st.Blocks)*512)
+		}
 	}
-	if err := checkSpace(catalog.HubRepoDir(hfCache, h.Repo), need); err != nil {
-		return fmt.Errorf("%s at %s is missing %s on this node: %w", h.Repo, h.Commit, catalog.FormatBytes(need), err)
-	}
+	return m
+}
+
+// hubRoom refuses, before the first byte, a model whose largest missing
+// file does not fit in the staging directory when that is on another
+// filesystem than the Hugging Face cache (each file moves out when done;
+// the model's whole claim on the cache's filesystem is claimHub's).
+func hubRoom(hfCache, stage string, h catalog.Hub, m missingFiles) error {
 	var a, b syscall.Stat_t
 	if syscall.Stat(hfCache, &a) == nil && syscall.Stat(stage, &b) == nil && a.Dev != b.Dev {
-		if err := checkSpace(stage, largest); err != nil {
+		if err := checkSpace(stage, m.largest); err != nil {
 			return fmt.Errorf("the llmgw cache, where each file of %s is fetched before it moves to hf_cache: %w", h.Repo, err)
 		}
 	}
 	return nil
+}
+
+// claimHub claims the room h's missing files will take in its
+// repository's blobs directory dir, whole, before its first byte, in the
+// node's record of space where sets and single files claim theirs: each
+// file's fetch checks its own size, and a model of thirty shards that fit
+// one by one but not together would fill the disk at the twentieth and
+// leave nineteen behind. When it does not fit, MakeRoom evicts first by
+// the rules every fetch's shortfall goes through (the agent's eviction);
+// then it fails with ErrNoSpace. The blobs moved into the directory fall
+// under the claim, which shrinks as they land; calling it again renews it
+// with what is still missing (missing).
+func (f *Fetcher) claimHub(ctx context.Context, h catalog.Hub, dir string, missing func() missingFiles) error {
+	m := missing()
+	// What a resumed fetch's .part files hold is on the disk already: the
+	// claim is what is still to be written.
+	need := max(0, m.bytes-m.partial)
+	c := claim{PID: os.Getpid(), Part: dir, Size: need, Set: true, Base: dirUsage(dir), Until: time.Now().Add(setClaimFor).UnixNano()}
+	noRoom := func(err error) error {
+		return fmt.Errorf("%s at %s is missing %s on this node, claimed whole before its first byte: %w; nothing more of it was fetched",
+			h.Repo, h.Commit, catalog.FormatBytes(m.bytes), err)
+	}
+	b, err := f.openBook(ctx, dir)
+	if err != nil {
+		if err := checkSpace(dir, need); err != nil {
+			return noRoom(err)
+		}
+		return nil
+	}
+	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
+		if b == nil && !isNoSpace(err) {
+			if err := checkSpace(dir, need); err != nil {
+				return noRoom(err)
+			}
+			return nil
+		}
+		return noRoom(err)
+	}
+	b.drop(dir)
+	if need > 0 {
+		b.claims = append(b.claims, c)
+	}
+	return b.close()
+}
+
+// dropClaim drops this process's claim on part (a file or a directory).
+func (f *Fetcher) dropClaim(ctx context.Context, part string) {
+	b, err := f.openBook(ctx, part)
+	if err != nil {
+		return
+	}
+	b.drop(part)
+	b.close()
 }
 
 // opOf and errOf take a fetch's *Error apart, so the Hub model's error

@@ -32,7 +32,7 @@ func TestHubModelReadOnlyCache(t *testing.T) {
 	src := x.cache
 	ro := filepath.Join(t.TempDir(), "ro")
 	os.MkdirAll(ro, 0o755)
-	fusetest.MountWith(t, src, ro, "-o", "ro")
+	fusetest.Mount(t, src, ro, "ro")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

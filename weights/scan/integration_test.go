@@ -225,7 +225,7 @@ func TestScanIntegrationHubReadOnlyRefs(t *testing.T) {
 	commit, other := strings.Repeat("c", 40), strings.Repeat("d", 40)
 	testHF(t, src, "org/tiny", commit, map[string]int64{"model.safetensors": 4096, "config.json": 20})
 	testWrite(t, filepath.Join(src, "models--org--tiny", "refs", "main"), other)
-	fusetest.MountWith(t, src, mnt, "-o", "ro")
+	fusetest.Mount(t, src, mnt, "ro")
 	h := catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: commit, Files: []catalog.HubFile{
 		{Path: "config.json", Size: 20, Blob: strings.Repeat("b", 40)}, {Path: "model.safetensors", Size: 4096, SHA256: strings.Repeat("a", 64)}}}
 	opt := Options{Hub: map[string]catalog.Hub{HubKey(h.Repo, h.Commit): h}}
