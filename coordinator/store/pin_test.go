@@ -93,7 +93,7 @@ func TestPinsMigrateAnOlderDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(`ALTER TABLE nodes DROP COLUMN hf_cache_free_bytes; ALTER TABLE nodes DROP COLUMN hf_cache_total_bytes; `+undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_files; DROP TABLE pins; PRAGMA user_version = %d`, pinsMigration-1)); err != nil {
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_files; DROP TABLE pins; PRAGMA user_version = %d`, pinsMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
