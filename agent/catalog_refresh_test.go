@@ -152,3 +152,76 @@ func TestCatalogReadEachReportFromOldCoordinator(t *testing.T) {
 		}
 	}
 }
+
+// TestCatalogTrustReachesNodeNotAsked: a node that distrusts the catalog
+// adopts an admin's gc --trust at its next report even when the gc
+// request did not ask it (it was down, or another node was named): the
+// adoption travels in the catalog's answer, and the report's tag changes
+// with it. The tag digested the entries alone, so the node, whose copy
+// matched the tag, never read the answer that carried the adoption, and
+// its gc stayed held.
+func TestCatalogTrustReachesNodeNotAsked(t *testing.T) {
+	ctx := context.Background()
+	cc := newCatalogCoord(t)
+	if _, err := cc.admin.PutModel(ctx, api.Model{Name: "a", Source: "/models/a.gguf"}); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("admin-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := func(node string) (*Agent, Config) {
+		cfg := testConfig(t)
+		cfg.Node, cfg.Coordinator, cfg.TokenFile = node, cc.url, token
+		return newTestAgent(t, cfg), cfg
+	}
+	a, cfg := agent("n1")
+	other, _ := agent("n2")
+	report := func(a *Agent, what string) {
+		t.Helper()
+		if _, _, err := a.report(ctx); err != nil {
+			t.Fatalf("%s: report: %v", what, err)
+		}
+	}
+	report(a, "n1's first report")
+	report(other, "n2's first report")
+
+	// n1's copy is anchored to a change the catalog's history does not
+	// hold (a database restored from a backup looks so to it): its gc is
+	// held once it reads the catalog again.
+	cp, err := catalog.ReadCopy(cfg.CatalogCopyPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.TrustedChange = "0123456789abcdef"
+	if err := catalog.WritePrivateCopy(cfg.CatalogCopyPath(), cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog.WriteCopy(cfg.CatalogCopyPath(), cp); err != nil {
+		t.Fatal(err)
+	}
+	report(a, "n1's report after its anchor moved")
+	if a.Status().Catalog.GCHeld == "" {
+		t.Fatal("n1 does not hold its gc on a catalog whose history lacks its anchor")
+	}
+	reads := cc.reads.Load()
+	report(a, "n1's report, catalog unchanged")
+	if got := cc.reads.Load(); got != reads {
+		t.Errorf("n1 read the catalog again with nothing changed: %d reads, want %d", got, reads)
+	}
+
+	// The admin adopts the catalog, asking n2 only.
+	if _, err := cc.admin.StartGC(ctx, api.GCRequest{Trust: true, Node: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	report(a, "n1's report after gc --trust")
+	if got := cc.reads.Load(); got != reads+1 {
+		t.Errorf("n1 read the catalog %d times after gc --trust, want once", got-reads)
+	}
+	if held := a.Status().Catalog.GCHeld; held != "" {
+		t.Errorf("n1's gc is still held after an admin adopted the catalog: %s", held)
+	}
+	if cp, err := catalog.ReadCopy(cfg.CatalogCopyPath()); err != nil || cp.Distrust() != "" {
+		t.Errorf("n1's copy after gc --trust: %v, distrust %q; want it trusted", err, cp.Distrust())
+	}
+}

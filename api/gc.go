@@ -28,10 +28,11 @@ type ReportAnswer struct {
 	// its fabric's swarm.
 	Seed []SeedAsk `json:"seed,omitempty"`
 	// CatalogTag names the catalog as the coordinator serves it now (GET
-	// /v1/models): its identity, its generation and a digest of its
-	// entries, in one opaque string that changes whenever anything a node
+	// /v1/models): its identity, its generation and a digest of the whole
+	// answer, in one opaque string that changes whenever anything a node
 	// reads from the catalog does (an entry added, changed or removed, a
-	// pin taken or forgotten). An agent that last read the catalog after
+	// pin taken or forgotten, the history, the names an admin's change
+	// dropped, an admin's adoption by gc --trust). An agent that last read the catalog after
 	// an answer with the same tag has it already and does not read it
 	// again: a catalog of Hub models is megabytes a node would otherwise
 	// download after every report. Empty from a coordinator older than it,

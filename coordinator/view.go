@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/placement"
-	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // view is the coordinator's in-memory copy of what the store holds: the
@@ -143,26 +143,37 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	v.cat = cat
 	v.files = catalogFiles(models)
 	v.catID, v.catGen = catID, catGen
-	v.catTag = catalogTag(catID, catGen, cat.Models)
 	v.catHistory, v.catDropped, v.catTrusted, v.catTrustedAt = history, dropped, trusted, trustedAt
+	v.catTag = catalogTag(v.catalogLocked())
 	return nil
 }
 
+// catalogLocked is the catalog's answer (GET /v1/models) as an agent reads
+// it, its sources unredacted; its Models are the view's own, not to be
+// changed. The caller holds v.mu.
+func (v *view) catalogLocked() api.Models {
+	return api.Models{Models: v.cat.Models, CatalogID: v.catID, Generation: v.catGen,
+		History: v.catHistory, Superseded: v.catDropped, Trusted: v.catTrusted, TrustedAt: v.catTrustedAt}
+}
+
 // catalogTag names a catalog as agents read it, for ReportAnswer.CatalogTag:
-// the identity and generation, and a digest of the entries, since a pin
-// taken or forgotten changes an entry without a new generation, and a
-// database restored from a backup can reach a generation it had before
-// with other entries. Made once per catalog change; every report answer
-// carries it.
-func catalogTag(id string, gen int64, models []catalog.Model) string {
-	b, err := json.Marshal(models)
+// the identity and generation, and a digest of the whole answer an agent
+// keeps in its copy: the entries, since a pin taken or forgotten changes
+// one without a new generation, and a database restored from a backup can
+// reach a generation it had before with other entries; and the history,
+// the names an admin's change dropped and an admin's adoption (gc
+// --trust), none of which raises the generation either: an agent that
+// missed an adoption would go on holding its gc on a catalog an admin
+// trusted. Made once per catalog change; every report answer carries it.
+func catalogTag(ans api.Models) string {
+	b, err := json.Marshal(ans)
 	if err != nil {
 		// Never for these types; an empty tag has agents read the
 		// catalog after every report, which is always correct.
 		return ""
 	}
 	sum := sha256.Sum256(b)
-	return fmt.Sprintf("%s/%d/%s", id, gen, hex.EncodeToString(sum[:12]))
+	return fmt.Sprintf("%s/%d/%s", ans.CatalogID, ans.Generation, hex.EncodeToString(sum[:12]))
 }
 
 // all yields every node in name order. The caller holds v.mu.
