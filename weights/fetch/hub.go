@@ -131,7 +131,7 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 	// The whole model's room before its first byte, in the node's record
 	// of space (see claimHub); renewed at each file, dropped at the end.
 	blobsDir := filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs")
-	claim := func(ctx context.Context) error { return f.claimHub(ctx, h, blobsDir, missingNow) }
+	claim := func(ctx context.Context) error { return f.claimHub(ctx, h, blobsDir, stage, missingNow) }
 	if err := claim(ctx); err != nil {
 		return fail("space", err)
 	}
@@ -306,8 +306,9 @@ func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.Hub
 type missingFiles struct{ bytes, largest, partial int64 }
 
 // hubMissing is what h still needs: the files had does not find (neither
-// linked in the snapshot nor whole among the blobs), and what their .part
-// files in the staging directory already hold.
+// linked in the snapshot nor whole among the blobs), and what is already
+// in the staging directory of them: a stopped fetch's .part, or a blob
+// fetched whole that did not move in.
 func hubMissing(h catalog.Hub, had func(catalog.HubFile) bool, stage string) (m missingFiles) {
 	for _, f := range h.Files {
 		if had(f) {
@@ -315,9 +316,12 @@ func hubMissing(h catalog.Hub, had func(catalog.HubFile) bool, stage string) (m 
 		}
 		m.bytes += f.Size
 		m.largest = max(m.largest, f.Size)
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join(stage, f.BlobName())+catalog.PartSuffix, &st) == nil {
-			m.partial += min(f.Size, int64(st.Blocks)*512)
+		for _, name := range []string{f.BlobName() + catalog.PartSuffix, f.BlobName()} {
+			var st syscall.Stat_t
+			if syscall.Lstat(filepath.Join(stage, name), &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				m.partial += min(f.Size, int64(st.Blocks)*512)
+				break
+			}
 		}
 	}
 	return m
@@ -328,8 +332,7 @@ func hubMissing(h catalog.Hub, had func(catalog.HubFile) bool, stage string) (m 
 // filesystem than the Hugging Face cache (each file moves out when done;
 // the model's whole claim on the cache's filesystem is claimHub's).
 func hubRoom(hfCache, stage string, h catalog.Hub, m missingFiles) error {
-	var a, b syscall.Stat_t
-	if syscall.Stat(hfCache, &a) == nil && syscall.Stat(stage, &b) == nil && a.Dev != b.Dev {
+	if !sameFilesystem(hfCache, stage) {
 		if err := checkSpace(stage, m.largest); err != nil {
 			return fmt.Errorf("the llmgw cache, where each file of %s is fetched before it moves to hf_cache: %w", h.Repo, err)
 		}
@@ -344,15 +347,26 @@ func hubRoom(hfCache, stage string, h catalog.Hub, m missingFiles) error {
 // one by one but not together would fill the disk at the twentieth and
 // leave nineteen behind. When it does not fit, MakeRoom evicts first by
 // the rules every fetch's shortfall goes through (the agent's eviction);
-// then it fails with ErrNoSpace. The blobs moved into the directory fall
-// under the claim, which shrinks as they land; calling it again renews it
-// with what is still missing (missing).
-func (f *Fetcher) claimHub(ctx context.Context, h catalog.Hub, dir string, missing func() missingFiles) error {
+// then it fails with ErrNoSpace. Calling it again renews it with what is
+// still missing (missing).
+//
+// Every blob is fetched into stage first. On the same filesystem (the
+// Hugging Face cache in the llmgw cache, as by default) the claim covers
+// it: what stage and dir gain is done, a resumed fetch's .part there is
+// on the disk already and not claimed again, and the file's own fetch
+// claims nothing beside the model's (a claim of its own counted each file
+// twice while it downloaded, and refused a model that fitted). On another
+// filesystem, the file's fetch claims its room there as any fetch does,
+// and the model's claim is what the blobs will take in dir.
+func (f *Fetcher) claimHub(ctx context.Context, h catalog.Hub, dir, stage string, missing func() missingFiles) error {
 	m := missing()
-	// What a resumed fetch's .part files hold is on the disk already: the
-	// claim is what is still to be written.
-	need := max(0, m.bytes-m.partial)
-	c := claim{PID: os.Getpid(), Part: dir, Size: need, Set: true, Base: dirUsage(dir), Until: time.Now().Add(setClaimFor).UnixNano()}
+	need := m.bytes
+	c := claim{PID: os.Getpid(), Part: dir, Set: true, Until: time.Now().Add(setClaimFor).UnixNano()}
+	if sameFilesystem(dir, stage) {
+		c.Stage = stage
+		need = max(0, m.bytes-m.partial)
+	}
+	c.Size, c.Base = need, c.usage()
 	noRoom := func(err error) error {
 		return fmt.Errorf("%s at %s is missing %s on this node, claimed whole before its first byte: %w; nothing more of it was fetched",
 			h.Repo, h.Commit, catalog.FormatBytes(m.bytes), err)
@@ -378,6 +392,12 @@ func (f *Fetcher) claimHub(ctx context.Context, h catalog.Hub, dir string, missi
 		b.claims = append(b.claims, c)
 	}
 	return b.close()
+}
+
+// sameFilesystem says whether a and b are on one filesystem.
+func sameFilesystem(a, b string) bool {
+	var sa, sb syscall.Stat_t
+	return syscall.Stat(a, &sa) == nil && syscall.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
 // dropClaim drops this process's claim on part (a file or a directory).
