@@ -71,15 +71,9 @@ func (g *run) hubRevisions(held string) []File {
 
 // hubRepo judges the snapshots, then the blobs and refs, of one repository.
 func (g *run) hubRepo(root *os.Root, folder string, h catalog.Hub, held string) []File {
-	// In a cache users can write, one of the repository's folders may be a
-	// link planted to another repository's: judged through it, that
-	// repository's snapshots and blobs would go. The root keeps gc inside
-	// the cache; this keeps it inside the repository.
-	for _, d := range []string{folder, folder + "/snapshots", folder + "/blobs", folder + "/refs"} {
-		if fi, err := root.Lstat(d); err == nil && (fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir()) {
-			return []File{{Name: d, Path: filepath.Join(g.opt.HFCache, d), Action: Kept,
-				Reason: "a symbolic link or a file where a folder of " + h.Repo + " belongs: gc does not judge a repository through one; remove it"}}
-		}
+	if d := plantedFolder(root, folder); d != "" {
+		return []File{{Name: d, Path: filepath.Join(g.opt.HFCache, d), Action: Kept,
+			Reason: "a symbolic link or a file where a folder of " + h.Repo + " belongs: gc does not judge a repository through one; remove it"}}
 	}
 	snaps, err := fs.ReadDir(root.FS(), folder+"/snapshots")
 	if err != nil {
@@ -116,6 +110,22 @@ func (g *run) hubRepo(root *os.Root, folder string, h catalog.Hub, held string) 
 		return out
 	}
 	return append(out, g.hubLeftovers(root, folder, h, keep, gone)...)
+}
+
+// plantedFolder names the first of a repository's folders (itself, its
+// snapshots/, blobs/ and refs/) that is a symbolic link or not a
+// directory, or "". In a cache users can write, one of them may be a link
+// planted to another repository's: judged or removed through it, that
+// repository's snapshots and blobs would go. The root keeps gc and
+// eviction inside the cache; this keeps them inside the repository. Both
+// look before they judge, and eviction again before it removes.
+func plantedFolder(root *os.Root, folder string) string {
+	for _, d := range []string{folder, folder + "/snapshots", folder + "/blobs", folder + "/refs"} {
+		if fi, err := root.Lstat(d); err == nil && (fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir()) {
+			return d
+		}
+	}
+	return ""
 }
 
 // keepOrListRevision is keepOrList for the old snapshot f of h's

@@ -206,6 +206,9 @@ func hubEntries(opt Options, recs []catalog.JobRecord) []Entry {
 	var out []Entry
 	for folder, m := range models {
 		h := *m.Hub
+		if plantedFolder(root, folder) != "" {
+			continue // not judged through a planted link (gc says so)
+		}
 		v := viewHubRepo(root, opt, folder)
 		for _, c := range v.commits {
 			var size int64
@@ -260,6 +263,10 @@ func evictHub(opt Options, recs []catalog.JobRecord, names []string, reasons map
 // evictSnapshot removes h's repository's snapshot at commit, then what it
 // alone held.
 func (g *run) evictSnapshot(root *os.Root, f File, h catalog.Hub, folder, commit, reason string) File {
+	if d := plantedFolder(root, folder); d != "" {
+		f.Action, f.Reason = Kept, filepath.Join(g.opt.HFCache, d)+" is a symbolic link or a file where a folder of "+h.Repo+" belongs: eviction removes nothing through one; remove it"
+		return f
+	}
 	v := viewHubRepo(root, g.opt, folder)
 	if !contains(v.commits, commit) {
 		f.Action, f.Reason = Kept, "no such snapshot any more"
@@ -277,6 +284,16 @@ func (g *run) evictSnapshot(root *os.Root, f File, h catalog.Hub, folder, commit
 		return f
 	case !g.opt.Deadline.IsZero() && !time.Now().Before(g.opt.Deadline):
 		f.Action, f.Reason = Kept, "eviction ran out of its time bound before this snapshot"
+		return f
+	}
+	// Looked at again right before: a link planted since the view would
+	// turn the removal into another repository.
+	if d := plantedFolder(root, folder); d != "" {
+		f.Action, f.Reason = Kept, filepath.Join(g.opt.HFCache, d)+" became a symbolic link or a file as eviction judged "+h.Repo+": nothing removed through it"
+		return f
+	}
+	if fi, err := root.Lstat(f.Name); err != nil || !fi.IsDir() {
+		f.Action, f.Reason = Kept, "the snapshot is no directory any more (a link planted in its place?): nothing removed through it"
 		return f
 	}
 	if err := root.RemoveAll(f.Name); err != nil {

@@ -151,3 +151,59 @@ func TestHubSnapshotNewerThanTheCopy(t *testing.T) {
 		t.Errorf("a snapshot newer than the catalog copy: %+v; want it wanted", e)
 	}
 }
+
+// TestHubSnapshotsLinkedFolders: eviction never judges or removes a Hub
+// repository through a link planted in a cache users can write. With
+// org/tiny's folder, its snapshots/ or its blobs/ a link to another
+// repository's, eviction listed that repository's snapshot as org/tiny's
+// superseded one and removed it, or removed its blobs as org/tiny's
+// leftovers (gc refused the same repository since hub-review; eviction,
+// from main, did not know to). Now the repository is no entry, and an
+// eviction asked for it keeps everything, saying why.
+func TestHubSnapshotsLinkedFolders(t *testing.T) {
+	for _, folder := range []string{"", "snapshots", "blobs"} {
+		t.Run("link"+folder, func(t *testing.T) {
+			cache := t.TempDir()
+			hf := filepath.Join(cache, catalog.DefaultHFDir)
+			cp, old, _ := hubCache(t, hf)
+			victim := filepath.Join(hf, "models--else--where")
+			theirs := hubCacheRepo(t, hf, "else/where", old)
+			tiny := filepath.Join(hf, "models--org--tiny", folder)
+			os.RemoveAll(tiny)
+			// Relative, as a user plants it: os.Root follows a link that
+			// stays inside the cache.
+			target := "models--else--where"
+			if folder != "" {
+				target = "../models--else--where/" + folder
+			}
+			if err := os.Symlink(target, tiny); err != nil {
+				t.Fatal(err)
+			}
+			backdateHub(t, hf)
+			cp.Fetched = time.Now()
+			opt := Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir()}
+			es, err := Entries(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				if strings.HasPrefix(e.Name, "models--org--tiny/") {
+					t.Errorf("an entry judged through the planted link: %+v", e)
+				}
+			}
+			name := HubEntryName("org/tiny", old)
+			r := Evict(opt, map[string]string{name: "superseded"})
+			if f := hubFile(r, old); f.Action != Kept || !strings.Contains(f.Reason, "symbolic link") {
+				t.Errorf("evicting org/tiny's old snapshot through a planted link: %+v; want kept, naming the link", r.Files)
+			}
+			for _, b := range theirs {
+				if _, err := os.Stat(filepath.Join(victim, "blobs", b)); err != nil {
+					t.Errorf("else/where's blob %s went through a planted link: %v", b, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(victim, "snapshots", old)); err != nil {
+				t.Errorf("else/where's snapshot went through a planted link: %v", err)
+			}
+		})
+	}
+}
