@@ -99,7 +99,9 @@ type hubRepoView struct {
 	live    bool             // a fetch writes into blobs/, or stages for it
 }
 
-func viewHubRepo(root *os.Root, opt Options, folder string) hubRepoView {
+// viewHubRepo is what eviction sees of folder in the Hugging Face cache
+// root, and in the staging directory of the llmgw cache croot (nil: none).
+func viewHubRepo(root, croot *os.Root, opt Options, folder string) hubRepoView {
 	v := hubRepoView{links: map[string][]string{}, users: map[string]int{}, written: map[string]time.Time{}, sizes: map[string]int64{}}
 	snaps, _ := fs.ReadDir(root.FS(), folder+"/snapshots")
 	for _, e := range snaps {
@@ -141,10 +143,11 @@ func viewHubRepo(root *os.Root, opt Options, folder string) hubRepoView {
 			v.live = true // a .part, or huggingface_hub's .incomplete
 		}
 	}
-	if opt.CacheDir != "" {
-		staged, _ := os.ReadDir(filepath.Join(opt.CacheDir, catalog.HubStagingDir, folder))
-		for _, e := range staged {
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) < partQuiet {
+	// A fetch stages the repository's blobs in the llmgw cache first: one
+	// writing there is live by gc's rules for staging (hubstaging.go).
+	if croot != nil {
+		for _, s := range stagedIn(croot, opt, nil, folder) {
+			if s.state == stagedLive {
 				v.live = true
 			}
 		}
@@ -192,8 +195,9 @@ func hubJob(recs []catalog.JobRecord, repo, commit, dir string) string {
 }
 
 // hubEntries lists the snapshots of the catalog's Hub models in opt's
-// Hugging Face cache as eviction entries (see the comment above).
-func hubEntries(opt Options, recs []catalog.JobRecord) []Entry {
+// Hugging Face cache as eviction entries (see the comment above); croot
+// is the llmgw cache, whose staging directory says which are fetching.
+func hubEntries(opt Options, croot *os.Root, recs []catalog.JobRecord) []Entry {
 	models := hubModels(opt.Catalog.Models)
 	if len(models) == 0 {
 		return nil
@@ -209,7 +213,7 @@ func hubEntries(opt Options, recs []catalog.JobRecord) []Entry {
 		if plantedFolder(root, folder) != "" {
 			continue // not judged through a planted link (gc says so)
 		}
-		v := viewHubRepo(root, opt, folder)
+		v := viewHubRepo(root, croot, opt, folder)
 		for _, c := range v.commits {
 			var size int64
 			for _, b := range v.links[c] {
@@ -243,6 +247,10 @@ func evictHub(opt Options, recs []catalog.JobRecord, names []string, reasons map
 	}
 	models := hubModels(opt.Catalog.Models)
 	g := &run{opt: opt, recs: recs}
+	if croot, err := os.OpenRoot(opt.CacheDir); err == nil {
+		defer croot.Close()
+		g.root = croot
+	}
 	for _, name := range names {
 		folder, commit, _ := splitHubEntry(name)
 		f := File{Name: name, Path: filepath.Join(opt.HFCache, name)}
@@ -267,7 +275,7 @@ func (g *run) evictSnapshot(root *os.Root, f File, h catalog.Hub, folder, commit
 		f.Action, f.Reason = Kept, filepath.Join(g.opt.HFCache, d)+" is a symbolic link or a file where a folder of "+h.Repo+" belongs: eviction removes nothing through one; remove it"
 		return f
 	}
-	v := viewHubRepo(root, g.opt, folder)
+	v := viewHubRepo(root, g.root, g.opt, folder)
 	if !contains(v.commits, commit) {
 		f.Action, f.Reason = Kept, "no such snapshot any more"
 		return f
