@@ -243,15 +243,7 @@ func TestHubRevisionsLinkedFolders(t *testing.T) {
 			cache := t.TempDir()
 			hf := filepath.Join(cache, catalog.DefaultHFDir)
 			cp, old, _ := hubCache(t, hf)
-			// Another repository with blobs of its own, and org/tiny's
-			// folder made a link to it.
-			victim := filepath.Join(hf, "models--else--where")
-			other := hubCacheRepo(t, hf, "else/where", old)
-			tiny := filepath.Join(hf, "models--org--tiny", folder)
-			os.RemoveAll(tiny)
-			if err := os.Symlink("../models--else--where/"+folder, tiny); err != nil {
-				t.Fatal(err)
-			}
+			victim, other := plantRepoLink(t, hf, folder, old)
 			r := Run(Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir(), Collect: true})
 			for _, b := range other {
 				if _, err := os.Stat(filepath.Join(victim, "blobs", b)); err != nil {
@@ -263,6 +255,26 @@ func TestHubRevisionsLinkedFolders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// plantRepoLink lays out another repository, else/where, at commit with
+// blobs of its own (theirs), and makes org/tiny's folder (folder, or the
+// repository's own for "") a link to else/where's, relative, as a user
+// plants it: os.Root follows a link that stays inside the cache.
+func plantRepoLink(t *testing.T, hf, folder, commit string) (victim string, theirs []string) {
+	t.Helper()
+	victim = filepath.Join(hf, "models--else--where")
+	theirs = hubCacheRepo(t, hf, "else/where", commit)
+	tiny := filepath.Join(hf, "models--org--tiny", folder)
+	os.RemoveAll(tiny)
+	target := "models--else--where"
+	if folder != "" {
+		target = "../models--else--where/" + folder
+	}
+	if err := os.Symlink(target, tiny); err != nil {
+		t.Fatal(err)
+	}
+	return victim, theirs
 }
 
 // hubCacheRepo lays out repo at commit with two blobs of its own and

@@ -166,19 +166,7 @@ func TestHubSnapshotsLinkedFolders(t *testing.T) {
 			cache := t.TempDir()
 			hf := filepath.Join(cache, catalog.DefaultHFDir)
 			cp, old, _ := hubCache(t, hf)
-			victim := filepath.Join(hf, "models--else--where")
-			theirs := hubCacheRepo(t, hf, "else/where", old)
-			tiny := filepath.Join(hf, "models--org--tiny", folder)
-			os.RemoveAll(tiny)
-			// Relative, as a user plants it: os.Root follows a link that
-			// stays inside the cache.
-			target := "models--else--where"
-			if folder != "" {
-				target = "../models--else--where/" + folder
-			}
-			if err := os.Symlink(target, tiny); err != nil {
-				t.Fatal(err)
-			}
+			victim, theirs := plantRepoLink(t, hf, folder, old)
 			backdateHub(t, hf)
 			cp.Fetched = time.Now()
 			opt := Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir()}
