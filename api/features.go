@@ -21,18 +21,31 @@ type FeatureSync struct {
 	Nodes     int `json:"nodes"`
 	Unchanged int `json:"unchanged"`
 	Drifted   int `json:"drifted"`
-	// Commands are the scontrol calls of the plan, as shell commands, one
-	// per distinct resulting feature set.
-	Commands []string `json:"commands"`
+	// Commands are the scontrol calls of the plan, as shell commands: one
+	// per node config record whose AvailableFeatures changes (Records of
+	// them, first), then one per distinct resulting ActiveFeatures set.
+	// The last run kept for status holds the first of them only
+	// (CommandsOmitted says how many more there were).
+	Commands        []string `json:"commands"`
+	CommandsOmitted int      `json:"commands_omitted,omitempty"`
+	// Records is how many of the calls write AvailableFeatures (to whole
+	// node config records).
+	Records int `json:"records"`
 	// Calls is how many of them were made (0 on a dry run).
 	Calls int `json:"calls"`
+	// Paused is how long, in seconds, the run waited between its calls,
+	// pacing itself so that users' commands and the scheduler keep their
+	// share of slurmctld.
+	Paused float64 `json:"paused_seconds"`
 	// Unknown is a hostlist of reporting nodes that hold models but that
 	// Slurm does not list; they get no feature.
 	Unknown string `json:"unknown,omitempty"`
-	// Withheld are the models whose features were left off every node to
-	// keep the distinct feature sets within the coordinator's
-	// feature_sets_max (the least-held models go first); their jobs get no
-	// preference.
+	// Withheld are the models whose features were left off every node
+	// because the AvailableFeatures superset, with them, would make
+	// slurmctld's node listing too large for Slurm's message limit (the
+	// least-held models go first); their jobs get no preference. Empty
+	// on any cluster whose catalog fits, which at 10,000 nodes is over
+	// 350 models of 64-character names.
 	Withheld []string `json:"withheld,omitempty"`
 	// Error says why the run failed or was partial; empty when it worked.
 	Error string `json:"error,omitempty"`

@@ -54,22 +54,26 @@ func TestDesiredFeatures(t *testing.T) {
 		"n2":  {"llmgw.llama", "llmgw.qwen"},
 		"n10": {"llmgw.qwen"},
 	}
-	if got := e.srv.desiredFeatures(now, t0); !reflect.DeepEqual(got, want) {
+	if got, _ := e.srv.desiredFeatures(now, t0); !reflect.DeepEqual(got, want) {
 		t.Errorf("desiredFeatures =\n  %v\nwant\n  %v", got, want)
 	}
 	// A reconciler that started after old's last report gives it three
 	// intervals from its start before calling it stale.
 	want["old"] = []string{"llmgw.llama"}
-	if got := e.srv.desiredFeatures(now, t0.Add(time.Minute)); !reflect.DeepEqual(got, want) {
+	if got, _ := e.srv.desiredFeatures(now, t0.Add(time.Minute)); !reflect.DeepEqual(got, want) {
 		t.Errorf("desiredFeatures with a late start =\n  %v\nwant\n  %v", got, want)
 	}
 	// Removing a model from the catalog removes its feature.
 	if err := e.admin.DeleteModel(ctx, "qwen"); err != nil {
 		t.Fatal(err)
 	}
-	got := e.srv.desiredFeatures(now, t0)
+	got, models := e.srv.desiredFeatures(now, t0)
 	if want := map[string][]string{"n1": {"llmgw.llama"}, "n2": {"llmgw.llama"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("after deleting qwen: %v, want %v", got, want)
+	}
+	// The catalog, whose every model is offered (AvailableFeatures).
+	if !reflect.DeepEqual(models, []string{"llama", "remote"}) {
+		t.Errorf("after deleting qwen the catalog is %v, want [llama remote]", models)
 	}
 }
 

@@ -1,0 +1,147 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSession drives scripts standing in for scontrol's interactive mode
+// (fakeScontrol): each command gets its own answer, a line scontrol's
+// parser would read otherwise runs as a process of its own, and a
+// session that dies or hangs costs the command it was given, never the
+// reconcile. The real scontrol is driven on the dev cluster
+// (features_integration_test.go).
+func TestSession(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": fakeScontrol(log, `case "$*" in *bad*) echo "slurm_update error: Invalid node name specified" >&2; return 1;; esac`),
+	})
+	r := &Runner{Dir: dir}
+	ctx := context.Background()
+	s, err := r.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Run(ctx, "update", "NodeName=n1", "ActiveFeatures=a"); err != nil {
+		t.Errorf("a good update: %v", err)
+	}
+	err = s.Run(ctx, "update", "NodeName=bad1", "ActiveFeatures=a")
+	var ce *CommandError
+	if !errors.As(err, &ce) || ce.Stderr != "slurm_update error: Invalid node name specified" || !strings.Contains(err.Error(), "NodeName=bad1") {
+		t.Errorf("a failing update: %v; want its own error, naming it", err)
+	}
+	if err := s.Run(ctx, "update", "NodeName=n2", "ActiveFeatures=a"); err != nil {
+		t.Errorf("the update after a failed one: %v", err)
+	}
+	long := "ActiveFeatures=" + strings.Repeat("x", sessionMaxLine)
+	for _, args := range [][]string{{"update", "NodeName=n3", "AvailableFeatures=a b"}, {"update", "NodeName=n4", long}, {"update", "NodeName=n5", "ActiveFeatures='q'"}} {
+		if err := s.Run(ctx, args...); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+	got, _ := os.ReadFile(log)
+	want := "line: update NodeName=n1 ActiveFeatures=a\n" +
+		"line: update NodeName=bad1 ActiveFeatures=a\n" +
+		"line: update NodeName=n2 ActiveFeatures=a\n" +
+		"args: update NodeName=n3 AvailableFeatures=a b\n" +
+		"args: update NodeName=n4 " + long + "\n" +
+		"args: update NodeName=n5 ActiveFeatures='q'\n"
+	if string(got) != want {
+		t.Errorf("scontrol got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestSessionEnds(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	// Answers one command, then exits without reading the next.
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": `if [ $# -gt 0 ]; then echo "args: $*" >>'` + log + `'; exit 0; fi
+read -r line; echo "line: $line" >>'` + log + `'
+read -r marker; echo "invalid keyword: $marker" >&2
+exit 0`,
+	})
+	r := &Runner{Dir: dir}
+	ctx := context.Background()
+	s, err := r.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, node := range []string{"n1", "n2", "n3"} {
+		if err := s.Run(ctx, "update", "NodeName="+node, "ActiveFeatures=a"); err != nil {
+			t.Errorf("%s: %v", node, err)
+		}
+	}
+	got, _ := os.ReadFile(log)
+	if want := "line: update NodeName=n1 ActiveFeatures=a\nargs: update NodeName=n2 ActiveFeatures=a\nargs: update NodeName=n3 ActiveFeatures=a\n"; string(got) != want {
+		t.Errorf("scontrol got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestSessionHangs(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": `if [ $# -gt 0 ]; then echo "args: $*" >>'` + log + `'; exit 0; fi
+exec sleep 30`,
+	})
+	r := &Runner{Dir: dir, Timeout: 200 * time.Millisecond}
+	ctx := context.Background()
+	s, err := r.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	if err := s.Run(ctx, "update", "NodeName=n1", "ActiveFeatures=a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("no answer: %v; want a deadline error", err)
+	}
+	if err := s.Run(ctx, "update", "NodeName=n2", "ActiveFeatures=a"); err != nil {
+		t.Errorf("after the session hung: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s", d)
+	}
+	if got, _ := os.ReadFile(log); string(got) != "args: update NodeName=n2 ActiveFeatures=a\n" {
+		t.Errorf("scontrol got %q", got)
+	}
+}
+
+func TestPacer(t *testing.T) {
+	var p Pacer
+	if d := p.Pause(time.Millisecond); d != time.Millisecond {
+		t.Errorf("half the time: paused %s after a 1 ms call, want 1 ms", d)
+	}
+	if d := p.Pause(2 * time.Millisecond); d != 2*time.Millisecond {
+		t.Errorf("a 2 ms call (not yet busy): paused %s, want 2 ms", d)
+	}
+	// 10 ms is over 3x the quickest: the brake adds the call's own time,
+	// then doubles while calls stay slow.
+	if d := p.Pause(10 * time.Millisecond); d != 20*time.Millisecond {
+		t.Errorf("a slow call: paused %s, want 20 ms", d)
+	}
+	if d := p.Pause(10 * time.Millisecond); d != 30*time.Millisecond {
+		t.Errorf("a second slow call: paused %s, want 30 ms", d)
+	}
+	if d := p.Pause(time.Millisecond); d != 11*time.Millisecond {
+		t.Errorf("a quick call after: paused %s, want 11 ms (the brake halved)", d)
+	}
+	for range 40 {
+		p.Pause(time.Second)
+	}
+	if d := p.Pause(time.Second); d != DefaultMaxPause {
+		t.Errorf("calls of a second: paused %s, want at most %s", d, DefaultMaxPause)
+	}
+	if p.Calls != 46 || p.Braked != 43 {
+		t.Errorf("Calls %d, Braked %d", p.Calls, p.Braked)
+	}
+	q := Pacer{Share: 1}
+	if d := q.Pause(time.Millisecond); d != 0 {
+		t.Errorf("Share 1: paused %s", d)
+	}
+}
