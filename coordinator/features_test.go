@@ -87,6 +87,13 @@ func TestFeatureFile(t *testing.T) {
 	}
 	synced := time.Unix(1796288377, 900e6) // the header keeps whole seconds, rounded down
 	want := FeatureFileHeader + " synced=1796288377 interval=30 features=all lines=<digest>\n" +
+		// The classes (slurm.WriteFeatureClasses), in the nodes' order.
+		"#c 1 - -\n" +
+		"#c 1 debug,gpu ib-a\n" +
+		"#c 1 debug ib-b\n" +
+		"#c 1 gpu -\n" +
+		"#h llmgw.llama 1:1,2:1\n" +
+		"#h llmgw.qwen 2:1\n" +
 		"n1 - llmgw.llama\n" +
 		"n2 debug,gpu ib-a,llmgw.llama,llmgw.qwen\n" +
 		"n10 debug ib-b\n" +
@@ -101,7 +108,7 @@ func TestFeatureFile(t *testing.T) {
 		t.Errorf("FeatureFile(nil) = %q, want %q", got, want)
 	}
 
-	// The digest follows the node lines and nothing else: job_submit.lua
+	// The digest follows the lines after the header and nothing else: job_submit.lua
 	// keeps its parsed index while it stays the same.
 	digest := func(b []byte) string { return linesDigest.FindStringSubmatch(string(b))[1] }
 	same := digest(FeatureFile(nodes, synced.Add(time.Hour), time.Minute, false))
@@ -143,7 +150,7 @@ func TestFeatureFileRewrittenEverySync(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(file)
-		want := fmt.Sprintf("%s synced=%d interval=30 features=all lines=<digest>\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
+		want := fmt.Sprintf("%s synced=%d interval=30 features=all lines=<digest>\n#c 1 debug -\n#h llmgw.m1 1:1\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
 		if err != nil || withoutDigest(string(got)) != want {
 			t.Errorf("after the run at %d: %q, %v; want %q", at, got, err, want)
 		}
