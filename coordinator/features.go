@@ -430,6 +430,28 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		return fmt.Errorf("reading Slurm's nodes: %w", err)
 	}
 	f.setStates(nodes)
+	// Read after the sync began, as the feature file's prefer=fallback
+	// must be (see preferFallback). A failed read says nothing of a
+	// NodeFeatures plugin: the run goes on as on a cluster without one.
+	conf, confErr := f.run.ShowConfig(ctx)
+	if confErr != nil {
+		f.s.log.WithError(confErr).Debug("reading slurmctld's configuration for the feature reconciler")
+	}
+	fallback := confErr == nil && slurm.IgnoresPreferValidation(conf)
+	if plugins := slurm.NodeFeaturesPlugins(conf); len(plugins) > 0 {
+		// Nothing llmgw writes would mean what it says; the file still
+		// tells job_submit.lua what Slurm has, so no job is refused.
+		out.Nodes, out.Unchanged = len(nodes), len(nodes)
+		if out.DryRun {
+			return errNodeFeaturesPlugin(plugins)
+		}
+		if err := f.publish(nodes, now, f.defaultPartition(ctx), fallback); err != nil {
+			f.m.errors.WithLabelValues("file").Inc()
+			return errors.Join(errNodeFeaturesPlugin(plugins), err)
+		}
+		f.unpark(ctx, nodes)
+		return errNodeFeaturesPlugin(plugins)
+	}
 	offered, withheld := offeredFeatures(models, nodes, desired)
 	desired, out.Withheld = withhold(desired, withheld), withheld
 	plan := slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired, offered)
@@ -480,7 +502,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		f.setStates(current)
 		err = res.Err()
 	}
-	if ferr := f.publish(current, now, f.defaultPartition(ctx), f.preferFallback(ctx)); ferr != nil {
+	if ferr := f.publish(current, now, f.defaultPartition(ctx), fallback); ferr != nil {
 		f.m.errors.WithLabelValues("file").Inc()
 		err = errors.Join(err, ferr)
 	}
@@ -518,19 +540,23 @@ func (f *features) publish(nodes []slurm.Node, synced time.Time, defaultPartitio
 	return nil
 }
 
-// preferFallback asks the running slurmctld whether it ignores prefer
-// validation. It asks on every run rather than once: an admin turns the
-// option on or off with a reconfigure or a restart, and job_submit.lua
-// trusts the header's flag only from a sync that began after slurmctld last
-// rebuilt its tables, which holds only if the flag was read after the sync
-// began too. A failed read says no, the side on which nothing is rejected.
-func (f *features) preferFallback(ctx context.Context) bool {
-	conf, err := f.run.ShowConfig(ctx)
-	if err != nil {
-		f.s.log.WithError(err).Debug("reading SchedulerParameters for the feature file")
-		return false
-	}
-	return slurm.IgnoresPreferValidation(conf)
+// errNodeFeaturesPlugin is why the reconciler writes nothing where
+// slurmctld runs a NodeFeatures plugin (slurm.NodeFeaturesPlugins): presence
+// written as ActiveFeatures would be merged with what the node has
+// (node_features/helpers: llmgw could add a model's feature, never take it
+// away from a node that lost the model) or made every available feature
+// (knl_generic, on a KNL node), and the superset llmgw offers would then be
+// active everywhere. The feature file still says what Slurm has, and
+// the prefer=fallback flag of the header comes from the configuration read
+// after the run began: slurmctld asked after the sync began, since
+// job_submit.lua trusts the header's flag only from a sync that began
+// after slurmctld last rebuilt its tables.
+func errNodeFeaturesPlugin(plugins []string) error {
+	return fmt.Errorf("slurmctld runs NodeFeaturesPlugins=%s, which rewrites every ActiveFeatures update (node_features/helpers keeps "+
+		"each active feature it does not manage, so llmgw could never take a model's feature off a node that lost it; "+
+		"knl_generic makes every available feature of a KNL node active): llmgw writes no node features on this cluster, "+
+		"so jobs get no preference from it (docs/slurm/behaviour.md §11); run the coordinator with "+
+		"features = false to silence this, or drop the plugin", strings.Join(plugins, ","))
 }
 
 func (f *features) setStates(nodes []slurm.Node) {

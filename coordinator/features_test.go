@@ -312,3 +312,51 @@ func TestFeaturesPokedOnChange(t *testing.T) {
 		t.Error("a node back from stale did not poke the reconciler")
 	}
 }
+
+// TestFeaturesUnderNodeFeaturesPlugin: where slurmctld runs a NodeFeatures
+// plugin an ActiveFeatures update is rewritten by the plugin (helpers keeps
+// every active feature it does not manage), so the reconciler writes
+// nothing, says why, and still publishes what Slurm has. Scripts stand in
+// for Slurm; what the plugin does was read in Slurm's source
+// (docs/slurm/behaviour.md §11).
+func TestFeaturesUnderNodeFeaturesPlugin(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "scontrol-calls")
+	fixture, _ := filepath.Abs(filepath.Join("..", "slurm", "testdata", "22.05", "sinfo-json-features.json"))
+	conf, _ := filepath.Abs(filepath.Join("..", "slurm", "testdata", "22.05", "scontrol-show-config.txt"))
+	for name, body := range map[string]string{
+		"sinfo": `case "$*" in *--json*) exec cat '` + fixture + `';; *%P*) echo 'debug*';; esac`,
+		"scontrol": `echo "$*" >>'` + calls + `'
+case "$*" in "show config") sed 's|^NodeFeaturesPlugins .*|NodeFeaturesPlugins     = node_features/helpers|' '` + conf + `';; esac`,
+		"squeue": `exit 0`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(dir, "features")
+	e := newEnv(t, Config{Features: true, Sinfo: filepath.Join(dir, "sinfo"), Scontrol: filepath.Join(dir, "scontrol"),
+		FeatureFile: file, FeatureInterval: time.Minute}, testTokens)
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "llama", Source: "/models/llama"}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.set(t0)
+	if _, err := e.agent.PostReport(ctx, report("n1", "ib-a", 1, api.Weight{Path: "/models/llama", Complete: true, Size: 1})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.admin.SyncFeatures(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Error, "NodeFeaturesPlugins=node_features/helpers") || res.Calls != 0 || len(res.Commands) != 0 {
+		t.Errorf("sync under a NodeFeatures plugin: %+v; want no call and the plugin named", res)
+	}
+	got, _ := os.ReadFile(calls)
+	if strings.Contains(string(got), "update") {
+		t.Errorf("scontrol was asked to update under a NodeFeatures plugin:\n%s", got)
+	}
+	if data, err := os.ReadFile(file); err != nil || !strings.Contains(string(data), "\nn1 ") {
+		t.Errorf("feature file: %v\n%s; want what Slurm has, published", err, data)
+	}
+}

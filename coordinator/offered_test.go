@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -62,4 +63,44 @@ func TestOfferedFeatures(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkFeaturePlan is the reconciler's plan for 1,000 nodes in 8
+// fabrics (a config record each) holding random mixes of 0-6 of 50
+// models, from a fresh cluster: the models withheld (issue 26: 46 with
+// feature_sets_max), the AvailableFeatures writes (one per record, whole),
+// the presence calls, and the distinct sets, each of which split a record
+// when presence was AvailableFeatures. scripts/bench/scale.sh prints it.
+func BenchmarkFeaturePlan(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 17))
+	nodes := make([]slurm.Node, 1000)
+	desired := map[string][]string{}
+	models := make([]string, 50)
+	for m := range models {
+		models[m] = fmt.Sprintf("m%02d", m)
+	}
+	for i := range nodes {
+		fabric := fmt.Sprintf("ib-%d", i%8)
+		nodes[i] = slurm.Node{Name: fmt.Sprintf("gpu%04d", i), Available: []string{fabric}, Active: []string{fabric}}
+		for range rng.IntN(7) {
+			desired[nodes[i].Name] = append(desired[nodes[i].Name], placement.FeaturePrefix+models[rng.IntN(len(models))])
+		}
+	}
+	var plan slurm.FeaturePlan
+	var withheld []string
+	for b.Loop() {
+		var offered []string
+		offered, withheld = offeredFeatures(models, nodes, desired)
+		plan = slurm.PlanFeatures(nodes, placement.FeaturePrefix, withhold(desired, withheld), offered)
+	}
+	sets := map[string]bool{}
+	for _, n := range nodes {
+		fs := slices.Clone(desired[n.Name])
+		slices.Sort(fs)
+		sets[n.Available[0]+" "+strings.Join(slices.Compact(fs), ",")] = true
+	}
+	b.ReportMetric(float64(len(withheld)), "withheld-models")
+	b.ReportMetric(float64(len(plan.Records)), "record-writes")
+	b.ReportMetric(float64(len(plan.Presence)), "presence-calls")
+	b.ReportMetric(float64(len(sets)), "distinct-sets")
 }
