@@ -430,9 +430,12 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		return fmt.Errorf("reading Slurm's nodes: %w", err)
 	}
 	f.setStates(nodes)
-	// Read after the sync began, as the feature file's prefer=fallback
-	// must be (see preferFallback). A failed read says nothing of a
-	// NodeFeatures plugin: the run goes on as on a cluster without one.
+	// Read on every run, after it began: an admin turns
+	// ignore_prefer_validation and a NodeFeatures plugin on or off with a
+	// reconfigure or a restart, and job_submit.lua trusts the feature
+	// file's prefer=fallback only from a sync that began after slurmctld
+	// last rebuilt its tables. A failed read says no to both, the side on
+	// which nothing is rejected and features are kept.
 	conf, confErr := f.run.ShowConfig(ctx)
 	if confErr != nil {
 		f.s.log.WithError(confErr).Debug("reading slurmctld's configuration for the feature reconciler")
@@ -466,13 +469,14 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 	current := nodes
 	if len(plan.Records)+len(plan.Presence) > 0 {
 		if between, lost := plan.Between(placement.FeaturePrefix); lost {
-			// A record write sets one active set on every node of it, so
-			// until the presence writes after it, a node may lack an
-			// llmgw feature it has now (after a catalog change; after a
-			// reconfigure or restart Slurm lost them already). The file
-			// must not promise one then: job_submit.lua would add a
-			// preference that Slurm rejects. It says the least first,
-			// and the writes wait until job_submit.lua has looked.
+			// While the calls run a node may lack an llmgw feature it
+			// has now: one it lost (its presence call), or one a record
+			// write drops until the node's own call (after a catalog
+			// change; after a reconfigure or restart Slurm lost them
+			// already). The file must not promise it meanwhile:
+			// job_submit.lua would add a preference that Slurm refuses
+			// when no node has it. It says the least first, and the calls
+			// wait until job_submit.lua has looked.
 			if err := f.publish(between, now, f.defaultPartition(ctx), false); err != nil {
 				f.m.errors.WithLabelValues("file").Inc()
 				return err
@@ -546,11 +550,7 @@ func (f *features) publish(nodes []slurm.Node, synced time.Time, defaultPartitio
 // (node_features/helpers: llmgw could add a model's feature, never take it
 // away from a node that lost the model) or made every available feature
 // (knl_generic, on a KNL node), and the superset llmgw offers would then be
-// active everywhere. The feature file still says what Slurm has, and
-// the prefer=fallback flag of the header comes from the configuration read
-// after the run began: slurmctld asked after the sync began, since
-// job_submit.lua trusts the header's flag only from a sync that began
-// after slurmctld last rebuilt its tables.
+// active everywhere. The feature file still says what Slurm has.
 func errNodeFeaturesPlugin(plugins []string) error {
 	return fmt.Errorf("slurmctld runs NodeFeaturesPlugins=%s, which rewrites every ActiveFeatures update (node_features/helpers keeps "+
 		"each active feature it does not manage, so llmgw could never take a model's feature off a node that lost it; "+

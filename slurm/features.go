@@ -171,27 +171,37 @@ func (p FeaturePlan) expected() map[string]want {
 	return out
 }
 
-// Between is the nodes as From has them, but as they may be while the
-// plan runs, between its record writes and its presence writes: a node a
-// record write covers keeps only those of its active features the record
-// write sets. lost says whether a node then lacks, for a while, an owned
-// feature (prefix) it has now: the case in which whoever trusts the
-// features (job_submit.lua's feature file) must be told the lesser set
-// first.
+// Between is the nodes as From has them, but with only those active
+// features each is sure to have while the plan runs: a node keeps, until
+// its last call, only what it has now and every call that covers it sets
+// (a record write sets the active features its nodes share, before the
+// node's own presence call; a presence call drops what the node lost).
+// lost says whether a node then lacks, for a while, an owned feature
+// (prefix) it has now: the case in which whoever trusts the features
+// (job_submit.lua's feature file, which adds a preference only where a
+// node has it, and whose preference Slurm refuses when none has) must be
+// told the lesser set first.
 func (p FeaturePlan) Between(prefix string) (nodes []Node, lost bool) {
-	set := map[string][]string{}
-	for _, u := range p.Records {
+	sets := map[string][][]string{}
+	for _, u := range p.Updates() {
 		for _, n := range u.Nodes {
-			set[n] = u.Active
+			sets[n] = append(sets[n], u.Active)
 		}
 	}
 	nodes = slices.Clone(p.From)
 	for i, n := range nodes {
-		active, ok := set[n.Name]
+		active, ok := sets[n.Name]
 		if !ok {
 			continue
 		}
-		kept := slices.DeleteFunc(slices.Clone(n.Active), func(f string) bool { return !slices.Contains(active, f) })
+		kept := slices.DeleteFunc(slices.Clone(n.Active), func(f string) bool {
+			for _, a := range active {
+				if !slices.Contains(a, f) {
+					return true
+				}
+			}
+			return false
+		})
 		if len(ownedSet(kept, prefix)) < len(ownedSet(n.Active, prefix)) {
 			lost = true
 		}

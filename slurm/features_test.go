@@ -278,9 +278,9 @@ func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 	check(after, random(), offered)
 }
 
-// TestPlanBetween: while a record write has run and the presence writes
-// have not, a node holds only what it held and the record gave it; lost
-// says so when that is less than it had of llmgw's.
+// TestPlanBetween: while the plan runs a node is sure to hold only what it
+// held and every call that covers it sets; lost says so when that is less
+// than it had of llmgw's.
 func TestPlanBetween(t *testing.T) {
 	nodes := []Node{
 		n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a", "llmgw.b")),
@@ -301,6 +301,20 @@ func TestPlanBetween(t *testing.T) {
 	wiped := []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a"))}
 	if _, lost := PlanFeatures(wiped, "llmgw.", desired, l("llmgw.a", "llmgw.b")).Between("llmgw."); lost {
 		t.Errorf("after a wipe: lost")
+	}
+	// A node that lost a model loses its feature with its presence call:
+	// until then the file must not promise it. One that gains one is not
+	// promised it before Slurm has it either.
+	steady := []Node{
+		n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a", "llmgw.b")),
+		n("n2", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a")),
+	}
+	between, lost = PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a"}, "n2": {"llmgw.b"}}, l("llmgw.a", "llmgw.b")).Between("llmgw.")
+	if got := fmt.Sprint(between[0].Active, between[1].Active); !lost || got != "[ib-a llmgw.a] [ib-a]" {
+		t.Errorf("n1 losing llmgw.b, n2 gaining it: between %s, lost %v", got, lost)
+	}
+	if _, lost := PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a", "llmgw.b"}, "n2": {"llmgw.b"}}, l("llmgw.a", "llmgw.b")).Between("llmgw."); lost {
+		t.Errorf("only a gain: lost")
 	}
 }
 
