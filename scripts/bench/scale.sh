@@ -60,7 +60,12 @@ LLMGW_DEV_EXTRA_NODES=9996 LLMGW_DEV_EXTRA_STATE=cloud LLMGW_DEV_CLUSTER_TIMEOUT
 echo "cluster of 10,000 nodes up in $((SECONDS - t0)) s"
 export SLURM_CONF=$LLMGW_DEV_CLUSTER_DIR/slurm.conf
 LLMGW_SCALE=1 go test -tags integration -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m ./coordinator/ 2>&1 |
-	tee -a "$log" | grep '^scale:' | sed 's/^scale: /  /'
+	tee -a "$log" | { grep '^scale:' || true; } | sed 's/^scale: /  /'
+grep -q '^scale: steady state' "$log" || {
+	echo "scale.sh: BenchmarkScale did not finish; its output:" >&2
+	grep -v '^scale:' "$log" | tail -n 30 >&2
+	exit 1
+}
 down
 trap - EXIT
 
