@@ -598,7 +598,7 @@ func (s *Server) postFeatures(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return api.Errorf(api.CodeInvalid, "dry_run=%q: use 1 or 0", v)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), api.SyncTimeout)
 	defer cancel()
 	res := s.features.sync(ctx, dry)
 	writeJSON(w, http.StatusOK, res)
