@@ -141,29 +141,24 @@ func (p FeaturePlan) Commands() []string {
 	return out
 }
 
-// want is what the plan leaves on one node.
+// want is what the plan leaves on one node: its active set, and its
+// available set when a record write covers it (nil: left as it was).
 type want struct {
 	available, active []string
+	record            bool
 }
 
 // expected is every changed node's sets after the plan, for the read-back.
 func (p FeaturePlan) expected() map[string]want {
-	from := make(map[string]Node, len(p.From))
-	for _, n := range p.From {
-		from[n.Name] = n
-	}
 	out := map[string]want{}
 	for _, u := range p.Records {
 		for _, name := range u.Nodes {
-			out[name] = want{available: u.Available, active: u.Active}
+			out[name] = want{available: u.Available, active: u.Active, record: true}
 		}
 	}
 	for _, u := range p.Presence {
 		for _, name := range u.Nodes {
-			w, ok := out[name]
-			if !ok {
-				w.available = from[name].Available
-			}
+			w := out[name]
 			w.active = u.Active
 			out[name] = w
 		}
@@ -500,7 +495,7 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 	}
 	for name, w := range plan.expected() {
 		n := byName[name]
-		if n == nil || !sameSet(n.Available, w.available) || !sameSet(n.Active, w.active) {
+		if n == nil || (w.record && !sameSet(n.Available, w.available)) || !sameSet(n.Active, w.active) {
 			res.Wrong = append(res.Wrong, name)
 		}
 	}

@@ -513,7 +513,8 @@ func (r *unitRig) start(t *testing.T, bin, name string, flags ...string) *sandbo
 // not a failure.
 func nodeFeatures(t *testing.T, ctx context.Context) map[string]string {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "sinfo", "-N", "-h", "-o", "%N %f").Output()
+	// Active: presence; every node offers every catalog model (%f).
+	out, err := exec.CommandContext(ctx, "sinfo", "-N", "-h", "-o", "%N %b").Output()
 	if err != nil {
 		return map[string]string{"(sinfo failed)": err.Error()}
 	}
