@@ -204,7 +204,12 @@ var featureOps = []string{"read", "update", "readback", "file"}
 
 func newFeatures(s *Server) *features {
 	cfg := s.cfg
-	r := &slurm.Runner{Paths: map[string]string{"scontrol": cfg.Scontrol, "sinfo": cfg.Sinfo, "squeue": squeuePath(cfg)}}
+	// A minute a command, not the default ten seconds: the reconciler reads
+	// every node, and at 10,000 nodes each offering a catalog of 200
+	// models that is 142 MB of slurmctld's answer to pack and parse
+	// (docs/slurm/behaviour.md §11). An update that takes that long is
+	// slurmctld gone, and ApplyFeatures stops after a few of those.
+	r := &slurm.Runner{Timeout: featureCommandTimeout, Paths: map[string]string{"scontrol": cfg.Scontrol, "sinfo": cfg.Sinfo, "squeue": squeuePath(cfg)}}
 	if cfg.SlurmConf != "" {
 		r.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
 	}
@@ -513,6 +518,9 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 	f.unpark(ctx, current) // coordinator/parked.go
 	return err
 }
+
+// featureCommandTimeout bounds one Slurm command of the reconciler.
+const featureCommandTimeout = time.Minute
 
 // keptCommands bounds the calls status and the log show of a run: a
 // reconcile of random presence on 10,000 nodes makes 10,000 of them.

@@ -408,6 +408,11 @@ func (r FeatureResult) Err() error {
 	return fmt.Errorf("%s", strings.Join(msgs, "; "))
 }
 
+// maxFailedInARow is how many calls in a row may fail before ApplyFeatures
+// stops: a bad node name fails one call, a controller that is gone fails
+// them all.
+const maxFailedInARow = 5
+
 // maxErrors bounds the errors a result keeps: a reconcile of 10,000 calls
 // against a controller that refuses them all must not carry 10,000
 // messages into a log line.
@@ -435,6 +440,7 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 		defer sess.Close()
 	}
 	failed := map[string]bool{}
+	inARow := 0
 	call := func(u FeatureUpdate) error {
 		res.Calls++
 		start := time.Now()
@@ -445,6 +451,11 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 			_, err = r.Run(ctx, "scontrol", u.Args()...)
 		}
 		wait := pace.Pause(time.Since(start))
+		if err != nil {
+			inARow++
+		} else {
+			inARow = 0
+		}
 		if err != nil {
 			if len(res.Errors) < maxErrors {
 				res.Errors = append(res.Errors, err)
@@ -458,8 +469,12 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 		}
 		return err
 	}
+	// A controller that refuses or ignores call after call is not there
+	// (down, restarting, unreachable): the rest waits for the next sync
+	// rather than costing a timeout each.
+	gone := func() bool { return ctx.Err() != nil || inARow >= maxFailedInARow }
 	for _, u := range plan.Records {
-		if ctx.Err() != nil {
+		if gone() {
 			break
 		}
 		res.Records++
@@ -470,7 +485,7 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 		}
 	}
 	for _, u := range plan.Presence {
-		if ctx.Err() != nil {
+		if gone() {
 			break
 		}
 		if len(failed) > 0 {
@@ -483,6 +498,9 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, ctx.Err())
+	} else if inARow >= maxFailedInARow {
+		res.Errors = append(res.Errors, fmt.Errorf("stopped after %d failed calls in a row, %d of %d made; the next sync makes the rest",
+			inARow, res.Calls, len(plan.Records)+len(plan.Presence)))
 	}
 	res.Pace = *pace
 	res.Nodes, res.ReadErr = r.readBack(ctx, plan)

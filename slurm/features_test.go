@@ -591,3 +591,25 @@ cat '` + text + `'`,
 		t.Errorf("a feature with '|': sinfo calls %q; want only the --json read", calls)
 	}
 }
+
+// TestApplyFeaturesStopsWhenSlurmIsGone: a controller that fails call
+// after call is not asked the rest of a plan of thousands: the next sync
+// makes them.
+func TestApplyFeaturesStopsWhenSlurmIsGone(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": fakeScontrol(log, `echo "slurm_update error: Unable to contact slurm controller (connect failure)" >&2; return 1`),
+		"sinfo":    `exit 1`,
+	})
+	var plan FeaturePlan
+	for i := range 100 {
+		plan.Presence = append(plan.Presence, FeatureUpdate{Nodes: l(fmt.Sprintf("n%d", i)), Active: l("llmgw.a")})
+	}
+	res := (&Runner{Dir: dir}).ApplyFeatures(context.Background(), plan, &Pacer{Share: 1})
+	if res.Calls != maxFailedInARow {
+		t.Errorf("%d calls against a controller that is gone; want %d", res.Calls, maxFailedInARow)
+	}
+	if err := res.Err(); err == nil || !strings.Contains(err.Error(), "stopped after 5 failed calls in a row") {
+		t.Errorf("Err() = %v", err)
+	}
+}
