@@ -73,8 +73,14 @@ plan=$(go test -run '^$' -bench '^BenchmarkFeaturePlan$' -benchtime 5x ./coordin
 echo "$plan" >>"$log"
 js=$(BEFORE= MODULE_BEFORE=${MODULE_BEFORE:-2a0a373} scripts/bench/job-submit.sh 10000 | tee -a "$log")
 echo "$js" | sed 's/^/  /'
-munge=$(go test -run '^$' -bench 'BenchmarkCoordinatorMunge$' -benchtime=1x -timeout 30m ./coordinator/ | tee -a "$log" | grep -m1 'ingest with MUNGE, first reports')
-status=$(go test -run '^$' -bench 'BenchmarkCoordinator$' -benchtime=1x -timeout 30m ./coordinator/ | tee -a "$log" | grep -m1 -i 'status')
+# Whole outputs first: a grep that stops at its first match would end the
+# pipeline early, and pipefail the script.
+out=$(go test -run '^$' -bench 'BenchmarkCoordinatorMunge$' -benchtime=1x -timeout 30m ./coordinator/)
+echo "$out" >>"$log"
+munge=$(grep 'ingest with MUNGE, first reports' <<<"$out" | sed -n 1p)
+out=$(go test -run '^$' -bench 'BenchmarkCoordinator$' -benchtime=1x -timeout 30m ./coordinator/)
+echo "$out" >>"$log"
+status=$(grep -i 'status' <<<"$out" | sed -n 1p)
 echo "  $munge"
 echo "  $status"
 
@@ -108,5 +114,6 @@ echo
 echo "steady state: $(field 'steady state with llmgw: ')"
 echo "queues: without: $without"
 echo "        with:    $with"
-echo "users' sinfo: $(field 'with llmgw, idle: ')"
+echo "users' commands, idle, with llmgw: $(field 'with llmgw, idle: ')"
+echo "slurmctld's saved state: $(field 'saved state: ')"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); the whole log: $log"
