@@ -124,6 +124,8 @@ func BenchmarkScale(b *testing.B) {
 	models := scaleModels()
 	queue("without llmgw", scaleJobs, models)
 
+	stateBefore := nodeStateMB(run)
+
 	// 2. llmgw.
 	// The reports are posted once: a report interval of an hour keeps
 	// every node fresh for the whole run.
@@ -219,13 +221,7 @@ func BenchmarkScale(b *testing.B) {
 	with := probe(b, run, 20, nil)
 	say("with llmgw, idle: squeue %s (%.2fx without), sbatch %s (%.2fx without), sinfo %s (%.2fx without)",
 		with.squeue, with.squeue.ratio(idle.squeue), with.sbatch, with.sbatch.ratio(idle.sbatch), with.sinfo, with.sinfo.ratio(idle.sinfo))
-	if cfg, err := run.ShowConfig(ctx); err == nil {
-		if dir, ok := cfg.Get("StateSaveLocation"); ok {
-			if st, err := os.Stat(filepath.Join(dir, "node_state")); err == nil {
-				say("saved state: node_state %.0f MB (slurmctld writes it whole after node changes)", float64(st.Size())/1e6)
-			}
-		}
-	}
+	say("saved state: node_state %.1f MB without llmgw, %.1f MB with (slurmctld writes it whole after node changes)", stateBefore, nodeStateMB(run))
 }
 
 const (
@@ -326,6 +322,20 @@ func probe(b *testing.B, run *slurm.Runner, n int, stop chan struct{}) latencies
 	}
 	run.Run(ctx, "scancel", "-n", "llmgw-scale-probe")
 	return out
+}
+
+// nodeStateMB is the size of slurmctld's saved node state, in MB.
+func nodeStateMB(run *slurm.Runner) float64 {
+	cfg, err := run.ShowConfig(context.Background())
+	if err != nil {
+		return -1
+	}
+	dir, _ := cfg.Get("StateSaveLocation")
+	st, err := os.Stat(filepath.Join(dir, "node_state"))
+	if err != nil {
+		return -1
+	}
+	return float64(st.Size()) / 1e6
 }
 
 func waitAnswer(b *testing.B, run *slurm.Runner) {
