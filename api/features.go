@@ -37,6 +37,10 @@ type FeatureSync struct {
 	// pacing itself so that users' commands and the scheduler keep their
 	// share of slurmctld.
 	Paused float64 `json:"paused_seconds"`
+	// Share is the least share of slurmctld's time the calls came down to
+	// while users' reads, timed every so many calls, were slower than
+	// before the run (1: never slowed them; 0 when no call was made).
+	Share float64 `json:"share,omitempty"`
 	// Unknown is a hostlist of reporting nodes that hold models but that
 	// Slurm does not list; they get no feature.
 	Unknown string `json:"unknown,omitempty"`

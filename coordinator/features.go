@@ -409,7 +409,7 @@ func (f *features) sync(ctx context.Context, dryRun bool) api.FeatureSync {
 	}
 	f.mu.Unlock()
 	log := f.s.log.WithFields(logrus.Fields{"nodes": out.Nodes, "drifted": out.Drifted, "calls": out.Calls,
-		"duration_ms": int64(out.Duration * 1000), "records": out.Records, "paused_ms": int64(out.Paused * 1000),
+		"duration_ms": int64(out.Duration * 1000), "records": out.Records, "paused_ms": int64(out.Paused * 1000), "share": out.Share,
 		"withheld": out.Withheld})
 	switch {
 	case err != nil:
@@ -495,6 +495,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		res := f.run.ApplyFeatures(ctx, plan, &slurm.Pacer{})
 		out.Calls = res.Calls
 		out.Paused = res.Pace.Paused.Seconds()
+		out.Share = res.Pace.LowestShare
 		f.m.calls.Add(float64(res.Calls))
 		f.m.records.Add(float64(res.Records))
 		f.m.paused.Add(res.Pace.Paused.Seconds())

@@ -173,6 +173,10 @@ func (s *Session) Run(ctx context.Context, args ...string) error {
 	}
 }
 
+// Alive says whether commands still go to the session's scontrol (not to
+// a process each, after a session error).
+func (s *Session) Alive() bool { return !s.closed }
+
 // Close ends the session: scontrol reads the end of its input and exits;
 // one that does not within a second is killed.
 func (s *Session) Close() {

@@ -145,3 +145,50 @@ func TestPacer(t *testing.T) {
 		t.Errorf("Share 1: paused %s", d)
 	}
 }
+
+// TestPacerFollowsUsers: the share moves with what a user's read takes
+// against its time before the run: down by a third when slower than
+// Target times it, down to MinShare, and back up while well within.
+func TestPacerFollowsUsers(t *testing.T) {
+	p := Pacer{ProbeEvery: 2}
+	if !p.WantProbe() {
+		t.Fatal("no read timed before the first call")
+	}
+	// The base: the quickest of the first three.
+	for _, d := range []time.Duration{3, 2, 4} {
+		p.Probed(d * time.Millisecond)
+	}
+	if p.WantProbe() {
+		t.Error("a fourth read before any call")
+	}
+	p.Pause(time.Millisecond)
+	if p.WantProbe() {
+		t.Error("a read after one call of every two")
+	}
+	p.Pause(time.Millisecond)
+	if !p.WantProbe() {
+		t.Error("no read after two calls")
+	}
+	// Users' reads 3x slower: a third less share each time, to the floor.
+	for range 10 {
+		p.Probed(6 * time.Millisecond)
+	}
+	if p.share != MinShare || p.Slowed != 10 || p.LowestShare != MinShare {
+		t.Errorf("after 10 slow reads: share %v, slowed %d, lowest %v; want %v, 10, %v", p.share, p.Slowed, p.LowestShare, MinShare, MinShare)
+	}
+	if d := p.Pause(time.Millisecond); d != 9*time.Millisecond {
+		t.Errorf("at a tenth of slurmctld's time: paused %s after a 1 ms call, want 9 ms", d)
+	}
+	// Reads as quick as before: the share back up to all of it.
+	for range 20 {
+		p.Probed(2 * time.Millisecond)
+	}
+	if p.share != 1 {
+		t.Errorf("after quick reads: share %v, want 1", p.share)
+	}
+	// In between (1.3 > 1.2 > 1.15): the share stays.
+	p.Probed(2400 * time.Microsecond)
+	if p.share != 1 {
+		t.Errorf("a read 1.2x the base moved the share to %v", p.share)
+	}
+}
