@@ -26,8 +26,8 @@ var recordLine = regexp.MustCompile(`(?:JobId=\d+ (?:matched 0 nodes|filtered al
 // ConfigRecords counts slurmctld's node config records, which Slurm shows
 // nowhere (not in scontrol show config, nor sdiag): it raises slurmctld's
 // log level to debug2 for a moment, submits a job to partition (one that
-// runs at once on the dev cluster), waits until it has left the queue or
-// started, and counts the distinct node lists of the lines above that the
+// runs at once on the dev cluster), waits until it has left the queue, and
+// counts the distinct node lists of the lines above that the
 // scheduler logged meanwhile. scripts/bench/features.sh --records counts
 // the same way.
 func ConfigRecords(t testing.TB, r Runner, partition string) int {
@@ -63,14 +63,16 @@ func ConfigRecords(t testing.TB, r Runner, partition string) int {
 		t.Fatalf("counting config records: %v", err)
 	}
 	job := strings.TrimSpace(strings.Split(string(out), ";")[0])
+	// Until the job has left the queue: placed, it has logged its records;
+	// gone, it holds no node a test goes on to drain or count.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		q, err := r.Run(ctx, "squeue", "-h", "-j", job, "-o", "%T")
-		if err == nil && strings.TrimSpace(string(q)) != "PENDING" {
+		if err == nil && strings.TrimSpace(string(q)) == "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("counting config records: job %s still pending after 30 s", job)
+			t.Fatalf("counting config records: job %s still in the queue after 30 s (%s)", job, strings.TrimSpace(string(q)))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
