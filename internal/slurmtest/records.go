@@ -23,6 +23,9 @@ type Runner interface {
 // group is the record's nodes.
 var recordLine = regexp.MustCompile(`(?:JobId=\d+ (?:matched 0 nodes|filtered all nodes) \(([^)]*)\))|(?:found \d+ usable nodes from config containing (\S+))`)
 
+// live are the job states in which a job still holds, or waits for, nodes.
+var live = map[string]bool{"PENDING": true, "CONFIGURING": true, "RUNNING": true, "COMPLETING": true, "SUSPENDED": true, "REQUEUED": true, "RESIZING": true}
+
 // ConfigRecords counts slurmctld's node config records, which Slurm shows
 // nowhere (not in scontrol show config, nor sdiag): it raises slurmctld's
 // log level to debug2 for a moment, submits a job to partition (one that
@@ -68,7 +71,9 @@ func ConfigRecords(t testing.TB, r Runner, partition string) int {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		q, err := r.Run(ctx, "squeue", "-h", "-j", job, "-o", "%T")
-		if err == nil && strings.TrimSpace(string(q)) == "" {
+		// squeue -j may show an ended job (in its end state) until
+		// MinJobAge, and may say the id is invalid once it is purged.
+		if st := strings.TrimSpace(string(q)); err != nil || !live[st] {
 			break
 		}
 		if time.Now().After(deadline) {
