@@ -178,6 +178,9 @@ type features struct {
 	// heard is when the coordinator last began to hear reports, which
 	// staleness counts from (desiredFeatures).
 	heard hearing
+	// pacer is the pacing every run starts from (a copy each run); the
+	// zero value is slurm.Pacer's defaults. A benchmark sets others.
+	pacer slurm.Pacer
 
 	mu     sync.Mutex
 	seen   *api.FeatureView // under mu: what the last published file says (view)
@@ -492,7 +495,8 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 			case <-time.After(lookGap):
 			}
 		}
-		res := f.run.ApplyFeatures(ctx, plan, &slurm.Pacer{})
+		pace := f.pacer
+		res := f.run.ApplyFeatures(ctx, plan, &pace)
 		out.Calls = res.Calls
 		out.Paused = res.Pace.Paused.Seconds()
 		out.Share = res.Pace.LowestShare

@@ -183,37 +183,49 @@ func BenchmarkScale(b *testing.B) {
 	}
 	reconcile("first reconcile, fresh cluster")
 
-	// 3. A wipe, and the full reconcile after it.
-	wiped := time.Now()
-	if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
-		b.Fatal(err)
+	// 3. A wipe, and the full reconcile after it: once at full speed (the
+	// brake alone, which only answers the calls' own waits), once paced by
+	// users' reads as the coordinator paces itself.
+	for _, pacing := range []struct {
+		label string
+		pacer slurm.Pacer
+	}{
+		{"unpaced", slurm.Pacer{Share: 1, Target: 1e9}},
+		{"paced", slurm.Pacer{}},
+	} {
+		e.srv.features.pacer = pacing.pacer
+		wiped := time.Now()
+		if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
+			b.Fatal(err)
+		}
+		waitAnswer(b, run)
+		say("scontrol reconfigure: slurmctld answered again %.1f s after", time.Since(wiped).Seconds())
+		sdiagReset(b, run)
+		var during latencies
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			during = probe(b, run, 0, stop)
+		}()
+		res := reconcile("full reconcile after scontrol reconfigure, " + pacing.label)
+		close(stop)
+		wg.Wait()
+		st := sdiag(b, run)
+		say("reconcile RPCs (sdiag), %s: %d update_node of %d in all; the goal is at most the distinct presence sets (%d) + 1 per record written (%d)",
+			pacing.label, st.rpc["REQUEST_UPDATE_NODE"], st.total(), len(sets), res.Records)
+		say("during the reconcile, %s: squeue %s (%.2fx idle), sbatch %s (%.2fx idle)",
+			pacing.label, during.squeue, during.squeue.ratio(idle.squeue), during.sbatch, during.sbatch.ratio(idle.sbatch))
 	}
-	waitAnswer(b, run)
-	say("scontrol reconfigure: slurmctld answered again %.1f s after", time.Since(wiped).Seconds())
-	sdiagReset(b, run)
-	var during latencies
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		during = probe(b, run, 0, stop)
-	}()
-	res := reconcile("full reconcile after scontrol reconfigure")
-	close(stop)
-	wg.Wait()
-	st := sdiag(b, run)
-	say("reconcile RPCs (sdiag): %d update_node of %d in all; the goal is at most the distinct presence sets (%d) + 1 per record written (%d)",
-		st.rpc["REQUEST_UPDATE_NODE"], st.total(), len(sets), res.Records)
-	say("during the reconcile: squeue %s (%.2fx idle), sbatch %s (%.2fx idle)",
-		during.squeue, during.squeue.ratio(idle.squeue), during.sbatch, during.sbatch.ratio(idle.sbatch))
+	e.srv.features.pacer = slurm.Pacer{}
 	say("config records: %d before llmgw, %d after its reconciles", recordsBefore, slurmtest.ConfigRecords(b, run, "debug"))
 
 	// 4. Steady state.
 	sdiagReset(b, run)
 	e.srv.features.start(e.srv.stop)
 	time.Sleep(time.Minute)
-	st = sdiag(b, run)
+	st := sdiag(b, run)
 	say("steady state with llmgw: %.0f RPCs/min (%s)", st.perMinute(time.Minute), st.top(4))
 
 	// 5. The queue with llmgw's features.
