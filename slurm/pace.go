@@ -19,7 +19,8 @@ import "time"
 //   - what users feel: before the first call and every ProbeEvery calls, the
 //     writer times a read a user's squeue makes too (a job lookup: the job
 //     and partition read locks, the same round trip, the same CPUs), and
-//     the pacer compares it with its time before the run. Slower than
+//     the pacer compares the median of the last three with the median of
+//     those before the run (one read is noise on a busy host). Slower than
 //     Target times that, the calls' share of slurmctld's time shrinks by a
 //     third, down to MinShare; well within it, it grows back, up to all of
 //     it. A quiet controller gets its reconcile done at full speed, a busy
@@ -27,10 +28,13 @@ import "time"
 //   - the share: after a call that took d, the next waits d·(1−share)/share,
 //     so the calls take at most that share of slurmctld's time in a row and
 //     another client's RPC waits behind at most one of them;
-//   - a brake: a call that took more than Busy times the quickest of the run
-//     waited for someone (the scheduler, a state save, a reconfigure
-//     holding the locks), so the pause grows, doubling while the calls stay
-//     slow, up to MaxPause, and shrinks by half with each quick one.
+//   - a brake: a call that took more than Busy times the usual (a moving
+//     average of the run's calls) waited for someone (the scheduler, a
+//     state save, a reconfigure holding the locks), so the pause grows,
+//     doubling while the calls stay slow, up to MaxPause, and shrinks by
+//     half with each usual one. Against the quickest call instead, one
+//     lucky call made every later one "slow" and a pause of a second each
+//     stretched a reconcile of 8,000 calls past its two minutes.
 //
 // The zero value uses the defaults. scripts/bench/scale.sh measures users'
 // squeue and sbatch during a full reconcile of 10,000 nodes against their
@@ -51,12 +55,14 @@ type Pacer struct {
 	// MaxPause bounds one pause (default DefaultMaxPause).
 	MaxPause time.Duration
 
-	share   float64       // the share now
-	base    time.Duration // the read's time before the run (the quickest of its first probes)
-	probed  int           // probes seen
-	sinceAt int           // calls since the last probe
-	best    time.Duration // the quickest call of the run
-	brake   time.Duration // the brake's part of the pause
+	share   float64         // the share now
+	before  []time.Duration // the reads before the run
+	base    time.Duration   // their median
+	recent  []time.Duration // the last reads during the run
+	probed  int             // probes seen
+	sinceAt int             // calls since the last probe
+	usual   float64         // a moving average of the calls, in ns
+	brake   time.Duration   // the brake's part of the pause
 
 	// Calls, Took and Paused count the calls and the time spent in them
 	// and between them; Braked the calls after which the brake grew;
@@ -85,9 +91,15 @@ const (
 	DefaultTarget = 1.3
 	// DefaultProbeEvery: a read per 50 calls is 2% more RPCs.
 	DefaultProbeEvery = 50
-	// baseProbes: the base is the quickest of this many reads before the
-	// first call: one read is noise on a busy host.
-	baseProbes = 3
+	// baseProbes: the base is the median of this many reads before the
+	// first call, and a read during the run counts as the median of the
+	// last recentProbes: one read is noise on a busy host.
+	baseProbes   = 5
+	recentProbes = 3
+	// usualWeight is the weight of one call in the moving average the
+	// brake compares with; usualAfter calls make it meaningful.
+	usualWeight = 0.05
+	usualAfter  = 10
 	// DefaultBusy: an update normally varies by less than 2× within a run;
 	// 3× is another client, the scheduler or a save holding the lock.
 	DefaultBusy = 3
@@ -131,16 +143,19 @@ func (p *Pacer) Probed(took time.Duration) {
 	p.sinceAt = 0
 	p.probed++
 	if p.probed <= baseProbes {
-		if took > 0 && (p.base == 0 || took < p.base) {
-			p.base = took
-		}
+		p.before = append(p.before, took)
+		p.base = median(p.before)
 		return
 	}
 	p.Probes++
+	p.recent = append(p.recent, took)
+	if len(p.recent) > recentProbes {
+		p.recent = p.recent[1:]
+	}
 	if p.base <= 0 {
 		return
 	}
-	switch ratio := float64(took) / float64(p.base); {
+	switch ratio := float64(median(p.recent)) / float64(p.base); {
 	case ratio > target:
 		p.Slowed++
 		p.share = max(p.share*2/3, MinShare)
@@ -150,6 +165,21 @@ func (p *Pacer) Probed(took time.Duration) {
 	p.LowestShare = min(p.LowestShare, p.share)
 }
 
+// median of ds (the lower one of an even count, so that of two reads the
+// quicker counts).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[(len(s)-1)/2]
+}
+
 // Pause records a call that took took and returns how long to wait before
 // the next.
 func (p *Pacer) Pause(took time.Duration) time.Duration {
@@ -157,14 +187,16 @@ func (p *Pacer) Pause(took time.Duration) time.Duration {
 	p.Calls++
 	p.sinceAt++
 	p.Took += took
-	if took > 0 && (p.best == 0 || took < p.best) {
-		p.best = took
-	}
-	if p.best > 0 && float64(took) > busy*float64(p.best) {
+	if p.Calls > usualAfter && float64(took) > busy*p.usual {
 		p.brake = min(max(2*p.brake, took), maxPause)
 		p.Braked++
 	} else {
 		p.brake /= 2
+	}
+	if p.usual == 0 {
+		p.usual = float64(took)
+	} else {
+		p.usual += usualWeight * (float64(took) - p.usual)
 	}
 	pause := min(time.Duration(float64(took)*(1-p.share)/p.share)+p.brake, maxPause)
 	p.Paused += pause
