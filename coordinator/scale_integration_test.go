@@ -69,6 +69,11 @@ func BenchmarkScale(b *testing.B) {
 		b.Skipf("%d nodes; scripts/bench/scale.sh starts 10,000", len(nodes))
 	}
 	say := func(format string, args ...any) { fmt.Printf("scale: "+format+"\n", args...) }
+	// No feature file from an earlier run: without llmgw is without it.
+	featureFile := filepath.Join(filepath.Dir(conf), "llmgw-features")
+	if err := os.Remove(featureFile); err != nil && !os.IsNotExist(err) {
+		b.Fatal(err)
+	}
 	say("nodes %d", len(nodes))
 	rel, _ := run.Run(ctx, "sinfo", "--version")
 	say("slurm %s", strings.TrimSpace(string(rel)))
@@ -129,7 +134,7 @@ func BenchmarkScale(b *testing.B) {
 	// 2. llmgw.
 	// The reports are posted once: a report interval of an hour keeps
 	// every node fresh for the whole run.
-	e := newEnv(b, Config{Features: true, SlurmConf: conf, FeatureFile: filepath.Join(filepath.Dir(conf), "llmgw-features"),
+	e := newEnv(b, Config{Features: true, SlurmConf: conf, FeatureFile: featureFile,
 		ReportInterval: time.Hour}, testTokens)
 	e.srv.now = time.Now
 	e.srv.features.run.Timeout = 5 * time.Minute
