@@ -38,7 +38,7 @@ import "time"
 //
 // The zero value uses the defaults. scripts/bench/scale.sh measures users'
 // squeue and sbatch during a full reconcile of 10,000 nodes against their
-// latency when idle.
+// latency when idle, unpaced and paced.
 type Pacer struct {
 	// Share is the share of slurmctld's time the calls start with
 	// (default DefaultShare).
@@ -79,12 +79,18 @@ type Pacer struct {
 
 // Pacer defaults.
 const (
-	// DefaultShare: half, to begin with. At 1–3 ms an update on 2 cores,
-	// 10,000 updates take 20–60 s; the probes move it.
-	DefaultShare = 0.5
-	// MinShare: a tenth, so that even a controller busy for good gets its
-	// features within minutes.
-	MinShare = 0.1
+	// DefaultShare: all of it, to begin with: on a quiet controller the
+	// probes keep it there (at 2–3 ms an update on 2 cores, 8,000 updates
+	// took 23 s, users' squeue 1.44x and sbatch 1.10x their idle time:
+	// scripts/bench/scale.sh).
+	DefaultShare = 1
+	// MinShare: half, so that a reconcile takes at most about twice its
+	// time at full speed. Users' reads also slow for reasons of their own
+	// (other work on the host), and with a tenth, on a loaded 2-core
+	// machine, a reconcile of 8,000 calls ran past five minutes while
+	// users' squeue stayed twice as slow: a long reconcile is also more of
+	// slurmctld's state saves (behaviour §11).
+	MinShare = 0.5
 	// DefaultTarget: users' reads at most a third slower than without the
 	// writer, for issue 26's goal of 1.5 times a user's whole command
 	// (process start and output included, which the writer does not slow).

@@ -113,7 +113,7 @@ exec sleep 30`,
 }
 
 func TestPacer(t *testing.T) {
-	var p Pacer
+	p := Pacer{Share: 0.5}
 	if d := p.Pause(time.Millisecond); d != time.Millisecond {
 		t.Errorf("half the time: paused %s after a 1 ms call, want 1 ms", d)
 	}
@@ -167,7 +167,7 @@ func TestPacer(t *testing.T) {
 // by a third when slower than Target times it, down to MinShare, and back
 // up while well within; one slow or one quick read moves nothing.
 func TestPacerFollowsUsers(t *testing.T) {
-	p := Pacer{ProbeEvery: 2}
+	p := Pacer{ProbeEvery: 2, Share: 0.5}
 	if !p.WantProbe() {
 		t.Fatal("no read timed before the first call")
 	}
@@ -193,15 +193,16 @@ func TestPacerFollowsUsers(t *testing.T) {
 	if p.Slowed != 0 || p.share < 0.5 {
 		t.Errorf("one slow read among quick ones: share %v, slowed %d; want no cut", p.share, p.Slowed)
 	}
-	// Users' reads 3x slower: a third less share each time, to the floor.
+	// Users' reads 3x slower: a third less share each time, to the floor
+	// (half: a reconcile at most twice as long).
 	for range 12 {
 		p.Probed(6 * time.Millisecond)
 	}
 	if p.share != MinShare || p.LowestShare != MinShare {
 		t.Errorf("after slow reads: share %v, lowest %v; want %v", p.share, p.LowestShare, MinShare)
 	}
-	if d := p.Pause(time.Millisecond); d != 9*time.Millisecond {
-		t.Errorf("at a tenth of slurmctld's time: paused %s after a 1 ms call, want 9 ms", d)
+	if d := p.Pause(time.Millisecond); d != time.Millisecond {
+		t.Errorf("at half of slurmctld's time: paused %s after a 1 ms call, want 1 ms", d)
 	}
 	// Reads as quick as before: the share back up to all of it.
 	for range 20 {
