@@ -27,6 +27,9 @@ type ReportAnswer struct {
 	// (llmgw seed): the agent ensures each as a job's Prolog would, through
 	// its fabric's swarm.
 	Seed []SeedAsk `json:"seed,omitempty"`
+	// Prefetch, when set, is every prefetch the coordinator wants of this
+	// node now (see PrefetchList); unset says nothing.
+	Prefetch *PrefetchList `json:"prefetch,omitempty"`
 }
 
 // SeedAsk is one model a node is asked to fetch ahead of the jobs.

@@ -78,6 +78,9 @@ type AgentStatus struct {
 	LastReport ReportResult `json:"last_report"`
 	// Catalog is the state of the node-local catalog copy.
 	Catalog CatalogStatus `json:"catalog"`
+	// Prefetches are the prefetches the coordinator asked of this node
+	// (issue 28), with what became of them.
+	Prefetches []PrefetchState `json:"prefetches,omitempty"`
 }
 
 // ReportResult is the outcome of the agent's newest attempt to report.

@@ -41,6 +41,8 @@ type Status struct {
 	// Seeds are the seed requests still asking nodes (llmgw seed), oldest
 	// first, each with only the nodes still asked.
 	Seeds []SeedStatus `json:"seeds,omitempty"`
+	// Prefetch is the prefetcher's state (issue 28); nil when it is off.
+	Prefetch *PrefetchSummary `json:"prefetch,omitempty"`
 }
 
 // Node states. A node is stale when it has missed three report intervals:
