@@ -23,6 +23,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/placement"
 )
@@ -85,6 +86,11 @@ type Server struct {
 
 	// features is the Slurm feature reconciler; nil when it is off.
 	features *features
+	// prefetch reads backfill's plans and keeps the prefetch asks (issue
+	// 28); nil when it is off. prefetchStop ends its loop.
+	prefetch     *prefetch.Prefetcher
+	prefetchStop context.CancelFunc
+	prefetchDone chan struct{}
 	// notifySocket is $NOTIFY_SOCKET: under systemd (Type=notify) Serve
 	// says READY=1 once it accepts connections, so units ordered after the
 	// coordinator start when it can answer.
@@ -140,6 +146,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	if cfg.Features {
 		s.features = newFeatures(s)
 	}
+	if cfg.prefetchOn() {
+		s.prefetch = newPrefetcher(s)
+	}
 	go s.writer()
 	return s, nil
 }
@@ -150,6 +159,10 @@ func (s *Server) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
 	s.features.wait()
+	if s.prefetchStop != nil {
+		s.prefetchStop()
+		<-s.prefetchDone
+	}
 }
 
 // Handler is the coordinator's HTTP API.
@@ -235,6 +248,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// Started with serving, not in New: a server that is never served
 		// (a test driving its handler) must not rewrite Slurm's features.
 		s.features.start(s.stop)
+	}
+	if s.prefetch != nil && s.prefetchStop == nil {
+		// Started with serving too: it calls squeue.
+		pctx, cancel := context.WithCancel(context.Background())
+		s.prefetchStop, s.prefetchDone = cancel, make(chan struct{})
+		go func() {
+			defer close(s.prefetchDone)
+			s.prefetch.Run(pctx)
+		}()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -105,8 +105,6 @@ type Node struct {
 	// CacheDir is "" when it has no fetch cache; CacheFree its free bytes.
 	CacheDir  string
 	CacheFree int64
-	// States are its prefetches as it last reported them.
-	States []api.PrefetchState
 }
 
 // Presence reads the coordinator's view; each call takes its lock once.
@@ -138,6 +136,8 @@ type Prefetcher struct {
 	starts     map[string]*start
 	warm, cold int64
 	bytes      map[string]api.PrefetchBytes
+	// states are each node's prefetches as it last reported them.
+	states map[string][]api.PrefetchState
 	// gone remembers the node counts of jobs that left the queue, for
 	// their starts.
 	gone map[string]goneJob
@@ -182,7 +182,7 @@ func New(cfg Config, s Slurm, p Presence, log logrus.FieldLogger, reg prometheus
 	}
 	pf := &Prefetcher{cfg: cfg, slurm: s, presence: p, log: log, now: time.Now,
 		jobs: map[string]*job{}, asks: map[string][]api.PrefetchAsk{}, starts: map[string]*start{},
-		bytes: map[string]api.PrefetchBytes{}, gone: map[string]goneJob{}}
+		bytes: map[string]api.PrefetchBytes{}, gone: map[string]goneJob{}, states: map[string][]api.PrefetchState{}}
 	pf.metrics = newMetrics(pf)
 	if reg != nil {
 		reg.MustRegister(pf.metrics.collectors()...)
@@ -418,17 +418,17 @@ func (p *Prefetcher) decide(now time.Time) {
 				}
 				st.State = api.PlanAsked
 				done := node.Done(m.Source)
+				state := "asked"
+				for _, ps := range p.states[n] {
+					if ps.Source == m.Source {
+						state, done = ps.State, max(done, ps.Done)
+					}
+				}
 				st.Done += done
 				st.Total += m.Size
 				if node.CacheDir == "" {
 					st.NodeStates = append(st.NodeStates, n+"=no-cache")
 					continue
-				}
-				state := "asked"
-				for _, ps := range node.States {
-					if ps.Source == m.Source {
-						state = ps.State
-					}
 				}
 				st.NodeStates = append(st.NodeStates, n+"="+state)
 				if perNode[n] == nil {
@@ -505,6 +505,11 @@ func (p *Prefetcher) Observe(node string, r *api.Report) {
 	defer p.mu.Unlock()
 	if r.PrefetchBytes != nil {
 		p.bytes[node] = *r.PrefetchBytes
+	}
+	if len(r.Prefetches) > 0 {
+		p.states[node] = slices.Clone(r.Prefetches)
+	} else {
+		delete(p.states, node)
 	}
 	for _, s := range r.Starts {
 		st := p.starts[s.Job]

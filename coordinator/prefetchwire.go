@@ -1,0 +1,73 @@
+package coordinator
+
+import (
+	"github.com/llmgw/llmgw/coordinator/prefetch"
+	"github.com/llmgw/llmgw/placement"
+	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// The prefetcher (coordinator/prefetch) is wired here: it reads Slurm
+// through its own runner and the presence model through prefetchView, and
+// its asks ride on the answers to reports (ingest.go) as seed asks do.
+
+func newPrefetcher(s *Server) *prefetch.Prefetcher {
+	cfg := s.cfg
+	r := &slurm.Runner{Paths: map[string]string{"scontrol": cfg.Scontrol, "squeue": squeuePath(cfg)}}
+	if cfg.SlurmConf != "" {
+		r.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
+	}
+	return prefetch.New(prefetch.Config{Horizon: cfg.PrefetchHorizon, MaxBytes: cfg.PrefetchMaxBytes,
+		Interval: cfg.PrefetchInterval, ReportInterval: cfg.ReportInterval},
+		r, prefetchView{s}, s.log.WithField("part", "prefetch"), s.metrics.reg)
+}
+
+// prefetchView is the presence model as the prefetcher reads it.
+type prefetchView struct{ s *Server }
+
+func (v prefetchView) Model(name string) (prefetch.Model, bool) {
+	s := v.s
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	i, ok := s.view.cat.Index(name)
+	if !ok {
+		return prefetch.Model{}, false
+	}
+	m := s.view.cat.Models[i]
+	pm := prefetch.Model{Name: m.Name, Source: m.Source, SHA256: m.WantSHA256(), Size: m.Size}
+	// What a seed cannot fetch, a prefetch cannot either: both ask the
+	// agent to ensure one source as a Prolog would.
+	switch {
+	case m.IsSet():
+		pm.Why = "a model of several files is not prefetched yet (an ask fetches one file)"
+	case catalog.KindOf(m.Source) == catalog.KindPath:
+		pm.Why = "a path, which nodes see or not: never fetched"
+	case catalog.KindOf(m.Source) != catalog.KindRemote:
+		pm.Why = "a model id the engine resolves itself: never fetched"
+	}
+	return pm, true
+}
+
+func (v prefetchView) Node(name string) (prefetch.Node, bool) {
+	s := v.s
+	now := s.now()
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	vn := s.view.nodes[name]
+	if vn == nil {
+		return prefetch.Node{}, false
+	}
+	n := prefetch.Node{Fresh: vn.State(now, s.staleAfter) != placement.StateStale, CacheDir: vn.cacheDir, CacheFree: vn.CacheFree}
+	// Read now, under the lock: the prefetcher calls these right away.
+	holds := map[string]bool{}
+	for _, m := range vn.Holdings {
+		holds[m.Model] = vn.Holding(m.Model).Hold != placement.HoldNone
+	}
+	done := map[string]int64{}
+	for _, f := range vn.Fetches {
+		done[f.Source] = f.Done
+	}
+	n.Holds = func(model string) bool { return holds[model] }
+	n.Done = func(source string) int64 { return done[source] }
+	return n, true
+}
