@@ -72,6 +72,8 @@ type Agent struct {
 	dirState    map[string]string // path → "", "missing" or the scan error
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
+	prefetch    *prefetcher     // issue 28: prefetch.go
+	starts      *startWatch     // issue 28: starts.go
 	gpu         gpuProbe
 }
 
@@ -119,6 +121,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		flights:      map[string]*flight{},
 		seeding:      map[string]bool{},
 	}
+	a.prefetch = newPrefetcher(a)
+	a.prefetch.room = a.roomOf
+	a.starts = newStartWatch(a)
 	a.swarm.calls = map[string]*swarmCall{}
 	a.swarm.said = map[string]bool{}
 	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
@@ -311,6 +316,8 @@ func (a *Agent) buildReport() *api.Report {
 	}
 	fetches := a.fetchesNow(now)
 	gpu := a.gpuMemory(cfg)
+	pfStates, pfBytes := a.prefetch.states()
+	starts := a.starts.pending()
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -328,6 +335,8 @@ func (a *Agent) buildReport() *api.Report {
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
 	r.PeerAddr = a.swarm.addr
+	r.Prefetches, r.PrefetchBytes = pfStates, pfBytes
+	r.Starts = starts
 	a.last = &r
 	return &r
 }
@@ -411,6 +420,10 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 		if len(ans.Seed) > 0 {
 			a.seed(ans.Seed)
 		}
+		if ans.Prefetch != nil {
+			a.prefetch.set(ans.Prefetch, now)
+		}
+		a.starts.delivered(r.Starts)
 	}
 	return r, result, err
 }
@@ -461,6 +474,9 @@ func (a *Agent) Status() api.AgentStatus {
 		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
 		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+	}
+	if a.last != nil {
+		st.Prefetches = a.last.Prefetches
 	}
 	if st.WeightDirs == nil {
 		st.WeightDirs = []string{}
@@ -544,6 +560,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
+	wg.Go(func() { a.prefetch.run(ctx) })
+	wg.Go(func() { a.starts.run(ctx, cfg.RunDir) })
 	a.scan(ctx)
 	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {
 		a.log.WithError(err).Warn("could not tell systemd the agent is ready")

@@ -26,7 +26,11 @@ const rateWindow = 5 * time.Second
 type flight struct {
 	source  string
 	waiters int
-	subs    map[*subscriber]struct{}
+	// prefetches are the waiters that are prefetches (issue 28): a flight
+	// whose every waiter is one is a prefetch, in the report and the
+	// metrics, and its bytes are counted as prefetched.
+	prefetches int
+	subs       map[*subscriber]struct{}
 
 	// fetch is nil until bytes move: a source that is already present, a
 	// path, or a model id never shows as a fetch.
@@ -70,6 +74,15 @@ func (f *fetchState) api(source string, now time.Time) api.Fetch {
 	return api.Fetch{Source: source, Done: f.done, Total: f.total, Rate: f.rate(now), Started: f.started, Progressed: f.progressed}
 }
 
+// ensureKind says who waits: a job (a Prolog, a seed: anything an admin or
+// a user waits for) or a prefetch, which runs below every job's fetch.
+type ensureKind int
+
+const (
+	forJob ensureKind = iota
+	forPrefetch
+)
+
 // subscriber is one waiting hook's view of its flight: only the newest
 // progress matters, so a slow reader gets the latest figure, never a backlog.
 type subscriber struct {
@@ -105,6 +118,19 @@ func (s *subscriber) take() (api.Fetch, bool) {
 // source for the node whatever the number of callers; the flight here fans
 // its progress out to all of them.
 func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscriber) (string, error) {
+	return a.ensureAs(ctx, req, sub, forJob)
+}
+
+// ensureAs is ensure for a job or for a prefetch. A job's ensure of a
+// remote source first stops the prefetches of other sources (they resume
+// after it): the node's link and the fetch's claim on the cache's space
+// are the job's. A job that wants the source a prefetch is fetching joins
+// that fetch, which then is the job's, bytes already fetched included.
+func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscriber, kind ensureKind) (string, error) {
+	if kind == forJob && catalog.KindOf(req.Source) == catalog.KindRemote {
+		a.prefetch.yield(req.Source)
+		a.prefetch.used(req.Source)
+	}
 	a.mu.Lock()
 	cfg := a.cfg
 	f := a.fetcherLocked()
@@ -122,6 +148,9 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 		a.flights[req.Source] = fl
 	}
 	fl.waiters++
+	if kind == forPrefetch {
+		fl.prefetches++
+	}
 	if sub != nil {
 		fl.subs[sub] = struct{}{}
 	}
@@ -153,6 +182,9 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 
 	a.mu.Lock()
 	fl.waiters--
+	if kind == forPrefetch {
+		fl.prefetches--
+	}
 	delete(fl.subs, sub)
 	moved := fl.fetch != nil
 	// Only a remote source is fetched; a missing path is the hook's news,
@@ -219,6 +251,7 @@ func (a *Agent) onProgress(p fetch.Progress) {
 		subs = append(subs, s)
 	}
 	started := len(fs.samples) == 1
+	prefetchOnly := fl.waiters > 0 && fl.waiters == fl.prefetches
 	a.mu.Unlock()
 
 	if started {
@@ -229,6 +262,9 @@ func (a *Agent) onProgress(p fetch.Progress) {
 
 	if delta > 0 {
 		a.metrics.fetchedBytes.Add(float64(delta))
+		if prefetchOnly {
+			a.prefetch.fetched(p.Source, delta)
+		}
 	}
 	for _, s := range subs {
 		s.set(f)
@@ -242,7 +278,9 @@ func (a *Agent) fetchesNow(now time.Time) []api.Fetch {
 	var out []api.Fetch
 	for src, fl := range a.flights {
 		if fl.fetch != nil {
-			out = append(out, fl.fetch.api(src, now))
+			f := fl.fetch.api(src, now)
+			f.Prefetch = fl.waiters > 0 && fl.waiters == fl.prefetches
+			out = append(out, f)
 		}
 	}
 	sortFetches(out)

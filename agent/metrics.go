@@ -36,6 +36,10 @@ type metrics struct {
 	lastReportSuccess prometheus.Gauge
 	lastScanSuccess   prometheus.Gauge
 	info              *prometheus.GaugeVec
+	// Issue 28: what prefetches fetched and what jobs then used; job
+	// starts by whether the fast path found the weights.
+	prefetchBytes *prometheus.CounterVec
+	jobStarts     *prometheus.CounterVec
 }
 
 func newMetrics(version string, fetchesInProgress func() float64) *metrics {
@@ -85,9 +89,23 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Help: "The agent's version; the value is always 1.",
 		}, []string{"version"}),
 	}
+	m.prefetchBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "prefetch_bytes_total",
+		Help: "Bytes fetched for prefetches (no job waiting), by use: fetched, and used (a job then started with the file). fetched - used is what no job used yet.",
+	}, []string{"use"})
+	m.jobStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "job_starts_total",
+		Help: "llmgw jobs whose Prolog ran on this node, by start: warm when the fast path found the weights present, cold when llmgw prolog had to fetch them or say why not.",
+	}, []string{"start"})
+	for _, l := range []string{"fetched", "used"} {
+		m.prefetchBytes.WithLabelValues(l)
+	}
+	for _, l := range []string{"warm", "cold"} {
+		m.jobStarts.WithLabelValues(l)
+	}
 	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fetches_in_progress",
-		Help: "Fetches moving bytes right now.",
+		Help: "Fetches moving bytes right now, prefetches included (their report entries say prefetch).",
 	}, fetchesInProgress)
 	for _, r := range reportResults {
 		m.reports.WithLabelValues(r)
@@ -102,7 +120,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	m.swarmBytes.WithLabelValues("peer_discarded")
 	m.info.WithLabelValues(version).Set(1)
 	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports,
-		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
+		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.prefetchBytes, m.jobStarts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -278,7 +278,7 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
-	return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()})
+	return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC(), Fast: true})
 }
 
 // SetOf is the set directory's name a job record names for m, or "" for a

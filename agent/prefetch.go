@@ -1,0 +1,332 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+// Prefetches (issue 28). The coordinator hands the node, in the answer to
+// each report, the whole list of models backfill's plans want here soon
+// (api.PrefetchList). The agent fetches them one at a time, earliest start
+// first, through the same ensure a Prolog uses (so through the fabric's
+// swarm: a fabric still reads the origin once), with these rules:
+//
+//   - Below every job. A job's ensure of a remote source stops the running
+//     prefetch of any other source before it starts (ensureAs calls yield),
+//     and no prefetch starts while a job's fetch is in flight: the link and
+//     the cache's claim record are the job's. The prefetch resumes from its
+//     .part afterwards. A job that wants the very source a prefetch is
+//     fetching joins that fetch (one fetch per source per node), so it is
+//     never queued behind it; from then on the fetch is the job's.
+//   - No eviction, no one else's space. A prefetch starts only when the
+//     cache has room for what it still needs beside the fetches jobs have
+//     in flight and the cache's reserve (room, below), and it never
+//     deletes anything to make room.
+//   - Cancelled, bytes kept. A source the list no longer names is
+//     cancelled; its .part stays, and a later ask or a job resumes it. A
+//     list that has not been renewed within its lease ends the same way.
+//
+// What the node fetched for prefetches, and how much of it a job then used
+// (a Prolog found it, joined it, or its record names it), is counted for
+// the report and the metrics.
+
+// pfRetry is how long a failed prefetch waits before it is tried again.
+const pfRetry = time.Minute
+
+// pfHold is how long a job's fetch keeps prefetches from starting after it
+// asked, so that none starts in the moment before its flight is recorded.
+const pfHold = 2 * time.Second
+
+// Room says how many more bytes a prefetch may write into the cache at dir
+// without evicting anything and without taking space a job's fetch in
+// flight will still write. The agent's own (roomOf) reads the free space
+// and subtracts the cache's reserve and what the job fetches in flight
+// still need; an eviction policy with watermarks plugs in here by
+// answering "high watermark less what is used", so a prefetch fills the
+// cache only up to where eviction would start.
+type Room func(dir string) (int64, error)
+
+type pfItem struct {
+	ask     api.PrefetchAsk
+	state   string
+	err     string
+	done    int64
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	retryAt time.Time
+}
+
+// prefetcher is the agent's side of issue 28.
+type prefetcher struct {
+	a    *Agent
+	room Room
+	kick chan struct{}
+
+	mu      sync.Mutex
+	items   []*pfItem // in the order asked: earliest start first
+	lease   time.Time
+	holdTo  time.Time
+	running *pfItem
+	// unused are, per source, prefetched bytes no job has used yet.
+	unused          map[string]int64
+	fetchedN, usedN int64
+}
+
+func newPrefetcher(a *Agent) *prefetcher {
+	return &prefetcher{a: a, kick: make(chan struct{}, 1), unused: map[string]int64{}}
+}
+
+func (p *prefetcher) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// set takes the coordinator's list: new asks are added, those it no longer
+// names are cancelled.
+func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
+	p.mu.Lock()
+	lease := time.Duration(l.Lease * float64(time.Second))
+	if lease <= 0 {
+		lease = 3 * p.a.Config().ReportInterval
+	}
+	p.lease = now.Add(lease)
+	keep := make([]*pfItem, 0, len(l.Asks))
+	old := map[string]*pfItem{}
+	for _, it := range p.items {
+		old[it.ask.Source] = it
+	}
+	asks := slices.Clone(l.Asks)
+	slices.SortStableFunc(asks, func(a, b api.PrefetchAsk) int { return a.Start.Compare(b.Start) })
+	named := map[string]bool{}
+	for _, ask := range asks {
+		if named[ask.Source] || catalog.KindOf(ask.Source) != catalog.KindRemote {
+			continue
+		}
+		named[ask.Source] = true
+		it := old[ask.Source]
+		if it == nil {
+			it = &pfItem{state: api.PrefetchWaiting}
+			p.a.log.WithField("model", ask.Model).WithField("jobs", ask.Jobs).Info("prefetch asked")
+		}
+		it.ask = ask
+		keep = append(keep, it)
+	}
+	for src, it := range old {
+		if !named[src] {
+			p.stopLocked(it, "")
+			p.a.log.WithField("model", it.ask.Model).Info("prefetch no longer asked (the plan moved, or the job started or left); cancelled, bytes kept")
+		}
+	}
+	p.items = keep
+	p.mu.Unlock()
+	p.poke()
+}
+
+// stopLocked cancels it if it runs; state, when set, is what it becomes.
+func (p *prefetcher) stopLocked(it *pfItem, state string) {
+	if it.cancel != nil {
+		it.cancel()
+	}
+	if state != "" {
+		it.state = state
+	}
+}
+
+// yield is called by a job's ensure of source before it starts: the
+// running prefetch of any other source stops, and none starts for a
+// moment. It waits (briefly) for the stopped prefetch to let go.
+func (p *prefetcher) yield(source string) {
+	p.mu.Lock()
+	p.holdTo = time.Now().Add(pfHold)
+	it := p.running
+	var wait chan struct{}
+	if it != nil && it.ask.Source != source {
+		p.stopLocked(it, api.PrefetchPaused)
+		wait = it.stopped
+	}
+	p.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// fetched counts bytes a prefetch-only fetch of source brought.
+func (p *prefetcher) fetched(source string, n int64) {
+	p.mu.Lock()
+	p.unused[source] += n
+	p.fetchedN += n
+	p.mu.Unlock()
+	p.a.metrics.prefetchBytes.WithLabelValues("fetched").Add(float64(n))
+}
+
+// used says a job started with source: what prefetches fetched of it is
+// used.
+func (p *prefetcher) used(source string) {
+	p.mu.Lock()
+	n := p.unused[source]
+	delete(p.unused, source)
+	p.usedN += n
+	p.mu.Unlock()
+	if n > 0 {
+		p.a.metrics.prefetchBytes.WithLabelValues("used").Add(float64(n))
+	}
+}
+
+// jobFetching says whether a job waits for a fetch on the node now.
+func (p *prefetcher) jobFetching() bool {
+	p.a.mu.Lock()
+	defer p.a.mu.Unlock()
+	for _, fl := range p.a.flights {
+		if fl.waiters > fl.prefetches {
+			return true
+		}
+	}
+	return false
+}
+
+// run is the prefetch loop: once a second, or when poked.
+func (p *prefetcher) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		p.step(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			p.mu.Lock()
+			for _, it := range p.items {
+				p.stopLocked(it, "")
+			}
+			p.mu.Unlock()
+			return
+		case <-t.C:
+		case <-p.kick:
+		}
+	}
+}
+
+// step starts, pauses or ends prefetches as the list and the node's jobs
+// say.
+func (p *prefetcher) step(ctx context.Context, now time.Time) {
+	jobBusy := p.jobFetching()
+	cfg := p.a.Config()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.items) > 0 && now.After(p.lease) {
+		p.a.log.Info("prefetch list not renewed within its lease; cancelling, bytes kept")
+		for _, it := range p.items {
+			p.stopLocked(it, "")
+		}
+		p.items = nil
+	}
+	if jobBusy || now.Before(p.holdTo) {
+		if it := p.running; it != nil {
+			p.stopLocked(it, api.PrefetchPaused)
+		}
+		return
+	}
+	if p.running != nil || cfg.CacheDir == "" {
+		return
+	}
+	for _, it := range p.items {
+		switch it.state {
+		case api.PrefetchDone:
+			continue
+		case api.PrefetchFailed:
+			if now.Before(it.retryAt) {
+				continue
+			}
+		}
+		target := catalog.CachePathFor(cfg.CacheDir, it.ask.Source)
+		if st, err := os.Stat(target); err == nil && (it.ask.Size <= 0 || st.Size() == it.ask.Size) {
+			it.state, it.done = api.PrefetchDone, st.Size()
+			continue
+		}
+		var have int64
+		if st, err := os.Stat(target + catalog.PartSuffix); err == nil {
+			have = st.Size()
+		}
+		it.done = have
+		if need := it.ask.Size - have; need > 0 {
+			room, err := p.room(cfg.CacheDir)
+			if err != nil || need > room {
+				it.state = api.PrefetchNoRoom
+				continue
+			}
+		}
+		p.startLocked(ctx, it)
+		return
+	}
+}
+
+func (p *prefetcher) startLocked(ctx context.Context, it *pfItem) {
+	fctx, cancel := context.WithCancel(ctx)
+	it.cancel, it.stopped, it.state, it.err = cancel, make(chan struct{}), api.PrefetchFetching, ""
+	p.running = it
+	req := api.EnsureRequest{Source: it.ask.Source, SHA256: it.ask.SHA256, Size: it.ask.Size}
+	log := p.a.log.WithField("model", it.ask.Model).WithField("source", it.ask.Source)
+	log.Info("prefetch started")
+	go func() {
+		_, err := p.a.ensureAs(fctx, req, nil, forPrefetch)
+		cancelled := fctx.Err() != nil
+		cancel()
+		p.mu.Lock()
+		switch {
+		case err == nil:
+			it.state, it.done = api.PrefetchDone, it.ask.Size
+			log.Info("prefetched")
+		case cancelled:
+			if it.state == api.PrefetchFetching {
+				it.state = api.PrefetchWaiting
+			}
+		default:
+			it.state, it.err, it.retryAt = api.PrefetchFailed, errString(err), time.Now().Add(pfRetry)
+			if !errors.Is(err, context.Canceled) {
+				log.WithError(err).Warn("prefetch failed; tried again in a minute while it is asked")
+			}
+		}
+		it.cancel = nil
+		if p.running == it {
+			p.running = nil
+		}
+		close(it.stopped)
+		p.mu.Unlock()
+		p.poke()
+	}()
+}
+
+// states is what the report and the status say of the prefetches.
+func (p *prefetcher) states() ([]api.PrefetchState, *api.PrefetchBytes) {
+	fetches := map[string]api.Fetch{}
+	for _, f := range p.a.fetchesNow(time.Now()) {
+		fetches[f.Source] = f
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []api.PrefetchState
+	for _, it := range p.items {
+		s := api.PrefetchState{Model: it.ask.Model, Source: it.ask.Source, State: it.state, Done: it.done, Total: it.ask.Size, Error: it.err}
+		if f, ok := fetches[it.ask.Source]; ok {
+			s.Done = max(s.Done, f.Done)
+		}
+		out = append(out, s)
+	}
+	slices.SortStableFunc(out, func(a, b api.PrefetchState) int { return cmp.Compare(a.Model, b.Model) })
+	var b *api.PrefetchBytes
+	if p.fetchedN > 0 || p.usedN > 0 {
+		b = &api.PrefetchBytes{Fetched: p.fetchedN, Used: p.usedN}
+	}
+	return out, b
+}
