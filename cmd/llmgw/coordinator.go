@@ -102,6 +102,8 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 		cfg.PrefetchHorizon = prefetch.DefaultHorizon
 	}
 	fs.DurationVar(&cfg.PrefetchHorizon, "prefetch-horizon", cfg.PrefetchHorizon, "how far ahead of a job's expected start its nodes are asked to fetch")
+	fs.DurationVar(&cfg.PrefetchInterval, "prefetch-interval", cfg.PrefetchInterval, "read the plans this often instead of once per bf_interval (tests)")
+	fs.MarkHidden("prefetch-interval")
 	maxBytes := ""
 	if cfg.PrefetchMaxBytes != 0 {
 		maxBytes = fmt.Sprint(cfg.PrefetchMaxBytes)

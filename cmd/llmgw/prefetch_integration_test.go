@@ -1,0 +1,250 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/agent/nodeconf"
+	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/weights/catalog"
+)
+
+func prefetchMetricsAddr(k int) string { return fmt.Sprintf("127.0.0.1:%d", 31330+k) }
+func prefetchPeerAddr(k int) string    { return fmt.Sprintf("127.0.0.%d:%d", 10+k, 31320+k) }
+
+// TestPrefetchOnCluster is issue 28 on the dev cluster. Backfill plans a
+// 2-node job for a model no node holds behind a job that holds ib-b's
+// nodes; the coordinator reads the plan, waits for it to hold, and asks
+// n3 and n4 to fetch ahead (through ib-b's swarm: the origin sends one
+// copy); status shows the prefetch; once the blocker ends, the job's
+// Prolog takes the fast path on both nodes, and the coordinator counts a
+// warm start. Then a second job's plan is moved (its constraint changed
+// from ib-a to ib-b while it waits): the prefetch on ib-a's nodes is
+// cancelled with its partial bytes kept, and ib-b's nodes are asked.
+//
+// Seen failing as it should: with the agents' prefetches turned into
+// no-ops the job's Prolog fetched (a cold start) and status said asked;
+// with the cancellation left out of the agent n1 and n2 fetched the second
+// model to the end.
+func TestPrefetchOnCluster(t *testing.T) {
+	bin, sl := clusterBin(t)
+	ctx := context.Background()
+	conf := os.Getenv("SLURM_CONF")
+	ctlMunge := devMungeSocket(t, conf, "")
+	scontrol, err1 := exec.LookPath("scontrol")
+	sinfo, err2 := exec.LookPath("sinfo")
+	if err1 != nil || err2 != nil {
+		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
+	}
+	e := &e2e{bin: bin, sl: sl}
+	base := t.TempDir()
+	coordConf := filepath.Join(base, "coordinator.toml")
+	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The plans are read every second here (a site reads once per
+	// bf_interval), so the test waits on backfill alone.
+	c := startCoordinator(t, bin, base, "--config", coordConf, "--report-interval", "1s",
+		"--features", "--feature-interval", "3s", "--prefetch-interval", "1s",
+		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
+
+	serve := func(data []byte, rate int64) (string, *throttledOrigin) {
+		o := &throttledOrigin{data: data, rate: rate}
+		ol, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: o}
+		go srv.Serve(ol)
+		t.Cleanup(func() { srv.Close() })
+		return "http://" + ol.Addr().String(), o
+	}
+	add := func(model, src string, data []byte) {
+		sum := sha256.Sum256(data)
+		if out, errs, err := runBin(t, bin, c.admin, "models", "add", model, src, "--sha256", hex.EncodeToString(sum[:]),
+			"--size", strconv.Itoa(len(data))); err != nil {
+			t.Fatalf("models add %s: %v: %s%s", model, err, out, errs)
+		}
+	}
+	// m1: 20 MiB at 8 MiB/s, a fetch that takes longer than a backfill
+	// interval would let a Prolog wait. m2: 64 MiB at 2 MiB/s, slow enough
+	// to be cancelled half-way.
+	d1, d2 := make([]byte, 20<<20+777), make([]byte, 64<<20)
+	rand.Read(d1)
+	rand.Read(d2)
+	u1, o1 := serve(d1, 8<<20)
+	u2, _ := serve(d2, 2<<20)
+	src1, src2 := u1+"/m/pf1.gguf", u2+"/m/pf2.gguf"
+	add("pf1", src1, d1)
+	add("pf2", src2, d2)
+
+	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
+	if err := os.MkdirAll(hookDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cacheOf := map[string]string{}
+	for i, n := range devNodes {
+		k := i + 1
+		dir := filepath.Join(base, n)
+		cacheOf[n] = filepath.Join(dir, "cache")
+		for _, sub := range []string{"cache", "state", "run"} {
+			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
+			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
+			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], prefetchPeerAddr(k), prefetchMetricsAddr(k),
+			cacheOf[n], filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
+		path := filepath.Join(hookDir, n+".toml")
+		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.Remove(path)
+			os.Remove(nodeconf.ResolvedPath(path))
+			os.Remove(hookDir)
+		})
+		daemon(t, bin, nil, "agent", "--config", path, "--node", n)
+	}
+	status := func() api.Status {
+		t.Helper()
+		out, errs, err := runBin(t, bin, c.admin, "status", "--json")
+		var st api.Status
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("llmgw status --json: %v: %s", err, errs)
+		}
+		return st
+	}
+	waitFor(t, 20*time.Second, "all four agents reporting", func() bool {
+		st := status()
+		return st.Nodes.Total == len(devNodes) && st.Nodes.Stale == 0 && st.Prefetch != nil
+	})
+
+	submit := func(args ...string) string {
+		t.Helper()
+		out, err := sl.Run(ctx, "sbatch", append([]string{"--parsable", "-o", "/dev/null"}, args...)...)
+		if err != nil {
+			t.Fatalf("sbatch %s: %v", strings.Join(args, " "), err)
+		}
+		id := strings.TrimSpace(strings.Split(string(out), ";")[0])
+		t.Cleanup(func() { sl.Run(context.Background(), "scancel", id) })
+		return id
+	}
+	jobOf := func(st api.Status, id string) (api.PrefetchStatus, bool) {
+		for _, j := range st.Prefetch.Jobs {
+			if j.Job == id {
+				return j, true
+			}
+		}
+		return api.PrefetchStatus{}, false
+	}
+	release := filepath.Join(base, "release")
+	blocker := func(nodes, name string) string {
+		// A job of known length (time limit 3 min) holding the nodes
+		// until the test lets it end.
+		return submit("-w", nodes, "-N2", "-t", "3", "-J", name, "--wrap",
+			fmt.Sprintf("while [ ! -e %s ]; do sleep 0.2; done", release+"-"+name))
+	}
+
+	// Part 1: planned behind a blocker, warm at the start.
+	b1 := blocker("n[3-4]", "pf-block-b")
+	waitFor(t, 20*time.Second, "the blocker running", func() bool {
+		out, _ := sl.Run(ctx, "squeue", "-h", "-j", b1, "-o", "%T")
+		return strings.TrimSpace(string(out)) == "RUNNING"
+	})
+	j1 := submit("-N2", "--constraint=ib-b", "-t", "1", "--comment=llmgw:model=pf1", "-J", "pf-warm", "--wrap", "true")
+	var seen api.PrefetchStatus
+	waitFor(t, 60*time.Second, "the job's prefetch done on n[3-4] before it starts", func() bool {
+		j, ok := jobOf(status(), j1)
+		seen = j
+		return ok && j.Nodes == "n[3-4]" && j.State == api.PlanWarm
+	})
+	text, _, _ := runBin(t, bin, c.admin, "status")
+	t.Logf("llmgw status while job %s waits:\n%s", j1, text)
+	if !strings.Contains(text, "PREFETCH:") || !strings.Contains(text, j1) {
+		t.Errorf("llmgw status does not show the prefetch of job %s", j1)
+	}
+	for _, n := range []string{"n3", "n4"} {
+		b, err := os.ReadFile(catalog.CachePathFor(cacheOf[n], src1))
+		if got := sha256.Sum256(b); err != nil || got != sha256.Sum256(d1) {
+			t.Fatalf("%s's cache before the job: %d bytes (%v); want the prefetched model", n, len(b), err)
+		}
+	}
+	if sent := o1.sent.Load(); sent > int64(len(d1))+api.DefaultChunkSize {
+		t.Errorf("the origin sent %d bytes for ib-b's prefetch of a %d-byte model; want one copy for the fabric", sent, len(d1))
+	}
+	t.Logf("job %s prefetched on %s: %+v", j1, seen.Nodes, seen)
+	os.WriteFile(release+"-pf-block-b", nil, 0o644)
+	if j := e.wait(t, j1); j.State != "COMPLETED" || j.NodeList != "n[3-4]" {
+		t.Fatalf("job %s: %s on %s; want COMPLETED on n[3-4]", j1, j.State, j.NodeList)
+	}
+	e.wait(t, b1)
+	waitFor(t, 20*time.Second, "the coordinator to count the warm start", func() bool {
+		st := status()
+		return st.Prefetch.WarmStarts >= 1
+	})
+	if st := status(); st.Prefetch.ColdStarts != 0 {
+		t.Errorf("cold starts %d; want none (the job's Prolog found the model on both nodes)", st.Prefetch.ColdStarts)
+	}
+
+	// Part 2: a plan that moves cancels the prefetch, bytes kept.
+	ba := blocker("n[1-2]", "pf-block-a")
+	bb := blocker("n[3-4]", "pf-block-b2")
+	j2 := submit("-N2", "--constraint=ib-a", "-t", "1", "--comment=llmgw:model=pf2", "-J", "pf-move", "--wrap", "true")
+	part := func(n string) int64 {
+		st, err := os.Stat(catalog.CachePathFor(cacheOf[n], src2) + catalog.PartSuffix)
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	waitFor(t, 60*time.Second, "the prefetch on ib-a under way", func() bool {
+		return part("n1") > 0 || part("n2") > 0
+	})
+	if out, err := sl.Run(ctx, "scontrol", "update", "JobId="+j2, "Features=ib-b"); err != nil {
+		t.Fatalf("scontrol update %s Features=ib-b: %v: %s", j2, err, out)
+	}
+	waitFor(t, 60*time.Second, "the plan to move to n[3-4] and the nodes there asked", func() bool {
+		j, ok := jobOf(status(), j2)
+		return ok && j.Nodes == "n[3-4]" && (j.State == api.PlanAsked || j.State == api.PlanWarm)
+	})
+	waitFor(t, 20*time.Second, "n1 and n2 to stop fetching pf2", func() bool {
+		a, b := part("n1"), part("n2")
+		time.Sleep(1500 * time.Millisecond)
+		return part("n1") == a && part("n2") == b
+	})
+	kept := part("n1") + part("n2")
+	if kept == 0 || kept >= int64(len(d2)) {
+		t.Errorf("ib-a's partial bytes of pf2 after the plan moved: %d; want kept, and short of the model", kept)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := os.Stat(catalog.CachePathFor(cacheOf[n], src2)); err == nil {
+			t.Errorf("%s finished pf2 after its plan moved away", n)
+		}
+	}
+	text, _, _ = runBin(t, bin, c.admin, "status")
+	t.Logf("llmgw status after the plan moved:\n%s", text)
+	for _, name := range []string{"pf-block-a", "pf-block-b2"} {
+		os.WriteFile(release+"-"+name, nil, 0o644)
+	}
+	e.wait(t, ba)
+	e.wait(t, bb)
+	e.wait(t, j2)
+	noneDrained(t, sl)
+}
