@@ -143,4 +143,7 @@ type PrefetchSummary struct {
 	Bytes PrefetchBytes `json:"bytes"`
 	// Jobs are the pending jobs it watches, earliest start first.
 	Jobs []PrefetchStatus `json:"jobs"`
+	// Starts are the latest counted job starts (at most 256), oldest
+	// first, each warm only when every node of the job was.
+	Starts []JobStart `json:"starts,omitempty"`
 }

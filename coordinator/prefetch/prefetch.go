@@ -135,6 +135,7 @@ type Prefetcher struct {
 	// starts gathers job starts until every node of the job reported.
 	starts     map[string]*start
 	warm, cold int64
+	recent     []api.JobStart // the latest counted, oldest first
 	bytes      map[string]api.PrefetchBytes
 	// states are each node's prefetches as it last reported them.
 	states map[string][]api.PrefetchState
@@ -541,13 +542,18 @@ func (p *Prefetcher) settleLocked(now time.Time) {
 	for id, st := range p.starts {
 		n := len(st.warm) + len(st.cold)
 		if (st.want > 0 && n >= st.want) || now.Sub(st.first) >= startSettle {
-			if len(st.cold) == 0 && (st.want == 0 || len(st.warm) >= st.want) {
+			warm := len(st.cold) == 0 && (st.want == 0 || len(st.warm) >= st.want)
+			if warm {
 				p.warm++
 				p.metrics.starts.WithLabelValues("warm").Inc()
 			} else {
 				p.cold++
 				p.metrics.starts.WithLabelValues("cold").Inc()
 			}
+			if len(p.recent) >= 256 {
+				p.recent = p.recent[1:]
+			}
+			p.recent = append(p.recent, api.JobStart{Job: id, Model: st.model, Warm: warm, Time: st.first})
 			delete(p.starts, id)
 		}
 	}
@@ -560,7 +566,8 @@ func (p *Prefetcher) Status() *api.PrefetchSummary {
 	defer p.mu.Unlock()
 	p.settleLocked(now)
 	s := &api.PrefetchSummary{Interval: p.interval.Seconds(), Horizon: p.cfg.Horizon.Seconds(), LastRead: p.lastRead,
-		Error: p.lastErr, CallsPerMinute: p.callsLocked(now), WarmStarts: p.warm, ColdStarts: p.cold, Jobs: slices.Clone(p.status)}
+		Error: p.lastErr, CallsPerMinute: p.callsLocked(now), WarmStarts: p.warm, ColdStarts: p.cold, Jobs: slices.Clone(p.status),
+		Starts: slices.Clone(p.recent)}
 	if p.off != "" && s.Error == "" {
 		s.Error = p.off
 	}
