@@ -1,6 +1,11 @@
 package api
 
-import "time"
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+)
 
 // Prefetch (issue 28): the coordinator reads backfill's plan for pending
 // jobs that name a model, once per backfill interval, and once a job's plan
@@ -146,4 +151,42 @@ type PrefetchSummary struct {
 	// Starts are the latest counted job starts (at most 256), oldest
 	// first, each warm only when every node of the job was.
 	Starts []JobStart `json:"starts,omitempty"`
+}
+
+// WarmAnswer is GET /v1/prefetch/jobs/{id}: whether a pending job that
+// asked to wait for its weights (--llmgw-warm) may start. burst_buffer.lua
+// asks it at every stage-in poll (llmgw warm JOB). Ready is true when
+// every planned node holds the model, when the job has waited the bound,
+// or when there is nothing to wait for (no model, a model never fetched):
+// llmgw holds a job only while waiting can pay.
+type WarmAnswer struct {
+	Job   string `json:"job"`
+	Model string `json:"model,omitempty"`
+	Nodes string `json:"nodes,omitempty"`
+	Ready bool   `json:"ready"`
+	// Why says what it waits for, or why it need not.
+	Why string `json:"why"`
+	// Waited is how long the job has been asked about, in seconds; Bound
+	// the longest it is held.
+	Waited float64 `json:"waited_seconds"`
+	Bound  float64 `json:"bound_seconds"`
+}
+
+// Warm asks whether pending job may start; model and nodes, when given,
+// are what the caller knows of it (burst_buffer.lua's job_info from 23.02).
+func (c *Client) Warm(ctx context.Context, job, model, nodes string) (WarmAnswer, error) {
+	q := url.Values{}
+	if model != "" {
+		q.Set("model", model)
+	}
+	if nodes != "" {
+		q.Set("nodes", nodes)
+	}
+	path := "/" + Version + "/prefetch/jobs/" + url.PathEscape(job)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out WarmAnswer
+	err := c.Do(ctx, http.MethodGet, path, nil, &out)
+	return out, err
 }

@@ -165,6 +165,11 @@ type Config struct {
 	// (default prefetch.DefaultMaxBytes; negative: no bound). The node
 	// itself never takes more than the room it has without evicting.
 	PrefetchMaxBytes int64 `toml:"prefetch_max_bytes"`
+	// PrefetchWarmMax is the longest a job that asked to wait for its
+	// weights (--llmgw-warm, through burst_buffer/lua) is held (default
+	// prefetch.DefaultWarmMax); keep it below burst_buffer.conf's
+	// StageInTimeout, past which Slurm holds the job for good.
+	PrefetchWarmMax time.Duration `toml:"prefetch_warm_max"`
 	// PrefetchInterval replaces the backfill interval read from Slurm
 	// (tests; zero: bf_interval).
 	PrefetchInterval time.Duration `toml:"-"`

@@ -1,6 +1,9 @@
 package coordinator
 
 import (
+	"net/http"
+
+	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/placement"
 	"github.com/llmgw/llmgw/slurm"
@@ -18,8 +21,50 @@ func newPrefetcher(s *Server) *prefetch.Prefetcher {
 		r.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
 	}
 	return prefetch.New(prefetch.Config{Horizon: cfg.PrefetchHorizon, MaxBytes: cfg.PrefetchMaxBytes,
-		Interval: cfg.PrefetchInterval, ReportInterval: cfg.ReportInterval},
+		Interval: cfg.PrefetchInterval, ReportInterval: cfg.ReportInterval, WarmMax: cfg.PrefetchWarmMax},
 		r, prefetchView{s}, s.log.WithField("part", "prefetch"), s.metrics.reg)
+}
+
+// getWarm answers burst_buffer.lua's question for a job that asked to wait
+// for its weights (GET /v1/prefetch/jobs/{id}). With the prefetcher off
+// nothing is fetched ahead, so nothing is worth waiting for: ready.
+func (s *Server) getWarm(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if !validJobID(id) {
+		return api.Errorf(api.CodeInvalid, "job id %.40q: want a Slurm job id such as 1234", id)
+	}
+	q := r.URL.Query()
+	model, nodes := q.Get("model"), q.Get("nodes")
+	if model != "" {
+		if err := catalog.ValidModelName(model); err != nil {
+			return api.Errorf(api.CodeInvalid, "%v", err)
+		}
+	}
+	if nodes != "" {
+		ns, err := slurm.Expand(nodes)
+		if err != nil || len(ns) > 100_000 {
+			return api.Errorf(api.CodeInvalid, "nodes %.80q is not a hostlist", nodes)
+		}
+	}
+	if s.prefetch == nil {
+		writeJSON(w, http.StatusOK, api.WarmAnswer{Job: id, Model: model, Nodes: nodes, Ready: true,
+			Why: "prefetch is off on this coordinator (it needs --features); nothing to wait for"})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, s.prefetch.Warm(id, model, nodes))
+	return nil
+}
+
+func validJobID(id string) bool {
+	if id == "" || len(id) > 32 {
+		return false
+	}
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // prefetchView is the presence model as the prefetcher reads it.

@@ -190,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/seed", roleAdmin, s.postSeed)
 	s.route(mux, "GET /v1/seed/{id}", roleRead, s.getSeed)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
+	s.route(mux, "GET /v1/prefetch/jobs/{id}", roleRead, s.getWarm)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
 	s.route(mux, "POST /v1/nodes/{node}/token", roleAdmin, s.postNodeToken)

@@ -104,6 +104,10 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&cfg.PrefetchHorizon, "prefetch-horizon", cfg.PrefetchHorizon, "how far ahead of a job's expected start its nodes are asked to fetch")
 	fs.DurationVar(&cfg.PrefetchInterval, "prefetch-interval", cfg.PrefetchInterval, "read the plans this often instead of once per bf_interval (tests)")
 	fs.MarkHidden("prefetch-interval")
+	if cfg.PrefetchWarmMax == 0 {
+		cfg.PrefetchWarmMax = prefetch.DefaultWarmMax
+	}
+	fs.DurationVar(&cfg.PrefetchWarmMax, "prefetch-warm-max", cfg.PrefetchWarmMax, "the longest a job that asked to wait for its weights (--llmgw-warm) is held; keep it below burst_buffer.conf's StageInTimeout")
 	maxBytes := ""
 	if cfg.PrefetchMaxBytes != 0 {
 		maxBytes = fmt.Sprint(cfg.PrefetchMaxBytes)

@@ -76,6 +76,9 @@ type Config struct {
 	// ReportInterval is how often agents report: an ask reaches a node
 	// within it, and a list stands for three of them without word.
 	ReportInterval time.Duration
+	// WarmMax is the longest a job that asked to wait for its weights is
+	// held (zero: DefaultWarmMax).
+	WarmMax time.Duration
 }
 
 // Slurm is what the Prefetcher asks of Slurm (*slurm.Runner).
@@ -139,6 +142,8 @@ type Prefetcher struct {
 	bytes      map[string]api.PrefetchBytes
 	// states are each node's prefetches as it last reported them.
 	states map[string][]api.PrefetchState
+	// warmAsked is when each job was first asked about (Warm).
+	warmAsked map[string]time.Time
 	// gone remembers the node counts of jobs that left the queue, for
 	// their starts.
 	gone map[string]goneJob
@@ -183,7 +188,8 @@ func New(cfg Config, s Slurm, p Presence, log logrus.FieldLogger, reg prometheus
 	}
 	pf := &Prefetcher{cfg: cfg, slurm: s, presence: p, log: log, now: time.Now,
 		jobs: map[string]*job{}, asks: map[string][]api.PrefetchAsk{}, starts: map[string]*start{},
-		bytes: map[string]api.PrefetchBytes{}, gone: map[string]goneJob{}, states: map[string][]api.PrefetchState{}}
+		bytes: map[string]api.PrefetchBytes{}, gone: map[string]goneJob{}, states: map[string][]api.PrefetchState{},
+		warmAsked: map[string]time.Time{}}
 	pf.metrics = newMetrics(pf)
 	if reg != nil {
 		reg.MustRegister(pf.metrics.collectors()...)
@@ -345,6 +351,7 @@ func (p *Prefetcher) observe(pending []slurm.PendingJob, now time.Time) {
 		if !seen[id] {
 			// Started, cancelled or beyond the bound: its asks go.
 			delete(p.jobs, id)
+			delete(p.warmAsked, id)
 			p.gone[id] = goneJob{numNodes: j.numNodes, at: now}
 		}
 	}

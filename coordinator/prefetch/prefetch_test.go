@@ -299,3 +299,39 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("metric %s: %s", pr.Metric, pr.Text)
 	}
 }
+
+func TestWarmHoldsUntilNodesHoldOrTheBound(t *testing.T) {
+	t0 := time.Unix(1_800_000_600, 0)
+	plan := []slurm.PendingJob{pj("7", "m1", t0, "n1", "n2")}
+	p, _, fp, now := newTest(t, Config{WarmMax: time.Minute}, plan, plan)
+	ctx := context.Background()
+	p.Read(ctx)
+	p.Read(ctx)
+	if a := p.Warm("7", "", ""); a.Ready || a.Nodes != "n[1-2]" || a.Model != "m1" {
+		t.Fatalf("Warm(7) with no node holding m1 = %+v; want wait on n[1-2]", a)
+	}
+	fp.holds["n1"] = []string{"m1"}
+	if a := p.Warm("7", "", ""); a.Ready {
+		t.Fatalf("Warm(7) with n2 lacking m1 = %+v; want wait", a)
+	}
+	fp.holds["n2"] = []string{"m1"}
+	if a := p.Warm("7", "", ""); !a.Ready {
+		t.Fatalf("Warm(7) with both holding = %+v; want ready", a)
+	}
+	// The caller's nodes win (burst_buffer.lua's job_info): n3 lacks it.
+	if a := p.Warm("7", "", "n3"); a.Ready {
+		t.Fatalf("Warm(7, nodes n3) = %+v; want wait", a)
+	}
+	*now = now.Add(time.Minute)
+	if a := p.Warm("7", "", "n3"); !a.Ready || a.Waited < 60 {
+		t.Fatalf("Warm(7) after the bound = %+v; want ready", a)
+	}
+	for _, c := range []struct{ job, model string }{{"99", ""}, {"99", "nosuch"}, {"99", "p"}} {
+		if a := p.Warm(c.job, c.model, ""); !a.Ready {
+			t.Errorf("Warm(%s, %q) = %+v; want ready (nothing to wait for)", c.job, c.model, a)
+		}
+	}
+	if a := p.Warm("98", "m1", ""); a.Ready || a.Why != "no plan from backfill yet" {
+		t.Errorf("Warm of a job without a plan = %+v; want wait for a plan", a)
+	}
+}
