@@ -248,3 +248,120 @@ func TestPrefetchOnCluster(t *testing.T) {
 	e.wait(t, j2)
 	noneDrained(t, sl)
 }
+
+// TestPrefetchWarmOnCluster: a job that asks to wait for its weights
+// (llmgw:warm in its comment, which job_submit turns into llmgw's
+// burst-buffer directive) is held in stage-in while its planned nodes lack
+// the model, and starts warm once the prefetch put it there; a job that
+// does not ask is never held. Needs the dev cluster's burst_buffer/lua
+// (LLMGW_DEV_BURST_BUFFER, on by default).
+func TestPrefetchWarmOnCluster(t *testing.T) {
+	bin, sl := clusterBin(t)
+	ctx := context.Background()
+	conf := os.Getenv("SLURM_CONF")
+	show, err := sl.Run(ctx, "scontrol", "show", "config")
+	if err != nil || !strings.Contains(string(show), "burst_buffer/lua") {
+		t.Skip("the dev cluster runs without burst_buffer/lua (LLMGW_DEV_BURST_BUFFER=0)")
+	}
+	ctlMunge := devMungeSocket(t, conf, "")
+	scontrol, _ := exec.LookPath("scontrol")
+	sinfo, _ := exec.LookPath("sinfo")
+	e := &e2e{bin: bin, sl: sl}
+	base := t.TempDir()
+	coordConf := filepath.Join(base, "coordinator.toml")
+	os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644)
+	c := startCoordinator(t, bin, base, "--config", coordConf, "--report-interval", "1s",
+		"--features", "--feature-interval", "3s", "--prefetch-interval", "1s", "--prefetch-warm-max", "2m",
+		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
+	// burst_buffer.lua asks this coordinator.
+	warmConf := filepath.Join(filepath.Dir(conf), "llmgw-warm.conf")
+	old, err := os.ReadFile(warmConf)
+	if err != nil {
+		t.Fatalf("the dev cluster's %s: %v", warmConf, err)
+	}
+	os.WriteFile(warmConf, append(append([]byte(nil), old...), []byte("coordinator = "+c.url+"\n")...), 0o644)
+	t.Cleanup(func() { os.WriteFile(warmConf, old, 0o644) })
+
+	data := make([]byte, 24<<20)
+	rand.Read(data)
+	o := &throttledOrigin{data: data, rate: 4 << 20}
+	ol, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: o}
+	go srv.Serve(ol)
+	t.Cleanup(func() { srv.Close() })
+	src := "http://" + ol.Addr().String() + "/m/pf3.gguf"
+	sum := sha256.Sum256(data)
+	if out, errs, err := runBin(t, bin, c.admin, "models", "add", "pf3", src, "--sha256", hex.EncodeToString(sum[:]), "--size", strconv.Itoa(len(data))); err != nil {
+		t.Fatalf("models add: %v: %s%s", err, out, errs)
+	}
+	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
+	os.MkdirAll(hookDir, 0o755)
+	for i, n := range devNodes {
+		k := i + 1
+		dir := filepath.Join(base, n)
+		for _, sub := range []string{"cache", "state", "run"} {
+			os.MkdirAll(filepath.Join(dir, sub), 0o755)
+		}
+		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
+			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
+			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], prefetchPeerAddr(k), prefetchMetricsAddr(k),
+			filepath.Join(dir, "cache"), filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
+		path := filepath.Join(hookDir, n+".toml")
+		os.WriteFile(path, []byte(toml), 0o644)
+		t.Cleanup(func() {
+			os.Remove(path)
+			os.Remove(nodeconf.ResolvedPath(path))
+			os.Remove(hookDir)
+		})
+		daemon(t, bin, nil, "agent", "--config", path, "--node", n)
+	}
+	status := func() api.Status {
+		out, errs, err := runBin(t, bin, c.admin, "status", "--json")
+		var st api.Status
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("llmgw status --json: %v: %s", err, errs)
+		}
+		return st
+	}
+	waitFor(t, 20*time.Second, "all four agents reporting", func() bool {
+		st := status()
+		return st.Nodes.Total == len(devNodes) && st.Nodes.Stale == 0 && st.Prefetch != nil
+	})
+	out, err := sl.Run(ctx, "sbatch", "--parsable", "-o", "/dev/null", "-N2", "--constraint=ib-b", "-t", "1",
+		"--comment=llmgw:model=pf3 llmgw:warm", "-J", "pf-warm-wait", "--wrap", "true")
+	if err != nil {
+		t.Fatalf("sbatch: %v", err)
+	}
+	id := strings.TrimSpace(strings.Split(string(out), ";")[0])
+	t.Cleanup(func() { sl.Run(context.Background(), "scancel", id) })
+	sawStageIn := false
+	start := time.Now()
+	waitFor(t, 150*time.Second, "the warm job to start", func() bool {
+		out, _ := sl.Run(ctx, "squeue", "-h", "-j", id, "-o", "%T %r")
+		s := strings.TrimSpace(string(out))
+		if strings.Contains(strings.ToLower(s), "burst") || strings.Contains(strings.ToLower(s), "stage") {
+			sawStageIn = true
+		}
+		return s == "" || strings.HasPrefix(s, "RUNNING") || strings.HasPrefix(s, "COMPLETING")
+	})
+	held := time.Since(start)
+	j := e.wait(t, id)
+	t.Logf("warm job %s: %s on %s after %.1f s (stage-in seen %v)", id, j.State, j.NodeList, held.Seconds(), sawStageIn)
+	if j.State != "COMPLETED" {
+		t.Fatalf("the warm job: %s; want COMPLETED", j.State)
+	}
+	if !sawStageIn {
+		t.Errorf("the job that asked to wait was never seen held in stage-in")
+	}
+	waitFor(t, 20*time.Second, "the start counted", func() bool {
+		st := status()
+		return st.Prefetch.WarmStarts+st.Prefetch.ColdStarts >= 1
+	})
+	if st := status(); st.Prefetch.WarmStarts != 1 {
+		t.Errorf("warm %d cold %d; want the job that waited to start warm", st.Prefetch.WarmStarts, st.Prefetch.ColdStarts)
+	}
+	noneDrained(t, sl)
+}
