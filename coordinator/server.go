@@ -173,7 +173,7 @@ func (s *Server) Close() {
 // and POST /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin
 // token), GET /v1/gc/{id} (read), POST /v1/gc/{id}/answers (agent token):
 // see gc.go; POST /v1/seed (admin token), GET /v1/seed/{id} (read): see
-// seed.go;
+// seed.go; GET /v1/prefetch/jobs/{id} (read): see prefetchwire.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
