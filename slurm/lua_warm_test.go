@@ -18,12 +18,15 @@ func TestLuaJobSubmitWarm(t *testing.T) {
 		name, job, bb string
 		warm          bool
 	}{
-		{"spank option", `{spank_job_env={[0]="_SLURM_SPANK_OPTION_llmgw_llmgw_model=m1", [1]="_SLURM_SPANK_OPTION_llmgw_llmgw_warm=", [2]="LLMGW_WARM=1"}}`, "#BB_LUA llmgw-warm", true},
-		{"comment", `{comment="llmgw:model=m1 llmgw:warm"}`, "#BB_LUA llmgw-warm", true},
-		{"beside the job's own", `{comment="llmgw:model=m1 llmgw:warm", burst_buffer="#BB_LUA capacity=1G"}`, "#BB_LUA capacity=1G\n#BB_LUA llmgw-warm", true},
-		{"not asked", `{comment="llmgw:model=m1"}`, "", false},
-		{"no model", `{comment="llmgw:warm"}`, "", false},
-		{"a word that only starts like it", `{comment="llmgw:model=m1 llmgw:warmer"}`, "", false},
+		{"spank option", `{spank_job_env={[0]="_SLURM_SPANK_OPTION_llmgw_llmgw_model=m1", [1]="_SLURM_SPANK_OPTION_llmgw_llmgw_warm=", [2]="LLMGW_WARM=1"}, user_id=1000}`, "#BB_LUA llmgw-warm", true},
+		{"comment", `{comment="llmgw:model=m1 llmgw:warm", user_id=1000}`, "#BB_LUA llmgw-warm", true},
+		{"beside the job's own", `{comment="llmgw:model=m1 llmgw:warm", burst_buffer="#BB_LUA capacity=1G", user_id=1000}`, "#BB_LUA capacity=1G\n#BB_LUA llmgw-warm", true},
+		{"not asked", `{comment="llmgw:model=m1", user_id=1000}`, "", false},
+		{"no model", `{comment="llmgw:warm", user_id=1000}`, "", false},
+		{"a word that only starts like it", `{comment="llmgw:model=m1 llmgw:warmer", user_id=1000}`, "", false},
+		// burst_buffer/lua rejects root's burst buffers: root's job is
+		// left alone rather than rejected.
+		{"root", `{comment="llmgw:model=m1 llmgw:warm", user_id=0}`, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			script := luaPrelude + fmt.Sprintf(`

@@ -1156,7 +1156,11 @@ local function apply(job_desc, part_list, now)
 		end
 		valid_names[model], nvalid_names = true, nvalid_names + 1
 	end
-	if llmgw.wants_warm(job_desc) then
+	if llmgw.wants_warm(job_desc) and job_desc.user_id == 0 then
+		-- burst_buffer/lua refuses root a burst buffer, and would reject
+		-- the job: llmgw never rejects one (docs/slurm/behaviour.md §11).
+		note_admin(job_desc, "model " .. model .. ": root's jobs cannot wait for their weights (Slurm gives root no burst buffer); it starts as any other")
+	elseif llmgw.wants_warm(job_desc) then
 		-- burst_buffer/lua then asks llmgw at each stage-in poll whether
 		-- the planned nodes hold the model (slurm/bb/burst_buffer.lua);
 		-- without that plugin the directive is not read and the job runs
