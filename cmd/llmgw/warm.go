@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -35,6 +36,9 @@ func warmCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("Try 'llmgw warm 1234'", "warm takes one job id, got %q", fs.Args())
 	}
 	job := fs.Arg(0)
+	if strings.Trim(job, "0123456789") != "" || len(job) > 32 {
+		return usagef("Give the job's numeric id, e.g. 1234", "warm: %q is not a Slurm job id", job)
+	}
 	if *model != "" {
 		if err := catalog.ValidModelName(*model); err != nil {
 			return usagef("", "--model: %v", err)
