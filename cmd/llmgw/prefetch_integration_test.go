@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,15 +209,38 @@ func TestPrefetchOnCluster(t *testing.T) {
 	ba := blocker("n[1-2]", "pf-block-a")
 	bb := blocker("n[3-4]", "pf-block-b2")
 	j2 := submit("-N2", "--constraint=ib-a", "-t", "1", "--comment=llmgw:model=pf2", "-J", "pf-move", "--wrap", "true")
-	part := func(n string) int64 {
-		st, err := os.Stat(catalog.CachePathFor(cacheOf[n], src2) + catalog.PartSuffix)
+	// What a node's prefetches fetched (its agent's counter): a .part
+	// is made at the file's full size before its first byte.
+	fetched := func(n string) float64 {
+		k := slices.Index(devNodes, n) + 1
+		m, err := scrape("http://" + prefetchMetricsAddr(k) + "/metrics")
 		if err != nil {
-			return 0
+			t.Fatalf("%s's agent metrics: %v", n, err)
 		}
-		return st.Size()
+		return m[`llmgw_agent_prefetch_bytes_total{use="fetched"}`]
+	}
+	fetching := func(n string) bool {
+		lc := &api.LocalClient{Socket: filepath.Join(base, n, "agent.sock")}
+		st, err := lc.Status(ctx)
+		if err != nil {
+			t.Fatalf("%s's agent status: %v", n, err)
+		}
+		for _, p := range st.Prefetches {
+			if p.Source == src2 {
+				return true
+			}
+		}
+		if st.Report != nil {
+			for _, f := range st.Report.Fetches {
+				if f.Source == src2 {
+					return true
+				}
+			}
+		}
+		return false
 	}
 	waitFor(t, 60*time.Second, "the prefetch on ib-a under way", func() bool {
-		return part("n1") > 0 || part("n2") > 0
+		return fetched("n1")+fetched("n2") > 0
 	})
 	if out, err := sl.Run(ctx, "scontrol", "update", "JobId="+j2, "Features=ib-b"); err != nil {
 		t.Fatalf("scontrol update %s Features=ib-b: %v: %s", j2, err, out)
@@ -225,28 +249,47 @@ func TestPrefetchOnCluster(t *testing.T) {
 		j, ok := jobOf(status(), j2)
 		return ok && j.Nodes == "n[3-4]" && (j.State == api.PlanAsked || j.State == api.PlanWarm)
 	})
-	waitFor(t, 20*time.Second, "n1 and n2 to stop fetching pf2", func() bool {
-		a, b := part("n1"), part("n2")
-		time.Sleep(1500 * time.Millisecond)
-		return part("n1") == a && part("n2") == b
+	waitFor(t, 20*time.Second, "n1 and n2 to stop prefetching pf2", func() bool {
+		return !fetching("n1") && !fetching("n2")
 	})
-	kept := part("n1") + part("n2")
-	if kept == 0 || kept >= int64(len(d2)) {
-		t.Errorf("ib-a's partial bytes of pf2 after the plan moved: %d; want kept, and short of the model", kept)
+	a := fetched("n1") + fetched("n2")
+	time.Sleep(2 * time.Second)
+	if b := fetched("n1") + fetched("n2"); b != a {
+		t.Errorf("ib-a's nodes fetched %.0f more bytes after their prefetch was cancelled", b-a)
 	}
 	for _, n := range []string{"n1", "n2"} {
 		if _, err := os.Stat(catalog.CachePathFor(cacheOf[n], src2)); err == nil {
 			t.Errorf("%s finished pf2 after its plan moved away", n)
 		}
+		if f := fetched(n); f >= float64(len(d2)) {
+			t.Errorf("%s prefetched %.0f bytes of the %d-byte pf2; want it cancelled short of the model", n, f, len(d2))
+		}
 	}
+	kept := false
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := os.Stat(catalog.CachePathFor(cacheOf[n], src2) + catalog.PartSuffix); err == nil {
+			kept = true
+		}
+	}
+	if !kept {
+		t.Errorf("no .part of pf2 is left on ib-a after the cancel; the bytes must be kept to resume")
+	}
+	t.Logf("ib-a's nodes prefetched %.0f bytes of pf2 before its plan moved", fetched("n1")+fetched("n2"))
 	text, _, _ = runBin(t, bin, c.admin, "status")
 	t.Logf("llmgw status after the plan moved:\n%s", text)
 	for _, name := range []string{"pf-block-a", "pf-block-b2"} {
 		os.WriteFile(release+"-"+name, nil, 0o644)
 	}
-	e.wait(t, ba)
-	e.wait(t, bb)
-	e.wait(t, j2)
+	// j2 starts once bb has ended; its end leaves every node idle.
+	if j := e.wait(t, j2); j.State != "COMPLETED" {
+		t.Errorf("job %s: %s; want COMPLETED", j2, j.State)
+	}
+	for _, id := range []string{ba, bb} {
+		out, _ := sl.Run(ctx, "squeue", "-h", "-j", id, "-o", "%T")
+		if s := strings.TrimSpace(string(out)); s != "" {
+			t.Errorf("blocker %s still %s", id, s)
+		}
+	}
 	noneDrained(t, sl)
 }
 
@@ -269,6 +312,11 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 	sinfo, _ := exec.LookPath("sinfo")
 	e := &e2e{bin: bin, sl: sl}
 	base := t.TempDir()
+	// The job runs as nobody, whose TaskProlog reads the job's record in
+	// the node's run dir under base: t.TempDir makes both 0700.
+	for d := base; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
 	coordConf := filepath.Join(base, "coordinator.toml")
 	os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644)
 	c := startCoordinator(t, bin, base, "--config", coordConf, "--report-interval", "1s",

@@ -326,7 +326,10 @@ func TestWarmHoldsUntilNodesHoldOrTheBound(t *testing.T) {
 	if a := p.Warm("7", "", "n3"); !a.Ready || a.Waited < 60 {
 		t.Fatalf("Warm(7) after the bound = %+v; want ready", a)
 	}
-	for _, c := range []struct{ job, model string }{{"99", ""}, {"99", "nosuch"}, {"99", "p"}} {
+	if a := p.Warm("97", "", ""); a.Ready {
+		t.Errorf("Warm of a job not read yet = %+v; want wait (within the bound)", a)
+	}
+	for _, c := range []struct{ job, model string }{{"99", "nosuch"}, {"99", "p"}} {
 		if a := p.Warm(c.job, c.model, ""); !a.Ready {
 			t.Errorf("Warm(%s, %q) = %+v; want ready (nothing to wait for)", c.job, c.model, a)
 		}
