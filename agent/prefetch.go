@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -329,4 +331,25 @@ func (p *prefetcher) states() ([]api.PrefetchState, *api.PrefetchBytes) {
 		b = &api.PrefetchBytes{Fetched: p.fetchedN, Used: p.usedN}
 	}
 	return out, b
+}
+
+var prefetchesDesc = prometheus.NewDesc("llmgw_agent_prefetches",
+	"Prefetches the coordinator asked of this node, by state (waiting, fetching, paused, no-room, done, failed): a fetch no job waits for, apart from the ones jobs wait for (fetches_in_progress counts both while bytes move).",
+	[]string{"state"}, nil)
+
+// prefetchCollector exports the prefetches by state.
+type prefetchCollector struct{ p *prefetcher }
+
+func (c prefetchCollector) Describe(ch chan<- *prometheus.Desc) { ch <- prefetchesDesc }
+
+func (c prefetchCollector) Collect(ch chan<- prometheus.Metric) {
+	n := map[string]int{}
+	c.p.mu.Lock()
+	for _, it := range c.p.items {
+		n[it.state]++
+	}
+	c.p.mu.Unlock()
+	for _, s := range []string{api.PrefetchWaiting, api.PrefetchFetching, api.PrefetchPaused, api.PrefetchNoRoom, api.PrefetchDone, api.PrefetchFailed} {
+		ch <- prometheus.MustNewConstMetric(prefetchesDesc, prometheus.GaugeValue, float64(n[s]), s)
+	}
 }
