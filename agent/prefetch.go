@@ -126,7 +126,9 @@ func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
 	for src, it := range old {
 		if !named[src] {
 			p.stopLocked(it, "")
-			p.a.log.WithField("model", it.ask.Model).Info("prefetch no longer asked (the plan moved, or the job started or left); cancelled, bytes kept")
+			if it.state != api.PrefetchDone {
+				p.a.log.WithField("model", it.ask.Model).Info("prefetch no longer asked (the plan moved, or the job started or left); cancelled, bytes kept")
+			}
 		}
 	}
 	p.items = keep

@@ -129,36 +129,42 @@ func (w *startWatch) run(ctx context.Context, runDir string) {
 	}
 	buf := make([]byte, 64<<10)
 	for {
+		if ctx.Err() != nil {
+			return
+		}
 		if fd < 0 {
 			w.scan(runDir, dir)
-		} else {
-			for {
-				n, err := unix.Read(fd, buf)
-				if n <= 0 || err != nil {
-					break
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		// Wait on the descriptor itself, not a timer: a short job's
+		// Epilog removes its record a few tens of milliseconds after the
+		// Prolog wrote it, and the record must be read before that.
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(pfd, 500); err != nil || n == 0 {
+			continue
+		}
+		for {
+			n, err := unix.Read(fd, buf)
+			if n <= 0 || err != nil {
+				break
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := ""
+				if ev.Len > 0 {
+					b := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+					name = strings.TrimRight(string(b), "\x00")
 				}
-				for off := 0; off+unix.SizeofInotifyEvent <= n; {
-					ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-					name := ""
-					if ev.Len > 0 {
-						b := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
-						name = strings.TrimRight(string(b), "\x00")
-					}
-					off += unix.SizeofInotifyEvent + int(ev.Len)
-					if job, ok := strings.CutSuffix(name, ".json"); ok && !strings.HasPrefix(name, ".") {
-						w.take(runDir, job)
-					}
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+				if job, ok := strings.CutSuffix(name, ".json"); ok && !strings.HasPrefix(name, ".") {
+					w.take(runDir, job)
 				}
 			}
-		}
-		wait := 100 * time.Millisecond
-		if fd < 0 {
-			wait = time.Second
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
 		}
 	}
 }
