@@ -28,15 +28,18 @@ says what each release calls:
 ]]
 
 -- Settings, which llmgw-warm.conf beside this script may replace with
--- "key = value" lines (coordinator, llmgw, poll).
-local conf = { llmgw = "/usr/bin/llmgw", coordinator = nil, poll = 5 }
+-- "key = value" lines (coordinator, llmgw, poll). Read at every question,
+-- not once: Slurm keeps the script loaded until the script itself changes,
+-- and an edit of the settings must not wait for that.
+local defaults = { llmgw = "/usr/bin/llmgw", coordinator = nil, poll = 5 }
 
 local function script_dir()
 	local src = debug.getinfo(1, "S").source
 	return src:sub(1, 1) == "@" and src:match("^@(.*/)[^/]*$") or nil
 end
 
-do
+local function settings()
+	local conf = { llmgw = defaults.llmgw, coordinator = defaults.coordinator, poll = defaults.poll }
 	local dir = script_dir()
 	local f = dir and io.open(dir .. "llmgw-warm.conf", "r")
 	if f then
@@ -52,6 +55,7 @@ do
 		end
 		f:close()
 	end
+	return conf
 end
 
 local function quote(s)
@@ -63,6 +67,7 @@ local function warm(job_id, nodes)
 	if not tostring(job_id):match("^%d+$") then
 		return true, "not a job id"
 	end
+	local conf = settings()
 	local cmd = quote(conf.llmgw) .. " warm " .. job_id
 	local url = conf.coordinator
 	if url then
@@ -109,7 +114,7 @@ function slurm_bb_data_in(job_id, job_script, uid, gid, job_info)
 			slurm.log_info("llmgw: job %s may start: %s", job_id, why)
 			return slurm.SUCCESS
 		end
-		os.execute("sleep " .. conf.poll)
+		os.execute("sleep " .. settings().poll)
 	end
 	return slurm.SUCCESS
 end
