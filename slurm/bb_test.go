@@ -89,4 +89,11 @@ io.write(rc, "\n")
 	if out != "0000\n" {
 		t.Errorf("the other hooks: %q; want SUCCESS from each", out)
 	}
+	// A token file and a munge socket reach llmgw.
+	os.WriteFile(filepath.Join(dir, "llmgw-warm.conf"), []byte(conf+"token_file = /etc/llmgw/read.token\nmunge_socket = /var/run/m.sock\n"), 0o644)
+	os.WriteFile(fake, []byte(fmt.Sprintf("#!/bin/sh\necho \"$LLMGW_MUNGE_SOCKET $@\" >>%s\necho ready\n", calls)), 0o755)
+	run("", `slurm_bb_test_data_in("16", "/s", "1000", "1000", {})`)
+	if c, _ := os.ReadFile(calls); !strings.Contains(string(c), "/var/run/m.sock warm 16 --token-file /etc/llmgw/read.token") {
+		t.Errorf("llmgw was run as %q; want LLMGW_MUNGE_SOCKET set and --token-file", c)
+	}
 }

@@ -16,7 +16,9 @@ The answer comes from `llmgw warm JOB` (docs/design.md, "Prefetch"), which
 prints "ready: ..." or "wait: ...", and "ready" when the coordinator cannot
 be asked. llmgw-warm.conf beside this script may set "coordinator = URL"
 (else llmgw finds it as every client does, LLMGW_COORDINATOR in slurmctld's
-environment), "llmgw = /path/to/llmgw" (default /usr/bin/llmgw) and
+environment), "llmgw = /path/to/llmgw" (default /usr/bin/llmgw), how llmgw
+proves who asks where the coordinator wants it ("munge_socket = PATH", by
+default munged's own socket; or "token_file = PATH", a read token) and
 "poll = SECONDS" (22.05's wait between questions, default 5). docs/slurm/behaviour.md §11
 says what each release calls:
   - 23.02 and later: slurm_bb_data_in returns at once, and Slurm polls
@@ -49,6 +51,8 @@ local function settings()
 				conf.coordinator = v
 			elseif k == "llmgw" and v:match("^/[%w%./_%-]+$") then
 				conf.llmgw = v
+			elseif (k == "munge_socket" or k == "token_file") and v:match("^/[%w%./_%-]+$") then
+				conf[k] = v
 			elseif k == "poll" and tonumber(v) then
 				conf.poll = math.max(1, math.floor(tonumber(v)))
 			end
@@ -69,6 +73,12 @@ local function warm(job_id, nodes)
 	end
 	local conf = settings()
 	local cmd = quote(conf.llmgw) .. " warm " .. job_id
+	if conf.munge_socket then
+		cmd = "LLMGW_MUNGE_SOCKET=" .. quote(conf.munge_socket) .. " " .. cmd
+	end
+	if conf.token_file then
+		cmd = cmd .. " --token-file " .. quote(conf.token_file)
+	end
 	local url = conf.coordinator
 	if url then
 		cmd = cmd .. " --coordinator " .. quote(url)
