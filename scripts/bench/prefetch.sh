@@ -43,8 +43,13 @@ while [ $# -gt 0 ]; do
 done
 make -s build
 for rel in $releases; do
+	log=$(mktemp "/tmp/prefetch-bench-$rel.XXXXXX.log")
 	echo "=== release $rel"
 	flock /work/cluster.lock env LLMGW_RELEASES="$rel" LLMGW_TEST_RUN='^TestPrefetchReplay$' LLMGW_TEST_PKGS=./cmd/llmgw/ \
 		LLMGW_BENCH_PREFETCH=1 LLMGW_BENCH_JOBS="$jobs" LLMGW_BENCH_SEED="$seed" GOFLAGS=-timeout=90m \
-		scripts/test-integration 2>&1 | sed -n '/^prefetch replay:/,/^replay took/p'
+		scripts/test-integration >"$log" 2>&1 || true
+	# The table; the whole run's output stays in the log.
+	sed -n '/^prefetch replay:/,/^replay took/p' "$log"
+	grep -E '^\s+prefetch_bench_integration_test.go:[0-9]+: mode' "$log" || true
+	grep -q '^prefetch replay:' "$log" || { echo "prefetch.sh: the replay on $rel printed no table; see $log" >&2; exit 1; }
 done
