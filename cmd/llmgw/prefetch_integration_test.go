@@ -419,6 +419,10 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 	})
 	if st := status(); st.Prefetch.WarmStarts != 1 {
 		t.Errorf("warm %d cold %d; want the job that waited to start warm", st.Prefetch.WarmStarts, st.Prefetch.ColdStarts)
+		for i, n := range devNodes {
+			m, _ := scrape("http://" + prefetchMetricsAddr(i+1) + "/metrics")
+			t.Logf("%s: job starts warm %v cold %v", n, m[`llmgw_agent_job_starts_total{start="warm"}`], m[`llmgw_agent_job_starts_total{start="cold"}`])
+		}
 	}
 	noneDrained(t, sl)
 }
