@@ -382,7 +382,7 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 	// As a user: Slurm gives root no burst buffer (and llmgw's module
 	// then leaves root's job alone).
 	sb := exec.Command("runuser", "-u", "nobody", "--", "/usr/bin/sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp", "-N2",
-		"--constraint=ib-b", "-t", "1", "--comment=llmgw:model=pf3 llmgw:warm", "-J", "pf-warm-wait", "--wrap", "true")
+		"--constraint=ib-b", "-t", "1", "--comment=llmgw:model=pf3 llmgw:warm", "-J", "pf-warm-wait", "--wrap", "sleep 3")
 	sb.Env = append(os.Environ(), "SLURM_CONF="+conf)
 	out, err := sb.Output()
 	if err != nil {
@@ -405,6 +405,14 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 		return s == "" || strings.HasPrefix(s, "RUNNING") || strings.HasPrefix(s, "COMPLETING")
 	})
 	held := time.Since(start)
+	// What each node's Prolog recorded (the Epilog removes it).
+	for _, n := range []string{"n3", "n4"} {
+		if rec, err := os.ReadFile(filepath.Join(base, n, "run", "jobs", id+".json")); err == nil {
+			t.Logf("%s's record of job %s: %s", n, id, rec)
+		} else {
+			t.Logf("%s's record of job %s: %v", n, id, err)
+		}
+	}
 	j := e.wait(t, id)
 	t.Logf("warm job %s: %s on %s after %.1f s (stage-in seen %v)", id, j.State, j.NodeList, held.Seconds(), sawStageIn)
 	if j.State != "COMPLETED" {
