@@ -22,6 +22,7 @@ import (
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -379,6 +380,14 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 		st := status()
 		return st.Nodes.Total == len(devNodes) && st.Nodes.Stale == 0 && st.Prefetch != nil
 	})
+	// The hooks' fast path reads the configuration llmgw's slow path
+	// resolved for it (nodeconf.WriteResolved): a job's Epilog on n3 and n4
+	// hands off once and leaves it, as on a node that has run jobs before.
+	// Without it the first job with a model takes the slow path, and that
+	// is a cold start whatever the cache holds.
+	if j := e.wait(t, submitRoot(t, sl, "-w", "n[3-4]", "-N2", "-o", "/dev/null", "--wrap", "true")); j.State != "COMPLETED" {
+		t.Fatalf("the job before: %s", j.State)
+	}
 	// As a user: Slurm gives root no burst buffer (and llmgw's module
 	// then leaves root's job alone).
 	sb := exec.Command("runuser", "-u", "nobody", "--", "/usr/bin/sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp", "-N2",
@@ -433,4 +442,15 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 		}
 	}
 	noneDrained(t, sl)
+}
+
+func submitRoot(t *testing.T, sl *slurm.Runner, args ...string) string {
+	t.Helper()
+	out, err := sl.Run(context.Background(), "sbatch", append([]string{"--parsable"}, args...)...)
+	if err != nil {
+		t.Fatalf("sbatch %s: %v", strings.Join(args, " "), err)
+	}
+	id := strings.TrimSpace(strings.Split(string(out), ";")[0])
+	t.Cleanup(func() { sl.Run(context.Background(), "scancel", id) })
+	return id
 }
