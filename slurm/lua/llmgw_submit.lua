@@ -1000,22 +1000,33 @@ end
 
 -- model_from_job: the SPANK option first (it is what the hooks will see),
 -- then the comment tag. Returns model, from_spank.
-function llmgw.model_from_job(job_desc)
+-- spank_value: the value of the first of names set in the job's spank
+-- environment, or nil.
+local function spank_value(job_desc, names)
 	local env = job_desc.spank_job_env
-	if type(env) == "table" then
-		-- Keys run from 0 (docs/slurm/behaviour.md §6).
-		local i = 0
-		while env[i] ~= nil or env[i + 1] ~= nil do
-			local kv = env[i]
-			if type(kv) == "string" then
-				for _, name in ipairs(SPANK_ENV_NAMES) do
-					if kv:sub(1, #name + 1) == name .. "=" then
-						return kv:sub(#name + 2), true
-					end
+	if type(env) ~= "table" then
+		return nil
+	end
+	-- Keys run from 0 (docs/slurm/behaviour.md §6).
+	local i = 0
+	while env[i] ~= nil or env[i + 1] ~= nil do
+		local kv = env[i]
+		if type(kv) == "string" then
+			for _, name in ipairs(names) do
+				if kv:sub(1, #name + 1) == name .. "=" then
+					return kv:sub(#name + 2)
 				end
 			end
-			i = i + 1
 		end
+		i = i + 1
+	end
+	return nil
+end
+
+function llmgw.model_from_job(job_desc)
+	local v = spank_value(job_desc, SPANK_ENV_NAMES)
+	if v then
+		return v, true
 	end
 	local m = llmgw.model_from_comment(job_desc.comment)
 	if m then
@@ -1026,20 +1037,8 @@ end
 
 -- wants_warm: whether the job asked to wait for its weights.
 function llmgw.wants_warm(job_desc)
-	local env = job_desc.spank_job_env
-	if type(env) == "table" then
-		local i = 0
-		while env[i] ~= nil or env[i + 1] ~= nil do
-			local kv = env[i]
-			if type(kv) == "string" then
-				for _, name in ipairs(SPANK_WARM_NAMES) do
-					if kv:sub(1, #name + 1) == name .. "=" then
-						return true
-					end
-				end
-			end
-			i = i + 1
-		end
+	if spank_value(job_desc, SPANK_WARM_NAMES) then
+		return true
 	end
 	local c = job_desc.comment
 	return type(c) == "string" and c:find(WARM_TAG, 1, true) ~= nil and has_token(c, WARM_TAG)
