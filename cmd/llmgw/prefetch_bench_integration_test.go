@@ -7,13 +7,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
 )
 
@@ -157,17 +154,12 @@ func runReplay(t *testing.T, mode string, jobs int, seed uint64) replayResult {
 	bin, sl := clusterBin(t)
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
-	ctlMunge := devMungeSocket(t, conf, "")
-	scontrol, _ := exec.LookPath("scontrol")
-	sinfo, _ := exec.LookPath("sinfo")
 	base := t.TempDir()
-	coordConf := filepath.Join(base, "coordinator.toml")
-	os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644)
-	flags := []string{"--config", coordConf, "--report-interval", "1s", "--features", "--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo}
+	var flags []string
 	if mode == "off" {
 		flags = append(flags, "--prefetch-max-bytes", "1")
 	}
-	c := startCoordinator(t, bin, base, flags...)
+	c := prefetchCoordinator(t, bin, base, flags...)
 
 	rng := rand.New(rand.NewPCG(seed, 28))
 	mo := &multiOrigin{files: map[string][]byte{}, rate: replayRate}
@@ -195,27 +187,7 @@ func runReplay(t *testing.T, mode string, jobs int, seed uint64) replayResult {
 		}
 	}
 
-	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
-	os.MkdirAll(hookDir, 0o755)
-	var agents []*exec.Cmd
-	for i, n := range devNodes {
-		k := i + 1
-		dir := filepath.Join(base, n)
-		for _, sub := range []string{"cache", "state", "run"} {
-			os.MkdirAll(filepath.Join(dir, sub), 0o755)
-		}
-		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
-			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"2s\"\n",
-			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], prefetchPeerAddr(k), prefetchMetricsAddr(k),
-			filepath.Join(dir, "cache"), filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
-		path := filepath.Join(hookDir, n+".toml")
-		os.WriteFile(path, []byte(toml), 0o644)
-		defer func() {
-			os.Remove(path)
-			os.Remove(nodeconf.ResolvedPath(path))
-		}()
-		agents = append(agents, daemon(t, bin, nil, "agent", "--config", path, "--node", n))
-	}
+	_, agents := prefetchAgents(t, bin, base, c.url)
 	defer func() {
 		for _, a := range agents {
 			a.Process.Kill()
@@ -225,12 +197,8 @@ func runReplay(t *testing.T, mode string, jobs int, seed uint64) replayResult {
 		c.cmd.Wait()
 	}()
 	status := func() (api.Status, bool) {
-		out, _, err := runBin(t, bin, c.admin, "status", "--json")
-		var st api.Status
-		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
-			return st, false
-		}
-		return st, true
+		st, err := prefetchStatus(t, bin, c)
+		return st, err == nil
 	}
 	waitFor(t, 30*time.Second, "agents reporting", func() bool {
 		st, ok := status()

@@ -46,24 +46,11 @@ func prefetchPeerAddr(k int) string    { return fmt.Sprintf("127.0.0.%d:%d", 10+
 func TestPrefetchOnCluster(t *testing.T) {
 	bin, sl := clusterBin(t)
 	ctx := context.Background()
-	conf := os.Getenv("SLURM_CONF")
-	ctlMunge := devMungeSocket(t, conf, "")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
 	e := &e2e{bin: bin, sl: sl}
 	base := t.TempDir()
-	coordConf := filepath.Join(base, "coordinator.toml")
-	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	// The plans are read every second here (a site reads once per
 	// bf_interval), so the test waits on backfill alone.
-	c := startCoordinator(t, bin, base, "--config", coordConf, "--report-interval", "1s",
-		"--features", "--feature-interval", "3s", "--prefetch-interval", "1s",
-		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
+	c := prefetchCoordinator(t, bin, base, "--feature-interval", "3s", "--prefetch-interval", "1s")
 
 	serve := func(data []byte, rate int64) (string, *throttledOrigin) {
 		o := &throttledOrigin{data: data, rate: rate}
@@ -95,41 +82,12 @@ func TestPrefetchOnCluster(t *testing.T) {
 	add("pf1", src1, d1)
 	add("pf2", src2, d2)
 
-	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
-	if err := os.MkdirAll(hookDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cacheOf := map[string]string{}
-	for i, n := range devNodes {
-		k := i + 1
-		dir := filepath.Join(base, n)
-		cacheOf[n] = filepath.Join(dir, "cache")
-		for _, sub := range []string{"cache", "state", "run"} {
-			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
-			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
-			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], prefetchPeerAddr(k), prefetchMetricsAddr(k),
-			cacheOf[n], filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
-		path := filepath.Join(hookDir, n+".toml")
-		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			os.Remove(path)
-			os.Remove(nodeconf.ResolvedPath(path))
-			os.Remove(hookDir)
-		})
-		daemon(t, bin, nil, "agent", "--config", path, "--node", n)
-	}
+	cacheOf, _ := prefetchAgents(t, bin, base, c.url)
 	status := func() api.Status {
 		t.Helper()
-		out, errs, err := runBin(t, bin, c.admin, "status", "--json")
-		var st api.Status
-		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
-			t.Fatalf("llmgw status --json: %v: %s", err, errs)
+		st, err := prefetchStatus(t, bin, c)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return st
 	}
@@ -308,9 +266,6 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 	if err != nil || !strings.Contains(string(show), "burst_buffer/lua") {
 		t.Skip("the dev cluster runs without burst_buffer/lua (LLMGW_DEV_BURST_BUFFER=0)")
 	}
-	ctlMunge := devMungeSocket(t, conf, "")
-	scontrol, _ := exec.LookPath("scontrol")
-	sinfo, _ := exec.LookPath("sinfo")
 	e := &e2e{bin: bin, sl: sl}
 	base := t.TempDir()
 	// The job runs as nobody, whose TaskProlog reads the job's record in
@@ -318,11 +273,7 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 	for d := base; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
 	}
-	coordConf := filepath.Join(base, "coordinator.toml")
-	os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644)
-	c := startCoordinator(t, bin, base, "--config", coordConf, "--report-interval", "1s",
-		"--features", "--feature-interval", "3s", "--prefetch-interval", "1s", "--prefetch-warm-max", "2m",
-		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)
+	c := prefetchCoordinator(t, bin, base, "--feature-interval", "3s", "--prefetch-interval", "1s", "--prefetch-warm-max", "2m")
 	// burst_buffer.lua asks this coordinator.
 	warmConf := filepath.Join(filepath.Dir(conf), "llmgw-warm.conf")
 	old, err := os.ReadFile(warmConf)
@@ -347,32 +298,12 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 	if out, errs, err := runBin(t, bin, c.admin, "models", "add", "pf3", src, "--sha256", hex.EncodeToString(sum[:]), "--size", strconv.Itoa(len(data))); err != nil {
 		t.Fatalf("models add: %v: %s%s", err, out, errs)
 	}
-	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
-	os.MkdirAll(hookDir, 0o755)
-	for i, n := range devNodes {
-		k := i + 1
-		dir := filepath.Join(base, n)
-		for _, sub := range []string{"cache", "state", "run"} {
-			os.MkdirAll(filepath.Join(dir, sub), 0o755)
-		}
-		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
-			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
-			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], prefetchPeerAddr(k), prefetchMetricsAddr(k),
-			filepath.Join(dir, "cache"), filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
-		path := filepath.Join(hookDir, n+".toml")
-		os.WriteFile(path, []byte(toml), 0o644)
-		t.Cleanup(func() {
-			os.Remove(path)
-			os.Remove(nodeconf.ResolvedPath(path))
-			os.Remove(hookDir)
-		})
-		daemon(t, bin, nil, "agent", "--config", path, "--node", n)
-	}
+	prefetchAgents(t, bin, base, c.url)
 	status := func() api.Status {
-		out, errs, err := runBin(t, bin, c.admin, "status", "--json")
-		var st api.Status
-		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
-			t.Fatalf("llmgw status --json: %v: %s", err, errs)
+		t.Helper()
+		st, err := prefetchStatus(t, bin, c)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return st
 	}
@@ -453,4 +384,76 @@ func submitRoot(t *testing.T, sl *slurm.Runner, args ...string) string {
 	id := strings.TrimSpace(strings.Split(string(out), ";")[0])
 	t.Cleanup(func() { sl.Run(context.Background(), "scancel", id) })
 	return id
+}
+
+// prefetchCoordinator starts `llmgw coordinator` for the prefetch tests:
+// MUNGE through the dev cluster's controller munged, features (and so the
+// prefetcher) on, reports every second, and the flags given.
+func prefetchCoordinator(t *testing.T, bin, base string, flags ...string) coordProcess {
+	t.Helper()
+	conf := os.Getenv("SLURM_CONF")
+	scontrol, err1 := exec.LookPath("scontrol")
+	sinfo, err2 := exec.LookPath("sinfo")
+	if err1 != nil || err2 != nil {
+		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
+	}
+	coordConf := filepath.Join(base, "coordinator.toml")
+	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", devMungeSocket(t, conf, ""))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startCoordinator(t, bin, base, append([]string{"--config", coordConf, "--report-interval", "1s", "--features",
+		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo}, flags...)...)
+}
+
+// prefetchAgents starts an agent on each dev node, as TestSwarmOnCluster
+// does (its own munged, chunk server on its fabric address, metrics), with
+// its directories under base/NODE and its configuration where the dev
+// cluster's hooks read it. It returns each node's cache dir and the agents.
+func prefetchAgents(t *testing.T, bin, base, url string) (map[string]string, []*exec.Cmd) {
+	t.Helper()
+	conf := os.Getenv("SLURM_CONF")
+	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
+	if err := os.MkdirAll(hookDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cacheOf := map[string]string{}
+	var agents []*exec.Cmd
+	for i, n := range devNodes {
+		k := i + 1
+		dir := filepath.Join(base, n)
+		cacheOf[n] = filepath.Join(dir, "cache")
+		for _, sub := range []string{"cache", "state", "run"} {
+			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
+			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
+			url, devMungeSocket(t, conf, n), n, e2eFabric[n], prefetchPeerAddr(k), prefetchMetricsAddr(k),
+			cacheOf[n], filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
+		path := filepath.Join(hookDir, n+".toml")
+		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.Remove(path)
+			os.Remove(nodeconf.ResolvedPath(path))
+			os.Remove(hookDir)
+		})
+		agents = append(agents, daemon(t, bin, nil, "agent", "--config", path, "--node", n))
+	}
+	return cacheOf, agents
+}
+
+// prefetchStatus is `llmgw status --json` as the admin reads it.
+func prefetchStatus(t *testing.T, bin string, c coordProcess) (api.Status, error) {
+	out, errs, err := runBin(t, bin, c.admin, "status", "--json")
+	var st api.Status
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &st)
+	}
+	if err != nil {
+		return st, fmt.Errorf("llmgw status --json: %v: %s", err, errs)
+	}
+	return st, nil
 }
