@@ -503,7 +503,9 @@ func (p *Prefetcher) Asks(node string) *api.PrefetchList {
 	if p.reads < 2 && p.off == "" {
 		return nil
 	}
-	return &api.PrefetchList{Asks: slices.Clone(p.asks[node]), Lease: (3 * p.cfg.ReportInterval).Seconds()}
+	// "asks": [] rather than null: an empty list is an answer (cancel
+	// what you run), not an absent one.
+	return &api.PrefetchList{Asks: append([]api.PrefetchAsk{}, p.asks[node]...), Lease: (3 * p.cfg.ReportInterval).Seconds()}
 }
 
 // Observe takes what one node's report says of prefetches and job starts.
