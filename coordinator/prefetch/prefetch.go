@@ -197,21 +197,25 @@ func New(cfg Config, s Slurm, p Presence, log logrus.FieldLogger, reg prometheus
 	return pf
 }
 
-// Run reads the plans every backfill interval until ctx ends.
+// Run reads the plans every backfill interval until ctx ends. A read of
+// the configuration takes the place of that interval's read of the plans,
+// so slurmctld never hears from the prefetcher more than once an interval.
 func (p *Prefetcher) Run(ctx context.Context) {
 	var confAt time.Time
 	for {
-		if p.now().Sub(confAt) >= configEvery || confAt.IsZero() {
+		conf := confAt.IsZero() || p.now().Sub(confAt) >= configEvery
+		if conf {
 			p.readConfig(ctx)
 			confAt = p.now()
 		}
 		p.mu.Lock()
 		every, off := p.interval, p.off
 		p.mu.Unlock()
-		if off == "" {
-			p.Read(ctx)
-		} else {
+		switch {
+		case off != "":
 			every = configEvery
+		case !conf:
+			p.Read(ctx)
 		}
 		select {
 		case <-ctx.Done():
