@@ -14,11 +14,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +46,7 @@ type Agent struct {
 
 	// Knobs tests turn; New sets the production values.
 	debounce       time.Duration
+	peerRetry      time.Duration // how often a taken peer port is tried again
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	notifySocket   string                 // $NOTIFY_SOCKET
@@ -75,6 +79,9 @@ type Agent struct {
 	prefetch    *prefetcher     // issue 28: prefetch.go
 	starts      *startWatch     // issue 28: starts.go
 	gpu         gpuProbe
+	evict       evictState // evict.go; its own lock
+	scanMem     scan.Memory
+	hubs        string // the catalog's Hub models, as hubsOf says them
 }
 
 // kick is a request to one of the agent's loops.
@@ -113,6 +120,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		// connections and never answers must not hold scans up for long.
 		http:         hc,
 		debounce:     time.Second,
+		peerRetry:    defaultPeerRetry,
 		backoffBase:  backoffBase,
 		backoffCap:   backoffCap,
 		notifySocket: os.Getenv("NOTIFY_SOCKET"),
@@ -124,7 +132,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	a.prefetch = newPrefetcher(a)
 	a.prefetch.room = a.roomOf
 	a.starts = newStartWatch(a)
-	a.swarm.calls = map[string]*swarmCall{}
+	a.swarm.calls = map[swarmCallKey]*swarmCall{}
 	a.swarm.said = map[string]bool{}
 	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
 	a.swarm.peer = peerClient()
@@ -134,6 +142,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
 	a.metrics.reg.MustRegister(prefetchCollector{a.prefetch})
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
+		a.noteGCHeldLocked(cp)
+	}
 	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
 		log.Warn("no token file and no munge_socket configured: reports are sent without a token, which the coordinator refuses; install this node's own token ('llmgw nodes token NODE --out FILE') as token_file, or set munge_socket")
 	}
@@ -183,7 +194,7 @@ func (a *Agent) applyPending() {
 	}
 	nc.Socket, nc.StateDir, nc.MetricsListen = old.Socket, old.StateDir, old.MetricsListen
 	if nc.CacheDir != old.CacheDir || nc.Connections != old.Connections || nc.LockDir() != old.LockDir() ||
-		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed {
+		nc.HFTokenFile != old.HFTokenFile || nc.CacheReserve != old.CacheReserve || nc.FetchMinSpeed != old.FetchMinSpeed || nc.HFEndpoint != old.HFEndpoint {
 		// A Fetcher's fields must not change under a running Ensure; fetches
 		// under way finish on the old one, new ones use the new one. The
 		// node-wide lock directory keeps the two from fetching one file twice.
@@ -201,8 +212,10 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			LockDir:      a.cfg.LockDir(),
 			Connections:  a.cfg.Connections,
 			HFTokenFile:  a.cfg.HFTokenFile,
+			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
+			MakeRoom:     a.makeRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}
@@ -231,20 +244,41 @@ func (a *Agent) recordError(msg string) {
 }
 
 // scanDirs is what a scan covers: the configured weight directories, then
-// the cache, where what the agent fetched lives.
+// the cache, where what the agent fetched lives, then the Hugging Face
+// cache Hub models are fetched into, unless a directory already scanned is
+// it or holds it at its top (its default, "hub" in the cache): a snapshot
+// there is held, whoever downloaded it.
 func scanDirs(cfg Config) []string {
 	dirs := slices.Clone(cfg.WeightDirs)
 	if !slices.Contains(dirs, cfg.CacheDir) {
 		dirs = append(dirs, cfg.CacheDir)
 	}
+	hf := cfg.HFCacheDir()
+	if !slices.ContainsFunc(dirs, func(d string) bool { return d == hf || filepath.Dir(hf) == filepath.Clean(d) }) {
+		dirs = append(dirs, hf)
+	}
 	return dirs
+}
+
+// hubLists are the file lists of the Hub models in the node's catalog
+// copy, which the scan judges their snapshots by (scan.Options.Hub). A
+// copy that cannot be read gives none: snapshots are then held to the
+// rules for a snapshot without a list.
+func hubLists(cfg Config) map[string]catalog.Hub {
+	cp, err := catalog.ReadCopy(cfg.CatalogCopyPath())
+	if err != nil {
+		return nil
+	}
+	return scan.HubLists(cp.Models)
 }
 
 // scan scans once and reports whether the inventory changed.
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout})
+	// The memory carries sizes from scan to scan: a touch of a weight
+	// file does not make its model vanish for a scan interval.
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg), Memory: &a.scanMem})
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -268,6 +302,12 @@ func (a *Agent) scan(ctx context.Context) bool {
 	changed := fp != a.invFP
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
 	a.mu.Unlock()
+	// The files the chunk server offers are checked as often as the cache
+	// is scanned: one removed by gc (an Epilog's, in another process) or
+	// replaced leaves its swarm now, not when a peer next asks for it.
+	for sum, h := range a.swarm.files.sweep() {
+		go a.withdraw(sum, h)
+	}
 	a.logDirChanges(inv.Dirs)
 	a.log.WithFields(logrus.Fields{"weights": len(inv.Weights), "took": took.String(), "changed": changed}).Debug("scanned")
 	return changed
@@ -335,28 +375,52 @@ func (a *Agent) buildReport() *api.Report {
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
 	r.AgentVersion = cfg.Version
-	r.PeerAddr = a.swarm.addr
+	if a.swarm.serving.Load() {
+		// Only while it serves there: a port another process holds is
+		// no address for the fabric's members to be sent to.
+		r.PeerAddr = a.swarm.addr
+	}
+	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
 	r.Prefetches, r.PrefetchBytes = pfStates, pfBytes
 	r.Starts = starts
 	a.last = &r
 	return &r
 }
 
+// reportsWithMunge says whether reports carry a MUNGE credential rather
+// than the token (client).
+func reportsWithMunge(cfg Config) bool {
+	if cfg.MungeSocket == "" {
+		return false
+	}
+	_, err := os.Stat(cfg.TokenFile)
+	return cfg.TokenFile == "" || errors.Is(err, os.ErrNotExist)
+}
+
 // client returns a coordinator client with the current token, or why there
 // is none. The token file is read each time so a rotated token is picked up
 // without a restart.
+//
+// With munge_socket and a token file that exists, the token speaks to the
+// coordinator and MUNGE to peers: a node's token is its own secret, where
+// root on any host with the munge key can make a credential from any
+// node's address, and a coordinator with node_tokens_required takes
+// reports with the token only. A token file that does not exist leaves
+// MUNGE (the packaged agent.toml names one).
 func (a *Agent) client(cfg Config) (*api.Client, error) {
 	c := &api.Client{BaseURL: cfg.Coordinator, HTTP: a.http, UserAgent: "llmgw-agent/" + cfg.Version}
-	if cfg.MungeSocket != "" {
-		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
-		return c, nil
-	}
 	if cfg.TokenFile != "" {
 		tok, err := api.ReadToken(cfg.TokenFile)
-		if err != nil {
+		switch {
+		case err == nil:
+			c.Token = tok
+			return c, nil
+		case cfg.MungeSocket == "" || !errors.Is(err, os.ErrNotExist):
 			return nil, err
 		}
-		c.Token = tok
+	}
+	if cfg.MungeSocket != "" {
+		c.Auth = munge.Authenticator{Codec: munge.New(cfg.MungeSocket)}
 	}
 	return c, nil
 }
@@ -402,7 +466,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	case result != prev:
 		// Logged once per kind of failure, not once per retry: a coordinator
 		// down overnight is one line, and the metric counts the attempts.
-		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, cfg.MungeSocket != "") + "; retrying with backoff, still serving this node")
+		log.WithError(err).WithField("result", result).Warn("report not delivered; " + skippedWhat(result, reportsWithMunge(cfg)) + "; retrying with backoff, still serving this node")
 	default:
 		log.WithError(err).WithField("result", result).Debug("report not delivered")
 	}
@@ -410,8 +474,11 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 		a.metrics.lastReportSuccess.SetToCurrentTime()
 		if cp, cerr := refreshCatalog(ctx, c, cfg); cerr != nil {
 			a.catalogFailed(cerr)
-		} else {
-			a.catalogOK(cp)
+		} else if a.catalogOK(cp) {
+			// The scan judges Hub snapshots by the catalog's lists: a
+			// model added or repinned is seen held without waiting a
+			// scan interval.
+			a.kick(kickScan)
 		}
 		// After the catalog refresh, so the node judges the request by
 		// the catalog as it is now.
@@ -419,7 +486,7 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 			a.answerGC(ctx, c, cfg, *ans.GC)
 		}
 		if len(ans.Seed) > 0 {
-			a.seed(ans.Seed)
+			a.seed(ctx, ans.Seed)
 		}
 		if ans.Prefetch != nil {
 			a.prefetch.set(ans.Prefetch, now)
@@ -429,14 +496,53 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	return r, result, err
 }
 
-func (a *Agent) catalogOK(cp catalog.Copy) {
+// catalogOK records a refreshed catalog copy and reports whether its Hub
+// models changed since the last one.
+func (a *Agent) catalogOK(cp catalog.Copy) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
+	a.noteGCHeldLocked(cp)
 	if a.catalogFail != "" {
 		a.log.Info("catalog copy up to date again")
 	}
 	a.catalogFail = ""
+	hubs := hubsOf(cp.Models)
+	changed := hubs != a.hubs
+	a.hubs = hubs
+	return changed
+}
+
+// hubsOf names the Hub models of a catalog and their commits, to tell
+// when they change.
+func hubsOf(models []catalog.Model) string {
+	var b strings.Builder
+	for _, m := range models {
+		if m.IsHub() {
+			fmt.Fprintf(&b, "%s %s@%s %d\n", m.Name, m.Hub.Repo, m.Hub.Commit, len(m.Hub.Files))
+		}
+	}
+	return b.String()
+}
+
+// noteGCHeldLocked keeps whether the catalog copy cp holds this node's
+// gc, for the report, the socket's status and the metric; a change is
+// logged once. a.mu is held.
+func (a *Agent) noteGCHeldLocked(cp catalog.Copy) {
+	why := cp.Distrust()
+	if why != a.catalog.GCHeld {
+		if why != "" {
+			a.log.WithField("since", cp.DistrustSince).Warn("gc held: " + why + "; 'llmgw gc --trust' adopts the current catalog")
+		} else if a.catalog.GCHeld != "" {
+			a.log.Info("gc no longer held: this node trusts the catalog again")
+		}
+	}
+	a.catalog.GCHeld, a.catalog.GCHeldSince = why, cp.DistrustSince
+	if why != "" {
+		a.metrics.gcHeld.Set(1)
+	} else {
+		a.metrics.gcHeld.Set(0)
+	}
 }
 
 func (a *Agent) catalogFailed(err error) {
@@ -463,7 +569,7 @@ func (a *Agent) Once(ctx context.Context) (r *api.Report, sent bool, err error) 
 // and what to check, as the running agent logs it: `llmgw agent --once` is
 // how an admin checks a node's setup, and "401" alone says nothing.
 func (a *Agent) WhyNotSent(err error) string {
-	return skippedWhat(classify(err), a.Config().MungeSocket != "")
+	return skippedWhat(classify(err), reportsWithMunge(a.Config()))
 }
 
 // Status is what the agent knows, as the socket's GET /v1/status answers.
@@ -475,6 +581,7 @@ func (a *Agent) Status() api.AgentStatus {
 		Node: cfg.Node, Fabric: cfg.Fabric, AgentVersion: cfg.Version, Started: a.started,
 		Coordinator: cfg.Coordinator, WeightDirs: cfg.WeightDirs, CacheDir: cfg.CacheDir,
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
+		PeerAddr: a.swarm.addr, PeerServerError: a.swarm.notServing,
 	}
 	if a.last != nil {
 		st.Prefetches = a.last.Prefetches
@@ -538,28 +645,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.WithField("addr", ml.Addr().String()).Info("serving metrics at /metrics")
 	}
 
-	if a.swarm.addr != "" {
-		pl, err := net.Listen("tcp", a.swarm.addr)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("peer chunk server on %s (peer_addr/peer_interface): %w", a.swarm.addr, err)
-		}
-		if cfg.MungeSocket == "" {
-			a.log.Warn("peer_addr is set but munge_socket is not: peers authenticate with MUNGE, so this node serves no chunks and fetches from the origin; set munge_socket")
-			pl.Close()
-		} else {
-			ps := newPeerServer(a.swarm.addr, cfg.Fabric, munge.New(cfg.MungeSocket), cfg.CacheDir, &a.swarm.files)
-			ps.onServed = func(n int64) { a.metrics.swarmServed.Add(float64(n)) }
-			srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second}
-			wg.Go(func() { srv.Serve(pl) })
-			wg.Go(func() {
-				<-ctx.Done()
-				srv.Close()
-			})
-			a.log.WithField("addr", a.swarm.addr).Info("serving verified chunks to the fabric at /v1/chunks/")
-		}
-	}
+	a.startPeerServer(ctx, cfg, &wg)
 
 	wg.Go(func() { a.prefetch.run(ctx) })
 	wg.Go(func() { a.starts.run(ctx, cfg.RunDir) })
@@ -613,6 +699,8 @@ func (a *Agent) loop(ctx context.Context) {
 		if a.scan(ctx) {
 			soon()
 		}
+		// Above cache_high, down to cache_low; a removal kicks a scan.
+		a.evictIfHigh(ctx)
 		scanT.Reset(a.Config().ScanInterval)
 	}
 	for {

@@ -137,7 +137,7 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 	fl := a.flights[req.Source]
 	if fl == nil {
 		fl = &flight{source: req.Source, subs: map[*subscriber]struct{}{}}
-		if catalog.KindOf(req.Source) == catalog.KindRemote {
+		if catalog.KindOf(req.Source) == catalog.KindRemote && req.Hub == nil {
 			target := catalog.CachePathFor(f.CacheDir, req.Source)
 			if req.Set != "" {
 				target = catalog.SetFilePath(filepath.Join(f.CacheDir, req.Set), req.Source)
@@ -158,7 +158,11 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 
 	var path string
 	var err error
-	if req.Set != "" {
+	if req.Hub != nil {
+		// A Hugging Face repository at one commit, into the node's Hugging
+		// Face cache. Through the fabric's swarm is phase 2 of issue 25.
+		path, err = f.EnsureHub(ctx, cfg.HFCacheDir(), *req.Hub)
+	} else if req.Set != "" {
 		// One file of a model of several: into its set directory.
 		path, err = f.EnsureIn(ctx, req.Set, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 	} else if why := a.whyNoSwarm(cfg, req); why == "" {
@@ -176,7 +180,7 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 		}
 		path, err = f.Ensure(ctx, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
 		if err == nil && a.swarm.addr != "" && req.SHA256 != "" && req.Size > 0 {
-			a.holdComplete(fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
+			a.holdComplete(req.Source, fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}, path)
 		}
 	}
 
@@ -199,6 +203,9 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 	}
 	a.mu.Unlock()
 
+	if err == nil {
+		a.noteUse(cfg, usedName(req))
+	}
 	if failed {
 		a.metrics.fetchErrors.Inc()
 		a.recordError("fetch " + errString(err))

@@ -31,11 +31,17 @@ type metrics struct {
 	fetchedBytes      prometheus.Counter
 	swarmBytes        *prometheus.CounterVec
 	swarmServed       prometheus.Counter
+	swarmPeerFailures *prometheus.CounterVec
+	peerServerUp      prometheus.Gauge
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
 	lastReportSuccess prometheus.Gauge
 	lastScanSuccess   prometheus.Gauge
 	info              *prometheus.GaugeVec
+	evictions         *prometheus.CounterVec
+	evictedBytes      *prometheus.CounterVec
+	evictHeld         prometheus.Gauge
+	gcHeld            prometheus.Gauge
 	// Issue 28: what prefetches fetched and what jobs then used; job
 	// starts by whether the fast path found the weights.
 	prefetchBytes *prometheus.CounterVec
@@ -67,6 +73,14 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 		swarmServed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "swarm_served_bytes_total",
 			Help: "Bytes this node's chunk server sent to peers of its fabric: which node fed the others, and that no other fabric's did.",
+		}),
+		swarmPeerFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "swarm_peer_failures_total",
+			Help: "Reads from a peer that failed, by why: unreachable (no connection, no answer, a body that stopped), refused (404, 416 or 503 for a chunk its plan entry says it holds), busy (its upload slots full), slow (under the floor rate of a peer read), bad (a chunk that does not match its digest). All but busy and bad peers are reported to the coordinator.",
+		}, []string{"why"}),
+		peerServerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "peer_server_up",
+			Help: "1 while the chunk server serves the fabric at the peer address; 0 when it does not (another process holds the address: the agent retries and says why in its status), or when no peer address is set.",
 		}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "fetch_errors_total",
@@ -103,6 +117,28 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	for _, l := range []string{"warm", "cold"} {
 		m.jobStarts.WithLabelValues(l)
 	}
+	m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "evictions_total",
+		Help: "Cache entries evicted under pressure, by class (unwanted, superseded, wanted) and trigger (watermark: above cache_high; fetch: a fetch that did not fit).",
+	}, []string{"class", "trigger"})
+	m.evictedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "evicted_bytes_total",
+		Help: "Bytes freed by eviction, by class.",
+	}, []string{"class"})
+	m.evictHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "evict_short_bytes",
+		Help: "Bytes the last eviction pass could not free: what jobs, fetches and fabrics' last copies hold (0 when it freed what it needed).",
+	})
+	m.gcHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "gc_held",
+		Help: "1 while this node's gc is held by a catalog it does not trust (another identity, an older state): 'llmgw gc --trust' adopts it.",
+	})
+	for _, c := range []string{"unwanted", "superseded", "wanted"} {
+		m.evictedBytes.WithLabelValues(c)
+		for _, tr := range []string{"watermark", "fetch"} {
+			m.evictions.WithLabelValues(c, tr)
+		}
+	}
 	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fetches_in_progress",
 		Help: "Fetches moving bytes right now, prefetches included (their report entries say prefetch).",
@@ -118,9 +154,13 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	m.swarmBytes.WithLabelValues("origin")
 	m.swarmBytes.WithLabelValues("peer")
 	m.swarmBytes.WithLabelValues("peer_discarded")
+	for _, why := range []string{"unreachable", "refused", "busy", "slow", "bad"} {
+		m.swarmPeerFailures.WithLabelValues(why)
+	}
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.fetchErrors, m.reports,
-		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.prefetchBytes, m.jobStarts,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports,
+		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.evictions, m.evictedBytes, m.evictHeld, m.gcHeld,
+		m.prefetchBytes, m.jobStarts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

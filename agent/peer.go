@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge"
@@ -22,6 +23,23 @@ import (
 // while the node's own fetch competes for the disk. Beyond it a peer is told
 // 503 and moves to another holder.
 const maxUploads = 8
+
+// maxUploadsPerNode bounds the verified reads one node is served at once:
+// a member reads peerParallel chunks at a time, and one node reading slowly
+// (or a root on it that means to) must leave the other slots to the rest
+// of the fabric. One live stream per node, which is all a member asks for.
+const maxUploadsPerNode = peerParallel
+
+// serveStall is how long one write of an answer may block: a reader that
+// takes nothing for that long while the server has bytes for it is cut
+// off, its slot freed. Twice the reader's own peerStall, so that an honest
+// reader gives up first.
+const serveStall = 2 * peerStall
+
+// maxServedChunk is the largest chunk a request may cover: the largest
+// chunk size a swarm may have (the coordinator's SwarmMaxChunk, which
+// TestMaxServedChunk holds equal to it).
+const maxServedChunk = 64 << 20
 
 // maxLiveUploads bounds the live streams (serveLive) a node serves at once,
 // apart from maxUploads: a live stream lasts as long as the origin takes to
@@ -72,120 +90,6 @@ func resolvePeerAddr(cfg Config) (string, error) {
 	return "", fmt.Errorf("peer_interface %q has no usable address; bring it up or set peer_addr", cfg.PeerInterface)
 }
 
-// held is one file the node can serve to its fabric, by its sha256: a swarm
-// fetch in progress (its .part and the chunks verified so far) or a file
-// complete in the cache.
-type held struct {
-	mu        sync.Mutex
-	path      string // the .part while fetching, then the cache file
-	size      int64
-	chunkSize int64
-	have      []byte
-	complete  bool
-	// live is the chunk this node is reading from the origin as the lease
-	// holder, served with ?live=1 before it is verified; nil otherwise.
-	live *liveChunk
-}
-
-// liveChunk is one chunk as it arrives from the origin: buf[:n] has come,
-// and wake is closed (and replaced) whenever n grows or the read breaks.
-type liveChunk struct {
-	i    int
-	from int64
-	buf  []byte
-
-	mu     sync.Mutex
-	n      int
-	broken bool
-	wake   chan struct{}
-}
-
-func newLiveChunk(i int, from int64, buf []byte) *liveChunk {
-	return &liveChunk{i: i, from: from, buf: buf, wake: make(chan struct{})}
-}
-
-// grew says buf[:n] has arrived.
-func (c *liveChunk) grew(n int) {
-	c.mu.Lock()
-	c.n = n
-	close(c.wake)
-	c.wake = make(chan struct{})
-	c.mu.Unlock()
-}
-
-// fail says the origin read broke: the rest of the chunk will not come
-// through this buffer.
-func (c *liveChunk) fail() {
-	c.mu.Lock()
-	c.broken = true
-	close(c.wake)
-	c.wake = make(chan struct{})
-	c.mu.Unlock()
-}
-
-func (c *liveChunk) state() (int, bool, chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n, c.broken, c.wake
-}
-
-func (h *held) setLive(c *liveChunk) {
-	h.mu.Lock()
-	h.live = c
-	h.mu.Unlock()
-}
-
-func (h *held) verified(from, to int64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.complete {
-		return true
-	}
-	for i := from / h.chunkSize; i <= to/h.chunkSize; i++ {
-		if !api.HasChunk(h.have, int(i)) {
-			return false
-		}
-	}
-	return true
-}
-
-func (h *held) mark(i int) {
-	h.mu.Lock()
-	h.have = api.SetChunk(h.have, i)
-	h.mu.Unlock()
-}
-
-// holdings is the in-process registry the chunk server answers from: keyed
-// by sha256, never by a name from a request, so a request can only ever
-// reach a file this agent put in its cache directory itself.
-type holdings struct {
-	mu    sync.Mutex
-	files map[string]*held
-}
-
-func (r *holdings) get(sum string) *held {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.files[sum]
-}
-
-func (r *holdings) put(sum string, h *held) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.files == nil {
-		r.files = map[string]*held{}
-	}
-	r.files[sum] = h
-}
-
-func (r *holdings) drop(sum string, h *held) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.files[sum] == h {
-		delete(r.files, sum)
-	}
-}
-
 // peerServer answers GET /v1/chunks/{sha256} from the node's fabric.
 type peerServer struct {
 	addr     string // this server's own address, which a request's Host must be
@@ -201,11 +105,75 @@ type peerServer struct {
 	// agent's llmgw_agent_swarm_served_bytes_total, which shows which
 	// node fed its fabric, and that a node of another fabric fed none.
 	onServed func(n int64)
+	// onDropped, when set, is told of a complete file dropped because it
+	// is gone or changed, so that its swarm stops offering it.
+	onDropped func(sum string, h *held)
+
+	mu     sync.Mutex
+	byNode map[string]int // slots in use, by requesting node and kind
 }
 
 func newPeerServer(addr, fabric string, codec munge.Codec, cacheDir string, files *holdings) *peerServer {
 	return &peerServer{addr: addr, fabric: fabric, codec: codec, uid: uint32(os.Geteuid()), cacheDir: cacheDir, files: files,
-		slots: make(chan struct{}, maxUploads), liveSlots: make(chan struct{}, maxLiveUploads)}
+		slots: make(chan struct{}, maxUploads), liveSlots: make(chan struct{}, maxLiveUploads), byNode: map[string]int{}}
+}
+
+// take takes a slot for one answer to node, within the node's share and
+// the server's; it returns the release, or nil when either is full.
+func (s *peerServer) take(node string, live bool) func() {
+	slots, key, most := s.slots, node, maxUploadsPerNode
+	if live {
+		slots, key, most = s.liveSlots, node+"\x00live", 1
+	}
+	s.mu.Lock()
+	if s.byNode[key] >= most {
+		s.mu.Unlock()
+		return nil
+	}
+	s.byNode[key]++
+	s.mu.Unlock()
+	untake := func() {
+		s.mu.Lock()
+		if s.byNode[key]--; s.byNode[key] <= 0 {
+			delete(s.byNode, key)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case slots <- struct{}{}:
+		return func() {
+			<-slots
+			untake()
+		}
+	default:
+		untake()
+		return nil
+	}
+}
+
+// busy answers 503 with Retry-After, which tells a member this is the
+// honest "busy", which it leaves alone briefly, from a refusal, which it
+// reports.
+func busy(w http.ResponseWriter, why string) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, why, http.StatusServiceUnavailable)
+}
+
+// oneChunk says whether from..to is exactly one chunk of h. A request
+// covers one chunk, so that an answer's cost (its slot's time, its write
+// deadline) is bounded by a chunk, not the file: 8 readers of the whole
+// file at 100 B/s held all 8 slots of a holder (issue 24). A complete file
+// held by a Fetcher's fetch does not know the swarm's chunk size: there,
+// a range of at most maxServedChunk on a boundary of its own length, or
+// the file's tail.
+func (h *held) oneChunk(from, to int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := to - from + 1
+	if h.complete && !h.chunked {
+		return n <= maxServedChunk && (from%n == 0 || to == h.size-1)
+	}
+	return from%h.chunkSize == 0 && to == min(from+h.chunkSize, h.size)-1
 }
 
 func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -219,23 +187,21 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
-	slots := s.slots
-	if live {
-		slots = s.liveSlots
-	}
-	select {
-	case slots <- struct{}{}:
-		defer func() { <-slots }()
-	default:
-		http.Error(w, "busy: ask another holder", http.StatusServiceUnavailable)
+	release := s.take(r.Header.Get(api.PeerNodeHeader), live)
+	if release == nil {
+		busy(w, "busy: ask another holder")
 		return
 	}
+	defer release()
 	h := s.files.get(sum)
 	if h == nil {
 		http.Error(w, "not held here", http.StatusNotFound)
 		return
 	}
 	from, to, err := parseRange(r.Header.Get("Range"), h.size)
+	if err == nil && !h.oneChunk(from, to) {
+		err = fmt.Errorf("range %s: a request covers exactly one chunk", r.Header.Get("Range"))
+	}
 	if err != nil {
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", h.size))
 		http.Error(w, err.Error(), http.StatusRequestedRangeNotSatisfiable)
@@ -250,22 +216,64 @@ func (s *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a chunk of the range is not verified here yet", http.StatusRequestedRangeNotSatisfiable)
 		return
 	}
-	h.mu.Lock()
-	path := h.path
-	h.mu.Unlock()
-	fh, err := os.Open(path)
-	if err != nil {
-		// The .part was renamed between the lookup and the open: ask again.
-		http.Error(w, "moved; ask again", http.StatusServiceUnavailable)
+	fh, err := h.open(sum)
+	switch {
+	case errors.Is(err, errMoving):
+		busy(w, err.Error())
+		return
+	case err != nil:
+		// Gone (gc) or replaced: never served under this digest again,
+		// and its swarm is told.
+		s.files.drop(sum, h)
+		if s.onDropped != nil && h.isComplete() {
+			// A fetch in progress tells its swarm itself, when it ends.
+			s.onDropped(sum, h)
+		}
+		http.Error(w, "not held here any more", http.StatusNotFound)
 		return
 	}
 	defer fh.Close()
 	w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, to, h.size))
 	w.Header().Set("Content-Length", strconv.FormatInt(to-from+1, 10))
 	w.WriteHeader(http.StatusPartialContent)
-	n, _ := io.Copy(w, io.NewSectionReader(fh, from, to-from+1))
+	n, _ := copyPaced(w, io.NewSectionReader(fh, from, to-from+1), to-from+1)
 	if s.onServed != nil {
 		s.onServed(n)
+	}
+}
+
+// copyPaced writes n bytes of r to w under write deadlines: each piece
+// within serveStall, and the whole within serveStall and n at
+// peerFloorRate (a reader's own limit, plus a margin). Without them a
+// reader that takes nothing holds its upload slot for as long as it keeps
+// the connection open. The deadline is cleared at the end, for the next
+// request on the connection.
+func copyPaced(w http.ResponseWriter, r io.Reader, n int64) (int64, error) {
+	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
+	end := time.Now().Add(serveStall + time.Duration(float64(n)/peerFloorRate*float64(time.Second)))
+	buf := make([]byte, 256<<10)
+	var sent int64
+	for {
+		m, rerr := r.Read(buf)
+		if m > 0 {
+			d := time.Now().Add(serveStall)
+			if end.Before(d) {
+				d = end
+			}
+			rc.SetWriteDeadline(d)
+			k, err := w.Write(buf[:m])
+			sent += int64(k)
+			if err != nil {
+				return sent, err
+			}
+		}
+		if rerr == io.EOF {
+			return sent, nil
+		}
+		if rerr != nil {
+			return sent, rerr
+		}
 	}
 }
 
@@ -295,9 +303,13 @@ func (s *peerServer) serveLive(w http.ResponseWriter, r *http.Request, h *held, 
 			s.onServed(int64(sent))
 		}
 	}()
+	// Each write within serveStall: the bytes come at the origin's pace,
+	// but a reader that stops taking them must not keep a live slot.
+	defer rc.SetWriteDeadline(time.Time{})
 	for sent < len(c.buf) {
 		n, broken, wake := c.state()
 		if n > sent {
+			rc.SetWriteDeadline(time.Now().Add(serveStall))
 			m, err := w.Write(c.buf[sent:n])
 			sent += m
 			if err != nil {
@@ -321,7 +333,11 @@ func (s *peerServer) serveLive(w http.ResponseWriter, r *http.Request, h *held, 
 
 // authenticate accepts a request only with a MUNGE credential made by root
 // (or the agent's own user) on a cluster host, for exactly this request to
-// exactly this server, from a node that says it is of this fabric.
+// exactly this server, from a node that says it is of this fabric and that
+// the coordinator's plan of the file's swarm lists as a member, from one of
+// that member's addresses (issue 24): the fabric header is the requester's
+// word, and a node of another fabric once read this fabric's chunks with
+// it.
 func (s *peerServer) authenticate(r *http.Request) error {
 	if r.Host != s.addr {
 		return fmt.Errorf("request for %q, this is %s", r.Host, s.addr)
@@ -341,9 +357,14 @@ func (s *peerServer) authenticate(r *http.Request) error {
 	if c.UID != 0 && c.UID != s.uid {
 		return fmt.Errorf("credential of uid %d: only the agents (root) may read chunks", c.UID)
 	}
-	want := api.PeerMungePayload(r.Method, r.Host, r.URL.RequestURI(), r.Header.Get(api.PeerNodeHeader), fabric, r.Header.Get("Range"))
+	node := r.Header.Get(api.PeerNodeHeader)
+	want := api.PeerMungePayload(r.Method, r.Host, r.URL.RequestURI(), node, fabric, r.Header.Get("Range"))
 	if string(c.Payload) != string(want) {
 		return errors.New("the credential was made for another request")
+	}
+	sum, _ := strings.CutPrefix(r.URL.Path, "/"+api.Version+"/chunks/")
+	if h := s.files.get(sum); h != nil && !h.admit(r.Context(), node, c.Addr) {
+		return fmt.Errorf("node %q with a credential from %s is no member of this file's swarm in fabric %s as the coordinator lists them (node and address)", node, c.Addr, s.fabric)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
 
@@ -25,8 +26,10 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := &holdings{}
-	// A fetch in progress with only chunk 0 verified.
-	files.put(sum, &held{path: part, size: int64(len(data)), chunkSize: testChunk, have: api.SetChunk(nil, 0)})
+	// A fetch in progress with only chunk 0 verified, its plan listing n22.
+	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk, have: api.SetChunk(nil, 0)}
+	h.setMembers(memberPlan("n22", "127.0.0.22"))
+	files.put(sum, h)
 	l, err := net.Listen("tcp", "127.0.0.21:0")
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +99,9 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 		"not a root credential": {addr, "ib-a", chunk0, "MUNGE " + mungetest.EncodeAs(t, client, 65534, 65534, api.PeerMungePayload(http.MethodGet, addr, uri, "n22", "ib-a", chunk0)), 403},
 		"unverified chunk":      {addr, "ib-a", chunk1, cred(addr, "ib-a", chunk1), 416},
 		"range past the end":    {addr, "ib-a", fmt.Sprintf("bytes=0-%d", len(data)), cred(addr, "ib-a", fmt.Sprintf("bytes=0-%d", len(data))), 416},
+		// A request covers exactly one chunk (issue 24).
+		"part of a chunk": {addr, "ib-a", fmt.Sprintf("bytes=100-%d", testChunk-1), cred(addr, "ib-a", fmt.Sprintf("bytes=100-%d", testChunk-1)), 416},
+		"two chunks":      {addr, "ib-a", fmt.Sprintf("bytes=0-%d", 2*testChunk-1), cred(addr, "ib-a", fmt.Sprintf("bytes=0-%d", 2*testChunk-1)), 416},
 	} {
 		if r := do(c.host, c.fabric, c.rng, c.auth); r.StatusCode != c.want {
 			t.Errorf("%s: %s, want %d", name, r.Status, c.want)
@@ -107,14 +113,14 @@ func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {
 		}
 	}
 	// What the 206 carries is the file's bytes.
-	rng := fmt.Sprintf("bytes=100-%d", testChunk-1)
-	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 100, testChunk-1, false)
+	rng := fmt.Sprintf("bytes=0-%d", testChunk-1)
+	resp, err := peerGet(ctx, http.DefaultClient, client, "n22", "ib-a", addr, sum, 0, testChunk-1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 206 || string(body) != string(data[100:testChunk]) {
+	if resp.StatusCode != 206 || string(body) != string(data[:testChunk]) {
 		t.Errorf("%s: %s with %d bytes, want 206 with the file's bytes", rng, resp.Status, len(body))
 	}
 	// A sha256 not held: nothing, whatever the cache holds under other names.
@@ -137,6 +143,7 @@ func TestPeerServerLiveChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk}
+	h.setMembers(memberPlan("n25", "127.0.0.25"))
 	addr := servePeer(t, realm, "127.0.0.24", dir, sum, h)
 	client := realm.Start("127.0.0.25")
 	ctx := context.Background()
@@ -212,6 +219,11 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	}
 	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk}
 	h.mark(0)
+	members := []string{"n27", "127.0.0.27"}
+	for k := 0; k < maxUploads; k++ {
+		members = append(members, fmt.Sprintf("n%d", 40+k), fmt.Sprintf("127.0.0.%d", 40+k))
+	}
+	h.setMembers(memberPlan(members...))
 	addr := servePeer(t, realm, "127.0.0.26", dir, sum, h)
 	// Chunk 1 is being read from the origin, its first bytes in, the rest
 	// not coming until the end of the test: every live stream stays open.
@@ -220,11 +232,13 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	c.grew(100)
 	h.setLive(c)
 	defer c.fail()
-	client := realm.Start("127.0.0.27")
 	ctx := context.Background()
 	var open int
+	// From as many nodes as there are verified slots: a node is given one
+	// live stream at most.
 	for k := 0; k < maxUploads; k++ {
-		resp, err := peerGet(ctx, http.DefaultClient, client, "n27", "ib-a", addr, sum, testChunk, 2*testChunk-1, true)
+		client := realm.Start(fmt.Sprintf("127.0.0.%d", 40+k))
+		resp, err := peerGet(ctx, http.DefaultClient, client, fmt.Sprintf("n%d", 40+k), "ib-a", addr, sum, testChunk, 2*testChunk-1, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,6 +256,7 @@ func TestPeerServerLiveStreamsLeaveVerifiedReadsTheirSlots(t *testing.T) {
 	if open != maxLiveUploads {
 		t.Errorf("%d live streams open at once, want maxLiveUploads = %d", open, maxLiveUploads)
 	}
+	client := realm.Start("127.0.0.27")
 	resp, err := peerGet(ctx, http.DefaultClient, client, "n27", "ib-a", addr, sum, 0, testChunk-1, false)
 	if err != nil {
 		t.Fatal(err)
@@ -269,4 +284,92 @@ func servePeer(t *testing.T, realm *mungetest.Realm, ip, dir, sum string, h *hel
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return addr
+}
+
+// memberPlan is a plan of a coordinator that binds credentials to
+// addresses, listing members given as node, address pairs: who a chunk
+// server serves.
+func memberPlan(pairs ...string) api.SwarmPlan {
+	p := api.SwarmPlan{Instance: "test", AddrsBound: true}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		p.Members = append(p.Members, api.SwarmMember{Node: pairs[i], Addrs: []string{pairs[i+1]}})
+	}
+	return p
+}
+
+// TestPeerServerServesOnlyPlannedMembers (issue 24, 2): a chunk server
+// serves a credential only from a member of the file's swarm as the
+// coordinator's plan lists it, by node and by the credential's origin
+// address: root on a node of another fabric naming itself a member, or
+// naming the fabric in its header, is refused. A node the latest plan does
+// not list (a member that joined since, that has verified nothing) makes
+// the server ask for a plan again first, at most every refreshEvery, and
+// is served when that plan lists it.
+//
+// Seen failing as it should on main: n23's credential naming n22 and
+// fabric ib-a was served (206).
+func TestPeerServerServesOnlyPlannedMembers(t *testing.T) {
+	realm := mungetest.New(t)
+	data, sum := testData(t, 2*testChunk)
+	dir := t.TempDir()
+	part := filepath.Join(dir, "model.bin")
+	if err := os.WriteFile(part, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{path: part, size: int64(len(data)), chunkSize: testChunk, complete: true}
+	h.setMembers(memberPlan("n41", "127.0.0.41", "n42", "127.0.0.42"))
+	var refreshes atomic.Int64
+	var next atomic.Pointer[api.SwarmPlan]
+	h.refresh = func(context.Context) error {
+		refreshes.Add(1)
+		if p := next.Load(); p != nil {
+			h.setMembers(*p)
+		}
+		return nil
+	}
+	addr := servePeer(t, realm, "127.0.0.41", dir, sum, h)
+	n42, n43 := realm.Start("127.0.0.42"), realm.Start("127.0.0.43")
+	ctx := context.Background()
+	get := func(codec munge.Codec, node string) int {
+		t.Helper()
+		resp, err := peerGet(ctx, http.DefaultClient, codec, node, "ib-a", addr, sum, 0, testChunk-1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(n42, "n42"); got != http.StatusPartialContent {
+		t.Fatalf("member n42 from its own address: %d, want 206", got)
+	}
+	if got := get(n43, "n42"); got != http.StatusForbidden {
+		t.Errorf("n43's credential naming member n42: %d, want 403", got)
+	}
+	if got := get(n43, "n43"); got != http.StatusForbidden {
+		t.Errorf("n43, in no plan: %d, want 403", got)
+	}
+	if refreshes.Load() == 0 {
+		t.Errorf("a requester the plan does not list made the server ask for no plan")
+	}
+	// n43 joins the swarm, with nothing verified: the plan the server asks
+	// for lists it, and it is served.
+	p := memberPlan("n41", "127.0.0.41", "n42", "127.0.0.42", "n43", "127.0.0.43")
+	next.Store(&p)
+	time.Sleep(refreshEvery)
+	if got := get(n43, "n43"); got != http.StatusPartialContent {
+		t.Errorf("n43, a member since the server's last plan: %d, want 206", got)
+	}
+	// A stranger asking many times makes the server ask the coordinator
+	// no more than every refreshEvery.
+	next.Store(nil)
+	h.setMembers(memberPlan("n41", "127.0.0.41"))
+	before, start := refreshes.Load(), time.Now()
+	for range 8 {
+		get(n42, "n42")
+	}
+	took := time.Since(start)
+	if got, most := refreshes.Load()-before, int64(took/refreshEvery)+2; got > most {
+		t.Errorf("8 refused requests in %v made %d plan asks; at most %d (one per %v)", took, got, most, refreshEvery)
+	}
 }

@@ -26,8 +26,9 @@ const (
 	keepaliveEvery = 5 * time.Second
 )
 
-// maxEnsureBody bounds an ensure request: a source and a digest.
-const maxEnsureBody = 64 << 10
+// maxEnsureBody bounds an ensure request: a source and a digest, or a Hub
+// model's list of at most catalog.MaxHubFiles files.
+const maxEnsureBody = 4 << 20
 
 // listenSocket binds the agent's unix socket, mode 0600 in a directory
 // created 0755 if missing; an existing directory must be root's and
@@ -121,6 +122,16 @@ func decodeEnsure(r io.Reader) (api.EnsureRequest, *api.Error) {
 		return req, api.Errorf(api.CodeInvalid, "ensure request: size %d is negative", req.Size)
 	case req.Set != "" && !catalog.IsSetName(req.Set):
 		return req, api.Errorf(api.CodeInvalid, "ensure request: set %q is not a set directory's name", req.Set)
+	case req.Hub != nil && req.Set != "":
+		return req, api.Errorf(api.CodeInvalid, "ensure request: a Hub model is not a set")
+	}
+	if req.Hub != nil {
+		if err := catalog.CheckHub(*req.Hub); err != nil {
+			return req, api.Errorf(api.CodeInvalid, "ensure request: %v", err)
+		}
+		if want := catalog.HubSource(req.Hub.Repo, req.Hub.Commit); req.Source != want {
+			return req, api.Errorf(api.CodeInvalid, "ensure request: source %q is not the Hub model's, %s", req.Source, want)
+		}
 	}
 	return req, nil
 }

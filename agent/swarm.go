@@ -8,6 +8,7 @@ package agent
 // is verified, synced and tagged exactly as a Fetcher's own.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash"
@@ -55,6 +56,9 @@ type swarm struct {
 	log          logrus.FieldLogger
 	onBytes      func(from string, n int64) // "origin" or "peer"
 	onProgress   func(done, total int64)
+	// onPeerFailure, when set, is told of each failed read from a peer:
+	// "unreachable", "refused", "busy", "slow" or "bad".
+	onPeerFailure func(why string)
 
 	chunk int64
 	n     int
@@ -63,15 +67,31 @@ type swarm struct {
 	fh *os.File
 	h  *held
 
-	mu         sync.Mutex
-	sums       []string       // known digests, by chunk
-	mine       map[int]string // digests this node computed from origin bytes
-	acked      int
-	bad        map[string]bool
-	unreach    []string
-	down       map[string]time.Time // peer address -> when it failed
-	validator  string
-	fromOrigin atomic.Int64
+	mu      sync.Mutex
+	sums    []string       // known digests, by chunk
+	mine    map[int]string // digests this node computed from origin bytes
+	acked   int
+	bad     map[string]bool
+	unreach []string
+	down    map[string]time.Time // peer address -> until when it is left alone
+	// refusing is, by peer address, when the peer began to answer this
+	// member with nothing but failures (shun); a read it serves ends it.
+	refusing map[string]time.Time
+	// peerBytesIn counts the bytes that arrived from peers, landed or
+	// not; watchAt and watchFrom are the start of the lease holder's
+	// current window on them and the count then (peersStalled).
+	peerBytesIn atomic.Int64
+	watchAt     time.Time
+	watchFrom   int64
+	validator   string
+	// alone says the member reads the origin without a plan (withoutPlan);
+	// grace, when set, replaces planGrace (tests).
+	alone bool
+	grace time.Duration
+	// staleValidators are validators the origin answered If-Range with
+	// the whole file: never sent again by this member (originGet).
+	staleValidators map[string]bool
+	fromOrigin      atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
@@ -81,6 +101,19 @@ type swarm struct {
 	fromPeers  atomic.Int64
 	discarded  atomic.Int64
 	candidates []int // chunks on disk that must be verified again
+
+	// sent are the digests of mine the coordinator acknowledged. When the
+	// plan's Instance changes (a restarted coordinator knows none) they are
+	// sent again, with the digest of every chunk verified here: the
+	// coordinator publishes a digest two members resend alike, and the
+	// lease holder's, so that a restart costs a report interval, not the
+	// chunks read so far. resending are the chunks resent so, and
+	// resendPlans how many more plans they are sent with before those the
+	// coordinator did not take go back to sent. Under mu.
+	sent        map[int]string
+	instance    string
+	resending   map[int]bool
+	resendPlans int
 
 	// verifiedc wakes the lease holder's reporter when it verified a chunk
 	// from the origin: its digest is what the fabric waits for, so it goes
@@ -136,8 +169,11 @@ func (s *swarm) run(ctx context.Context) error {
 		s.chunk = api.DefaultChunkSize
 	}
 	s.mine = map[int]string{}
+	s.sent = map[int]string{}
 	s.bad = map[string]bool{}
 	s.down = map[string]time.Time{}
+	s.refusing = map[string]time.Time{}
+	s.staleValidators = map[string]bool{}
 	s.verifiedc = make(chan struct{}, 1)
 	s.liveAtDigest = map[int]int64{}
 	defer s.dropLive()
@@ -174,7 +210,10 @@ func (s *swarm) run(ctx context.Context) error {
 		return err
 	}
 	s.n = s.nChunks()
-	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, have: have}
+	// Sized now, not at the first plan: a member without one (withoutPlan)
+	// reads the origin with none.
+	s.sums = make([]string, s.n)
+	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source, refresh: s.refreshMembers}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -188,6 +227,8 @@ func (s *swarm) run(ctx context.Context) error {
 	}()
 
 	waitFor := time.Duration(0) // the wait the next report asks for
+	var last *api.SwarmPlan     // the last plan the coordinator gave
+	var refused time.Time       // since when it gives none, zero while it does
 	for {
 		rep := s.report(false, false)
 		rep.WaitMs = int(waitFor / time.Millisecond)
@@ -199,13 +240,28 @@ func (s *swarm) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.log.WithError(err).Warn("swarm: no plan from the coordinator; asking again")
-			if err := sleep(ctx, time.Second); err != nil {
-				return err
+			if refused.IsZero() {
+				refused = time.Now()
+				s.log.WithError(err).Warnf("swarm: no plan from the coordinator; asking again, and reading the origin alone if it gives none for %v", cmp.Or(s.grace, planGrace))
 			}
-			continue
+			var ok bool
+			if plan, ok = s.withoutPlan(last, refused); !ok {
+				if err := sleep(ctx, time.Second); err != nil {
+					return err
+				}
+				continue
+			}
+		} else {
+			if !refused.IsZero() {
+				s.log.WithField("after", time.Since(refused).Round(time.Millisecond).String()).Info("swarm: the coordinator plans again")
+			}
+			refused = time.Time{}
+			s.mu.Lock()
+			s.alone = false
+			s.mu.Unlock()
+			last = &plan
+			s.takePlan(plan)
 		}
-		s.takePlan(plan)
 		s.reverify()
 		if err := s.settleLive(ctx, plan); err != nil {
 			return err
@@ -217,6 +273,9 @@ func (s *swarm) run(ctx context.Context) error {
 		until := time.Now().Add(every)
 		switch {
 		case plan.Lease && !s.peersHold(plan):
+			s.mu.Lock()
+			s.watchAt = time.Time{}
+			s.mu.Unlock()
 			err = s.fromOriginRun(ctx, plan, until)
 		default:
 			// Without the lease, peers only; with it, what peers hold is
@@ -254,14 +313,74 @@ func (s *swarm) run(ctx context.Context) error {
 		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
 	}
 	os.Remove(s.target + swarmSuffix)
-	s.h.mu.Lock()
-	s.h.path, s.h.complete = s.target, true
-	s.h.mu.Unlock()
+	s.h.completeAt(s.target)
 	done = true
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	s.coord.Swarm(cctx, s.report(true, false))
+	if p, err := s.coord.Swarm(cctx, s.report(true, false)); err == nil {
+		s.h.setMembers(p)
+	}
 	return nil
+}
+
+// refreshMembers asks the coordinator for a plan now, for the members the
+// chunk server may serve (held.admit): a node its latest plan does not
+// list asked it for a chunk. After the fetch, the node reports as what it
+// is then, complete; the plan's other news is for the run loop's next
+// report.
+func (s *swarm) refreshMembers(ctx context.Context) error {
+	s.h.mu.Lock()
+	complete := s.h.complete
+	s.h.mu.Unlock()
+	p, err := s.coord.Swarm(ctx, s.report(complete, false))
+	if err != nil {
+		return err
+	}
+	s.h.setMembers(p)
+	return nil
+}
+
+// planGrace is how long a member goes on without a plan (the coordinator
+// down, restarting, or refusing: its registry full, the node over its
+// quota) before it reads the origin alone. A coordinator restart or a
+// network blip costs the fabric a pause and no origin byte: every member
+// of a fabric reading the origin the moment the coordinator is away would
+// be the stampede the swarm exists to prevent. A coordinator away longer,
+// or a refusal that lasts, costs one origin read per node, as a node
+// without a swarm does; waiting on instead turned every Prolog of the
+// fabric into a fetch_deadline failure (issue 24).
+const planGrace = 10 * time.Second
+
+// withoutPlan is the plan a member acts on when the coordinator gave none
+// since refused, last being the last it gave (nil if none), and false when
+// it is to ask again first. A lease holder keeps its lease and reads on:
+// the coordinator passes a lease only when it hears another member, and
+// when it is back it hears this one first. Any other member reads what it
+// knows from the peers it knows for planGrace, then the origin alone, with
+// a plan of its own that gives it the lease; its origin read stops at the
+// first real plan that does not.
+func (s *swarm) withoutPlan(last *api.SwarmPlan, refused time.Time) (api.SwarmPlan, bool) {
+	switch {
+	case last != nil && last.Lease:
+		return *last, true
+	case time.Since(refused) >= cmp.Or(s.grace, planGrace):
+		every := 250
+		if last != nil {
+			every = last.ReportEvery
+		}
+		s.mu.Lock()
+		alone := s.alone
+		s.alone = true
+		s.mu.Unlock()
+		if !alone {
+			s.log.WithField("for", time.Since(refused).Round(time.Millisecond).String()).Warn("swarm: no plan from the coordinator; reading the origin alone, every chunk checked against its own read and the file against its pin")
+		}
+		return api.SwarmPlan{Lease: true, ReportEvery: every}, true
+	case last != nil:
+		p := *last
+		return p, true
+	}
+	return api.SwarmPlan{}, false
 }
 
 // report is what the member tells the coordinator now.
@@ -288,8 +407,29 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 }
 
 func (s *swarm) takePlan(p api.SwarmPlan) {
+	s.h.setMembers(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if p.Instance != "" && p.Instance != s.instance {
+		if s.instance != "" {
+			// Another coordinator process: it has none of the digests
+			// this node knows. Send them all again.
+			s.resending = map[int]bool{}
+			for i, v := range s.sent {
+				s.mine[i], s.resending[i] = v, true
+			}
+			for i, v := range s.sums {
+				if v != "" && i < s.n && s.has(i) {
+					if _, ok := s.mine[i]; !ok {
+						s.mine[i], s.resending[i] = v, true
+					}
+				}
+			}
+			s.resendPlans = 4
+			s.log.WithField("digests", len(s.resending)).Info("swarm: the coordinator restarted; sending it the digests of the chunks this node holds again")
+		}
+		s.instance = p.Instance
+	}
 	s.h.mu.Lock()
 	if p.ChunkSize > 0 && p.ChunkSize != s.chunk && s.fromOrigin.Load()+s.fromPeers.Load()+s.discarded.Load() == 0 && len(s.h.have) == 0 && len(s.candidates) == 0 {
 		// Nothing fetched yet: take the swarm's chunk size.
@@ -317,10 +457,24 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 	// Acknowledged digests are the coordinator's now: stop resending them,
 	// keeping those it has not stored.
 	if p.SumsKnown > 0 {
-		for i := range s.mine {
-			if i < len(p.Sums) && p.Sums[i] == s.mine[i] {
+		for i, v := range s.mine {
+			if i < len(p.Sums) && p.Sums[i] == v {
+				s.sent[i] = v
 				delete(s.mine, i)
 			}
+		}
+	}
+	if s.resendPlans > 0 {
+		if s.resendPlans--; s.resendPlans == 0 {
+			// Resent and not taken (no second member has them, nor the
+			// holder): not sent in every report from now on.
+			for i := range s.resending {
+				if v, ok := s.mine[i]; ok {
+					s.sent[i] = v
+					delete(s.mine, i)
+				}
+			}
+			s.resending = nil
 		}
 	}
 	if s.validator == "" {

@@ -31,8 +31,7 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 	// Three 16 MiB chunks and a piece: the agents' chunk size is the
 	// protocol's default, which the coordinator's default minimum allows.
 	data, sum := testData(t, 3*api.DefaultChunkSize+12345)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	names := []int{81, 82, 83}
 	ips := map[string]string{}
 	for _, k := range names {
@@ -104,6 +103,12 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 // nK, on 127.0.0.K (its chunk server on port), reporting to e's coordinator
 // with its own munged, and waits for its first report to be taken.
 func startSwarmAgent(t *testing.T, e *fabricEnv, k, port int) *Agent {
+	return startSwarmAgentWith(t, e, k, port, nil)
+}
+
+// startSwarmAgentWith is startSwarmAgent with set applied to the agent
+// before it runs.
+func startSwarmAgentWith(t *testing.T, e *fabricEnv, k, port int, set func(*Agent)) *Agent {
 	ip := fmt.Sprintf("127.0.0.%d", k)
 	cfg := testConfig(t)
 	cfg.Node, cfg.Fabric = fmt.Sprintf("n%d", k), "ib-a"
@@ -117,6 +122,9 @@ func startSwarmAgent(t *testing.T, e *fabricEnv, k, port int) *Agent {
 	e.mu.Lock()
 	e.files[cfg.Node] = &a.swarm.files
 	e.mu.Unlock()
+	if set != nil {
+		set(a)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -140,8 +148,7 @@ func startSwarmAgent(t *testing.T, e *fabricEnv, k, port int) *Agent {
 func TestSwarmEnsureWaitsForAnotherFetch(t *testing.T) {
 	realm := mungetest.New(t)
 	data, sum := testData(t, api.DefaultChunkSize+999)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: api.DefaultChunkSize, nodes: map[string]*fnode{},
-		files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	e.url = startCoordinator(t, realm, map[string]string{"n91": "127.0.0.91"}, 0)
 	e.o = newFOrigin(t, e, 0)
 	a := startSwarmAgent(t, e, 91, 31150)

@@ -32,7 +32,6 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator"
-	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
@@ -45,41 +44,21 @@ func (k knownNodes) KnownNodes(context.Context) ([]coordinator.KnownNode, error)
 }
 
 // startCoordinator runs the real coordinator on 127.0.0.1 with MUNGE, for
-// the nodes named (name -> 127.0.0.K), and returns its URL.
-func startCoordinator(t testing.TB, realm *mungetest.Realm, nodes map[string]string, minChunk int64) string {
+// the nodes named (name -> 127.0.0.K), and returns its URL; set, when
+// given, changes its configuration (swarm_liars_test.go's coordProc).
+func startCoordinator(t testing.TB, realm *mungetest.Realm, nodes map[string]string, minChunk int64, set ...func(*coordinator.Config)) string {
 	t.Helper()
-	ctx := context.Background()
-	codec := realm.Start("127.0.0.1")
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "coordinator.db"))
-	if err != nil {
+	return newCoordProc(t, realm, nodes, minChunk, set...).url
+}
+
+// addCatalogFile makes source (pinned to sum, size bytes) a model of the
+// catalog of the coordinator at url: a swarm is only for a catalog file.
+func addCatalogFile(t testing.TB, url, source, sum string, size int64) {
+	t.Helper()
+	admin := &api.Client{BaseURL: url, Token: "admin-secret"}
+	if _, err := admin.PutModel(context.Background(), api.Model{Name: "model", Source: source, SHA256: sum, Size: size}); err != nil {
 		t.Fatal(err)
 	}
-	var known knownNodes
-	for n, ip := range nodes {
-		known = append(known, coordinator.KnownNode{Name: n, Addrs: []string{ip}})
-	}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	if testing.Verbose() {
-		log.SetOutput(os.Stderr)
-	}
-	srv, err := coordinator.New(ctx, coordinator.Config{MungeSocket: codec.Socket(), Nodes: known, SlurmUser: "1",
-		SwarmMinChunk: minChunk, ReportInterval: 30 * time.Second}, coordinator.Tokens{Admin: "admin-secret"}, db, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	go hs.Serve(l)
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Close()
-		db.Close()
-	})
-	return "http://" + l.Addr().String()
 }
 
 // fabricEnv is one fabric (ib-a) fetching one file.
@@ -107,10 +86,16 @@ type peerReq struct {
 	live         bool // ?live=1: the chunk the server was reading from the origin
 }
 
+// emptyFabric is a fabric of realm that fetches data (of sum) in chunks of
+// chunk, with no coordinator, origin or node yet.
+func emptyFabric(t testing.TB, realm *mungetest.Realm, data []byte, sum string, chunk int64) *fabricEnv {
+	return &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+}
+
 func newFabric(t testing.TB, chunks int, chunk, originRate int64, names ...int) *fabricEnv {
 	realm := mungetest.New(t)
 	data, sum := testData(t, chunks*int(chunk)-777)
-	e := &fabricEnv{t: t, realm: realm, data: data, sum: sum, chunk: chunk, nodes: map[string]*fnode{}, files: map[string]*holdings{}, peerBytes: map[string]int64{}}
+	e := emptyFabric(t, realm, data, sum, chunk)
 	ips := map[string]string{}
 	for _, k := range names {
 		ips[fmt.Sprintf("n%d", k)] = fmt.Sprintf("127.0.0.%d", k)
@@ -177,14 +162,11 @@ type originReq struct {
 
 func newFOrigin(t testing.TB, e *fabricEnv, rate int64) *fOrigin {
 	o := &fOrigin{e: e, rate: rate, byNode: map[string]int64{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	o.url = serveOrigin(t, o)
+	if e.url != "" && e.sum != "" {
+		// The coordinator plans swarms only for catalog files.
+		addCatalogFile(t, e.url, o.url, e.sum, int64(len(e.data)))
 	}
-	srv := &http.Server{Handler: o}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	o.url = "http://" + l.Addr().String() + "/model.bin"
 	return o
 }
 
@@ -289,6 +271,7 @@ type fnode struct {
 	dir             string
 	client          *api.Client
 	killed          atomic.Bool
+	coordDown       atomic.Bool // the coordinator is down for this node
 	peerRate        int64
 	peer            *http.Client
 	sw              *swarm
@@ -296,6 +279,7 @@ type fnode struct {
 	done            chan error
 	fromOriginCount atomic.Int64
 	fromPeersCount  atomic.Int64
+	grace           time.Duration // the swarm's planGrace, when set
 	hang            atomic.Bool   // serve half a chunk, then stop sending
 	stuck           chan peerReq  // the responses that stopped
 	release         chan struct{} // closed at the end: hung handlers return
@@ -342,6 +326,10 @@ func (n *fnode) Swarm(ctx context.Context, r api.SwarmReport) (api.SwarmPlan, er
 	if n.killed.Load() {
 		return api.SwarmPlan{}, errors.New("node killed")
 	}
+	if n.coordDown.Load() {
+		// Down as a stopped coordinator is: nothing listens.
+		return (&api.Client{BaseURL: "http://127.0.0.1:1"}).Swarm(ctx, r)
+	}
 	return n.client.Swarm(ctx, r)
 }
 
@@ -362,6 +350,7 @@ func (n *fnode) tap(h http.Handler) http.Handler {
 				n.busyLive[from/n.e.chunk]++
 				n.servedMu.Unlock()
 			}
+			w.Header().Set("Retry-After", "1")
 			http.Error(w, "busy: ask another holder", http.StatusServiceUnavailable)
 			return
 		}
@@ -438,7 +427,7 @@ func (n *fnode) fetch(t testing.TB) {
 	origin := &http.Client{Transport: &http.Transport{DisableCompression: true,
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(n.ip)}}).DialContext}}
 	n.sw = &swarm{coord: n, codec: n.codec, node: n.name, fabric: "ib-a", source: n.e.o.url, sum: n.e.sum, size: int64(len(n.e.data)),
-		chunk: n.e.chunk, target: target, part: target + ".part", origin: origin, peer: n.peer, files: n.files, log: log2,
+		chunk: n.e.chunk, target: target, part: target + ".part", origin: origin, peer: n.peer, files: n.files, log: log2, grace: n.grace,
 		onBytes: func(from string, b int64) {
 			switch from {
 			case "origin":
@@ -736,11 +725,13 @@ func TestSwarmNoPeerReachableFallsBackWithinLease(t *testing.T) {
 // TestSwarmHolderReadsPeersFirst: the lease passes to a member that a
 // complete peer is still feeding (the seed finished and went quiet, its
 // uploads slow); the new holder keeps reading what the peer holds from the
-// peer, and the origin serves the file once.
+// peer, and the origin serves the file once. The uploads are slow but above
+// a peer read's floor (peerFloorRate): about 11 s for the file, so that the
+// lease passes (5 s after the seed's last report) while the peer feeds it.
 func TestSwarmHolderReadsPeersFirst(t *testing.T) {
-	e := newFabric(t, 16, faultChunk, 16<<20, 71, 72)
+	e := newFabric(t, 160, faultChunk, 16<<20, 71, 72)
 	seed, slow := e.nodes["n71"], e.nodes["n72"]
-	seed.peerRate = 128 << 10
+	seed.peerRate = peerFloorRate * 5 / 4
 	e.seedFirst(t, seed, slow)
 	seed.wait(t, 30*time.Second)
 	slow.wait(t, 60*time.Second)

@@ -127,7 +127,15 @@ func (s *standIn) plan(r api.SwarmReport, addr string) api.SwarmPlan {
 			s.leases = append(s.leases, r.Node)
 		}
 	}
-	p := api.SwarmPlan{Lease: s.holder == r.Node, Holder: s.holder, ChunkSize: s.chunk, Sums: append([]string(nil), s.sums...), Validator: s.validator, ReportEvery: 100}
+	p := api.SwarmPlan{Lease: s.holder == r.Node, Holder: s.holder, ChunkSize: s.chunk, Sums: append([]string(nil), s.sums...), Validator: s.validator, ReportEvery: 100,
+		Instance: "stand-in", AddrsBound: true}
+	// Every member, with the address its munged speaks from (its chunk
+	// server's host, 127.0.0.K): what its chunk server checks requesters
+	// against.
+	for n, o := range s.members {
+		host, _, _ := net.SplitHostPort(o.addr)
+		p.Members = append(p.Members, api.SwarmMember{Node: n, Addrs: []string{host}})
+	}
 	for i := range r.Sums {
 		if i < len(s.sums) && s.sums[i] != "" {
 			p.SumsKnown++
@@ -155,15 +163,22 @@ type swOrigin struct {
 
 func newSwOrigin(t *testing.T, data []byte, rate int64) *swOrigin {
 	o := &swOrigin{data: data, rate: rate, bytes: make([]int, len(data))}
+	o.url = serveOrigin(t, o)
+	return o
+}
+
+// serveOrigin serves h on 127.0.0.1 until the test ends and returns the
+// URL of its file, /model.bin.
+func serveOrigin(t testing.TB, h http.Handler) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: o}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	o.url = "http://" + l.Addr().String() + "/model.bin"
-	return o
+	return "http://" + l.Addr().String() + "/model.bin"
 }
 
 func (o *swOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {

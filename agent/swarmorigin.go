@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/llmgw/llmgw/api"
 )
 
@@ -64,32 +66,11 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			}
 		}
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.source, nil)
-	if err != nil {
+	resp, v, err := s.originGet(ctx, from, to)
+	if err != nil || resp == nil {
 		return err
 	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", from, to))
-	s.mu.Lock()
-	v := s.validator
-	s.mu.Unlock()
-	if v != "" {
-		req.Header.Set("If-Range", v)
-	}
-	resp, err := s.origin.Do(req)
-	if err != nil {
-		s.log.WithError(err).Warn("swarm: origin request failed; retrying")
-		return sleep(ctx, time.Second)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusPartialContent {
-		if resp.StatusCode == http.StatusOK && v != "" {
-			return fmt.Errorf("origin %s changed since this swarm began (If-Range %s answered with the whole file); the pinned sha256 no longer matches what it serves", s.source, v)
-		}
-		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			return sleep(ctx, time.Second)
-		}
-		return fmt.Errorf("origin %s answered %s to a range request; a swarm needs an origin that serves ranges", s.source, resp.Status)
-	}
 	if v == "" {
 		if nv := resp.Header.Get("ETag"); nv != "" && !strings.HasPrefix(nv, "W/") {
 			v = nv
@@ -97,7 +78,9 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 			v = resp.Header.Get("Last-Modified")
 		}
 		s.mu.Lock()
-		s.validator = v
+		if !s.staleValidators[v] {
+			s.validator = v
+		}
 		s.mu.Unlock()
 	}
 	// Origin bytes are counted as they arrive, not per chunk: the
@@ -150,10 +133,17 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		}
 		s.mu.Lock()
 		s.mine[i] = sum
-		if s.sums[i] == "" {
+		known := s.sums[i]
+		if known == "" {
 			s.sums[i] = sum
 		}
 		s.mu.Unlock()
+		if known != "" && known != sum {
+			// An earlier reader of the origin (or a member's word) saw
+			// other bytes: the newest read is published, and the whole
+			// file's check against the pin tells which was right.
+			s.log.WithFields(logrus.Fields{"chunk": i, "known": known, "now": sum}).Warn("swarm: the origin served other bytes for a chunk than the digest the swarm knows")
+		}
 		// Verified and its digest recorded: the reporter publishes both
 		// now. Signalled after landed, the digest the fabric waits for
 		// (the members streaming this chunk live hold it until then) went
@@ -169,6 +159,68 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		s.progress()
 	}
 	return nil
+}
+
+// originGet asks the origin for bytes from..to, with If-Range when the
+// swarm has a validator, and returns the answer with the validator it was
+// asked with; a nil answer and error when the caller is to come back
+// (after a pause: a failed request, a 5xx, a 429).
+//
+// A 200 to If-Range says the origin's validator for these bytes is not the
+// swarm's: a new version, or a CDN whose edges give the same bytes
+// different ETags (no attacker needed; nor to make the first holder's
+// validator a made-up one). That used to fail the whole fetch, telling
+// the admin that the origin changed. The validator only spares a resumed
+// read bytes of another version, and every chunk is still checked against
+// its digest and the file against its pin, so the validator is dropped
+// (for this member, for good: the swarm's plan keeps offering it) and the
+// range asked for again without it.
+func (s *swarm) originGet(ctx context.Context, from, to int64) (*http.Response, string, error) {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.source, nil)
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", from, to))
+		s.mu.Lock()
+		v := s.validator
+		if s.staleValidators[v] {
+			v = ""
+		}
+		s.mu.Unlock()
+		if v != "" {
+			req.Header.Set("If-Range", v)
+		}
+		resp, err := s.origin.Do(req)
+		if err != nil {
+			s.log.WithError(err).Warn("swarm: origin request failed; retrying")
+			return nil, "", sleep(ctx, time.Second)
+		}
+		switch {
+		case resp.StatusCode == http.StatusPartialContent:
+			return resp, v, nil
+		case resp.StatusCode == http.StatusOK && v != "":
+			resp.Body.Close()
+			s.log.WithFields(logrus.Fields{"validator": v, "now": resp.Header.Get("ETag")}).
+				Warn("swarm: the origin answered If-Range with the whole file (another version, or a CDN edge with another ETag); resuming without the validator: the chunks are checked against their digests and the file against its pin")
+			s.mu.Lock()
+			s.staleValidators[v] = true
+			if s.validator == v {
+				s.validator = ""
+			}
+			s.mu.Unlock()
+			continue
+		case resp.StatusCode == http.StatusOK && from == 0:
+			// The whole file from its first byte: what was asked for,
+			// and more, which is not read.
+			return resp, v, nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			return nil, "", sleep(ctx, time.Second)
+		}
+		return nil, "", fmt.Errorf("origin %s answered %s to a range request; a swarm needs an origin that serves ranges", s.source, resp.Status)
+	}
 }
 
 // countReader passes the size of every read to count.

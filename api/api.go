@@ -53,6 +53,12 @@ type Report struct {
 	// last, already bounded by the agent.
 	Errors       []string `json:"errors,omitempty"`
 	AgentVersion string   `json:"agent_version"`
+	// GCHeld says why this node's gc removes nothing: its catalog copy is
+	// not the catalog it trusts (another identity, or one that does not
+	// descend from it); GCHeldSince is since when. Empty while it trusts
+	// the catalog. 'llmgw gc --trust' lifts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 	// PeerAddr is host:port of the node's chunk server on its fabric
 	// (agent.toml peer_interface or peer_addr), empty when it serves none.
 	// The coordinator gives it only to nodes of the same fabric.
@@ -134,4 +140,19 @@ type Models struct {
 	// empty from a coordinator older than them.
 	CatalogID  string `json:"catalog_id,omitempty"`
 	Generation int64  `json:"generation,omitempty"`
+	// History are the ids of the catalog's recent changes, newest first:
+	// a node trusts a catalog whose history holds the change it last
+	// trusted (a restored database cannot show the changes made after its
+	// backup, however many it makes since). Empty from an older
+	// coordinator, whose generation alone is then compared.
+	History []string `json:"history,omitempty"`
+	// Superseded are cache names an admin's own change dropped from a
+	// model (models add over an entry, models rm), with that model: nodes
+	// remove them without counting them against gc_max_share.
+	Superseded map[string]string `json:"superseded,omitempty"`
+	// Trusted, when set, is the change an admin adopted with `llmgw gc
+	// --trust`, at TrustedAt: a node that distrusts the catalog adopts it
+	// when its distrust began before TrustedAt.
+	Trusted   string    `json:"trusted_change,omitempty"`
+	TrustedAt time.Time `json:"trusted_at,omitzero"`
 }

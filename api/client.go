@@ -91,6 +91,20 @@ func (c *Client) DeleteModel(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/models/"+url.PathEscape(name), nil, nil)
 }
 
+// RenameModel gives the catalog entry old the name new (admin): its
+// sources, pins and holders follow it, and no node ever sees its files
+// unwanted.
+func (c *Client) RenameModel(ctx context.Context, old, new string) (Model, error) {
+	var m Model
+	err := c.Do(ctx, http.MethodPost, "/v1/models/"+url.PathEscape(old)+"/rename", ModelRename{Name: new}, &m)
+	return m, err
+}
+
+// ModelRename is the body of POST /v1/models/{name}/rename.
+type ModelRename struct {
+	Name string `json:"name"`
+}
+
 // DeleteNode makes the coordinator forget a node (admin).
 func (c *Client) DeleteNode(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil)

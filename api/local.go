@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"time"
+
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // The agent's local API: HTTP over a unix socket that only root can open.
@@ -48,6 +50,14 @@ type EnsureRequest struct {
 	// refuses the request (it decodes strictly) rather than fetch the file
 	// where no engine would find its siblings.
 	Set string `json:"set,omitempty"`
+	// Hub, when set, asks for a Hugging Face repository at one commit
+	// (catalog.Hub): every file of it in the node's Hugging Face cache, in
+	// huggingface_hub's layout (weights/fetch/hub.go), and the answer's
+	// path is the snapshot directory. Source is then the model's source,
+	// catalog.HubSource. An agent older than this field refuses the
+	// request (it decodes strictly), and the Prolog then fetches in its
+	// own process.
+	Hub *catalog.Hub `json:"hub,omitempty"`
 }
 
 // EnsureEvent is one line of the answer to an ensure. Exactly one field is
@@ -78,6 +88,13 @@ type AgentStatus struct {
 	LastReport ReportResult `json:"last_report"`
 	// Catalog is the state of the node-local catalog copy.
 	Catalog CatalogStatus `json:"catalog"`
+	// PeerAddr is the node's chunk server address (peer_addr or
+	// peer_interface), "" when it serves no peers; PeerServerError, when
+	// set, is why it does not serve there now (another process holds the
+	// address: the agent fetches from the origin and tries again).
+	// Added with issue 24.
+	PeerAddr        string `json:"peer_addr,omitempty"`
+	PeerServerError string `json:"peer_server_error,omitempty"`
 	// Prefetches are the prefetches the coordinator asked of this node
 	// (issue 28), with what became of them.
 	Prefetches []PrefetchState `json:"prefetches,omitempty"`
@@ -102,6 +119,10 @@ type CatalogStatus struct {
 	Fetched time.Time `json:"fetched,omitzero"`
 	Models  int       `json:"models"`
 	Error   string    `json:"error,omitempty"`
+	// GCHeld says why gc removes nothing on this node (the catalog is not
+	// the one it trusts), since GCHeldSince; empty while it trusts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent

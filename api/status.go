@@ -27,6 +27,11 @@ type Status struct {
 	Nodes NodeCounts `json:"nodes"`
 	// Fabrics lists every fabric a node has reported, with its node counts.
 	Fabrics []FabricNodes `json:"fabrics"`
+	// FabricsFrom says where nodes' fabrics come from: FabricsFromSlurm
+	// (coordinator.toml fabric_features: a node's feature in Slurm) or
+	// FabricsFromNodes (each agent's own word). Empty from a coordinator
+	// that does not say.
+	FabricsFrom string `json:"fabrics_from,omitempty"`
 	// Models has one entry per catalog model, in name order.
 	Models []ModelStatus `json:"models"`
 	// Features is the Slurm feature reconciler's state; nil when it is off.
@@ -41,9 +46,32 @@ type Status struct {
 	// Seeds are the seed requests still asking nodes (llmgw seed), oldest
 	// first, each with only the nodes still asked.
 	Seeds []SeedStatus `json:"seeds,omitempty"`
+	// GCHeld groups the fresh nodes whose gc is held by a catalog they do
+	// not trust, by reason, largest group first: a coordinator restored or
+	// moved makes every node refuse to collect, and that must not be
+	// silent. 'llmgw gc --trust' lifts it.
+	GCHeld []GCHeldGroup `json:"gc_held,omitempty"`
 	// Prefetch is the prefetcher's state (issue 28); nil when it is off.
 	Prefetch *PrefetchSummary `json:"prefetch,omitempty"`
 }
+
+// GCHeldGroup is the nodes whose gc is held for one reason.
+type GCHeldGroup struct {
+	// Why is the reason as the nodes gave it, with the node-specific parts
+	// (the coordinator's URL, identities) left as the first node said.
+	Why string `json:"why"`
+	// Since is when the first of them began to hold.
+	Since time.Time `json:"since"`
+	// Nodes is their hostlist, Count their number.
+	Nodes string `json:"nodes"`
+	Count int    `json:"count"`
+}
+
+// Where nodes' fabrics come from (Status.FabricsFrom).
+const (
+	FabricsFromSlurm = "slurm"
+	FabricsFromNodes = "nodes"
+)
 
 // Node states. A node is stale when it has missed three report intervals:
 // what it last said may no longer be true, so it does not count as a holder.

@@ -38,8 +38,14 @@ type SwarmReport struct {
 	Have []byte `json:"have"`
 	// Sums are digests of chunks this member read from the origin (and so
 	// hashed itself), by chunk index, that the coordinator has not yet
-	// acknowledged (SwarmPlan.SumsKnown). Only the lease holder's, or a
-	// member holding the whole verified file, are taken.
+	// acknowledged (SwarmPlan.SumsKnown); all of them again when the plan's
+	// Instance changes (a restarted coordinator knows none). They are taken
+	// from a member that holds or held the swarm's origin lease, and from
+	// any member in the first seconds of a coordinator's swarm traffic (the
+	// resends after a restart); no other member's, complete or not. Two
+	// readers that disagree on a chunk freeze it (no digest published) until
+	// a second origin read agrees with one of them; once the catalog records
+	// the file's digest list (SwarmPlan.Recorded), no report changes it.
 	Sums map[int]string `json:"sums,omitempty"`
 	// Complete is set when the member holds the whole file, verified
 	// against SHA256: it then serves every chunk.
@@ -55,9 +61,9 @@ type SwarmReport struct {
 	// Unreachable names peers this member could not connect to since its
 	// last report.
 	Unreachable []string `json:"unreachable,omitempty"`
-	// Validator is the origin's ETag (or Last-Modified) the lease holder
-	// saw, so that the next holder resumes with If-Range against the same
-	// bytes.
+	// Validator is the origin's ETag (or Last-Modified) this member saw on
+	// its origin reads. Only the lease holder's counts, and only once it has
+	// published a digest under its lease (SwarmPlan.Validator).
 	Validator string `json:"validator,omitempty"`
 	// Gone is set when the member stops (done, failed or canceled); the
 	// coordinator drops it, and its lease if it held it.
@@ -80,8 +86,12 @@ type SwarmPlan struct {
 	Lease bool `json:"lease"`
 	// Holder is the node that holds the lease, empty when nobody does.
 	Holder string `json:"holder,omitempty"`
-	// ChunkSize is the swarm's chunk size; a member that asked with another
-	// uses this one.
+	// ChunkSize is the swarm's chunk size: the coordinator's
+	// (swarm_min_chunk, DefaultChunkSize unless configured), never a
+	// member's. A member that asked with another and holds nothing uses
+	// this one; a report with another chunk size that marks chunks (Have,
+	// Sums) is refused, as is one whose size_bytes or sha256 is not the
+	// catalog's for the source: a swarm exists only for a catalog file.
 	ChunkSize int64 `json:"chunk_size"`
 	// Sums are the chunk digests known so far, by index ("" unknown).
 	Sums []string `json:"sums"`
@@ -89,12 +99,58 @@ type SwarmPlan struct {
 	// stored; the member stops resending those.
 	SumsKnown int `json:"sums_known"`
 	// Peers are the other members, and the complete holders, of this
-	// member's own fabric, never of another. Bad peers are left out.
+	// member's own fabric, never of another, that hold a verified chunk,
+	// and the lease holder even before it has verified one (so that a
+	// member caught up with it probes it, and a dead seed is found within
+	// the 2 s the design allows). Bad peers are left out.
 	Peers []SwarmPeer `json:"peers"`
-	// Validator is the origin validator the first lease holder saw.
+	// Validator is the origin's validator as the lease holder that last
+	// published a digest under its lease saw it, for a later holder's
+	// If-Range. It is no holder's for life: a holder whose If-Range is
+	// answered with the whole file (200: another version, or a CDN edge
+	// that names the same bytes otherwise) drops it, reads the origin from
+	// the range's start with no If-Range, and reports the validator it got,
+	// which replaces this one once it publishes a digest. The pinned sha256,
+	// checked chunk by chunk and whole, is what guards the bytes.
 	Validator string `json:"validator,omitempty"`
 	// ReportEvery is how often (milliseconds) the member should report.
 	ReportEvery int `json:"report_every_ms"`
+
+	// Instance names the coordinator process that made the plan (a random
+	// id made at its start). A member that sees it change resends every
+	// digest it computed from origin bytes (SwarmReport.Sums): the
+	// coordinator keeps swarms in memory only, and without the resends a
+	// restart cost a late joiner the chunks already read.
+	Instance string `json:"instance,omitempty"`
+	// Recorded says Sums are the file's digest list as the catalog records
+	// it with the pin (once two members verified the whole file against
+	// the pin with the same list): final, whatever a member reports.
+	Recorded bool `json:"recorded,omitempty"`
+	// Members are every member of this member's fabric's swarm, itself
+	// included, verified chunks or not, with the addresses the coordinator
+	// binds their credentials to: what a chunk server serves. A chunk
+	// server answers only a request whose credential's node
+	// (X-Llmgw-Node) is one of the Members of its latest plan for the file,
+	// and, when AddrsBound, whose MUNGE origin address is one of that
+	// member's Addrs. A request from a node its plan does not list yet (a
+	// member that joined since) makes the server ask for a plan again
+	// before it answers: a reader that has verified nothing is served.
+	Members []SwarmMember `json:"members,omitempty"`
+	// AddrsBound says the coordinator knows where each node's credentials
+	// come from (Slurm's node list: munge_socket or fabric_features is set):
+	// a member with no Addrs is then served by nobody. False (no node
+	// list), the node name is all a chunk server can check, and
+	// `llmgw doctor` says so.
+	AddrsBound bool `json:"addrs_bound,omitempty"`
+}
+
+// SwarmMember is one member of a swarm as a chunk server checks it.
+type SwarmMember struct {
+	Node string `json:"node"`
+	// Addrs are the node's addresses as the coordinator resolved them from
+	// Slurm's NodeAddr and NodeHostname: the origins its munged's
+	// credentials may carry.
+	Addrs []string `json:"addrs,omitempty"`
 }
 
 // SwarmPeer is one peer a member may read chunks from.
@@ -140,9 +196,11 @@ func (c *Client) Swarm(ctx context.Context, r SwarmReport) (SwarmPlan, error) {
 //	Authorization: MUNGE <credential of PeerMungePayload>
 //
 // The serving agent answers only a uid-0 (or agent-user) credential whose
-// fabric is its own, only from its cache directory, and only with verified
-// bytes: 206 with the range, or 416 when a chunk of the range is not
-// verified there (yet).
+// fabric is its own and whose node is a member of the file's swarm in its
+// latest plan (SwarmPlan.Members), made on one of that member's addresses
+// when the plan binds them (SwarmPlan.AddrsBound); only from its cache
+// directory, and only with verified bytes: 206 with the range, or 416 when
+// a chunk of the range is not verified there (yet).
 //
 //	GET /v1/chunks/{sha256}?live=1    Range exactly one chunk
 //

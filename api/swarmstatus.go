@@ -31,6 +31,16 @@ type SwarmStatus struct {
 	Unreachable []string       `json:"unreachable,omitempty"`
 	// Idle is how long since a member last reported, in seconds.
 	Idle float64 `json:"idle_seconds"`
+	// Recorded says the swarm's chunk digests are the list the catalog
+	// records with the pin (two members verified the whole file with it):
+	// no member's digest changes them.
+	Recorded bool `json:"recorded,omitempty"`
+	// Frozen counts the chunks two origin readers gave different digests
+	// for: none is published until a second read agrees with one.
+	Frozen int `json:"frozen_chunks,omitempty"`
+	// Refuted are the members whose digests lost such a dispute, or
+	// contradict the recorded list: liars, or readers of other bytes.
+	Refuted []string `json:"refuted,omitempty"`
 }
 
 // FabricSwarmBytes is what one fabric's swarm members received, from the

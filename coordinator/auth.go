@@ -60,13 +60,13 @@ type trust struct {
 
 // newTrust resolves the configured users and groups; a name that does not
 // exist is an error now rather than a silent "nobody" later.
-func newTrust(ctx context.Context, cfg Config, src NodeSource) (*trust, error) {
+func newTrust(ctx context.Context, cfg Config, nodes *knownNodes) (*trust, error) {
 	t := &trust{
 		codec:     munge.New(cfg.MungeSocket),
 		agents:    map[uint32]bool{0: true},
 		adminUIDs: map[uint32]bool{0: true},
 		adminGIDs: map[uint32]bool{},
-		nodes:     newKnownNodes(src),
+		nodes:     nodes,
 	}
 	if cfg.AgentUser != "" {
 		uid, err := lookupUID(cfg.AgentUser)
@@ -247,6 +247,11 @@ func (s *Server) authenticate(r *http.Request, need role) (*http.Request, error)
 // munge on, nothing else speaks for a node: the admin token would let its
 // holder speak for every node, which is what munge is there to stop.
 // Without munge the admin token is trusted as before.
+//
+// With node_tokens_required only a node's own token speaks for it: root on
+// any host with the munge key can start a munged with any --origin, and
+// so make credentials from any node's address, as it can for Slurm itself;
+// a token is a secret of the node alone (docs/design.md, §5).
 func (s *Server) speaksFor(r *http.Request, node string) error {
 	c := callerOf(r)
 	if c != nil && c.node != "" {
@@ -254,6 +259,17 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 			return nil
 		}
 		s.log.WithFields(logrus.Fields{"node": node, "token_of": c.node}).Warn("refused: a node's token speaking for another node")
+		return errDenied
+	}
+	if s.cfg.NodeTokensRequired {
+		if s.trust != nil {
+			s.trust.refused.Inc()
+		}
+		f := logrus.Fields{"node": node}
+		if c != nil && c.munge {
+			f["origin"] = c.addr.String()
+		}
+		s.log.WithFields(f).Warn("refused: node_tokens_required, and the request for the node carries no token of its own (MUNGE credentials and the admin token speak for no node)")
 		return errDenied
 	}
 	if c == nil || !c.munge {
@@ -289,7 +305,8 @@ func (s *Server) speaksFor(r *http.Request, node string) error {
 	return errDenied
 }
 
-// initTrust turns on MUNGE authentication when munge_socket is set. The
+// initTrust reads Slurm's node list when munge_socket or fabric_features
+// needs it, and turns on MUNGE authentication when munge_socket is set. The
 // node list is Slurm's unless cfg.Nodes gives another, and SlurmUser, when
 // not configured, is asked of Slurm.
 func (s *Server) initTrust(ctx context.Context) error {
@@ -297,29 +314,38 @@ func (s *Server) initTrust(ctx context.Context) error {
 		return err
 	}
 	cfg := s.cfg
+	if cfg.MungeSocket == "" && len(cfg.FabricFeatures) == 0 {
+		return nil
+	}
+	run := &slurm.Runner{Paths: map[string]string{"scontrol": cfg.Scontrol, "sinfo": cfg.Sinfo}}
+	if cfg.SlurmConf != "" {
+		run.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
+	}
+	// One node list for both: the addresses MUNGE credentials must come
+	// from, and the features fabric_features reads fabrics from.
+	src := cfg.Nodes
+	if src == nil {
+		src = SlurmNodes{Run: run}
+	}
+	s.known = newKnownNodes(src)
+	// The server's clock, which tests set, judges the list's age too.
+	s.known.now = func() time.Time { return s.now() }
+	if len(cfg.FabricFeatures) > 0 {
+		s.log.WithField("fabric_features", cfg.FabricFeatures).Info("nodes' fabrics are taken from Slurm's node features")
+	}
 	if cfg.MungeSocket == "" {
 		return nil
 	}
-	src := cfg.Nodes
-	if src == nil || cfg.SlurmUser == "" {
-		run := &slurm.Runner{Paths: map[string]string{"scontrol": cfg.Scontrol, "sinfo": cfg.Sinfo}}
-		if cfg.SlurmConf != "" {
-			run.Env = []string{"SLURM_CONF=" + cfg.SlurmConf}
+	if cfg.SlurmUser == "" {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		u, err := slurmUser(sctx, run)
+		cancel()
+		if err != nil {
+			s.log.WithError(err).Warn("could not read SlurmUser from Slurm; until slurm_user is set, only root and admin_users/admin_groups administer")
 		}
-		if src == nil {
-			src = SlurmNodes{Run: run}
-		}
-		if cfg.SlurmUser == "" {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			u, err := slurmUser(sctx, run)
-			cancel()
-			if err != nil {
-				s.log.WithError(err).Warn("could not read SlurmUser from Slurm; until slurm_user is set, only root and admin_users/admin_groups administer")
-			}
-			cfg.SlurmUser = u
-		}
+		cfg.SlurmUser = u
 	}
-	t, err := newTrust(ctx, cfg, src)
+	t, err := newTrust(ctx, cfg, s.known)
 	if err != nil {
 		return err
 	}
@@ -330,8 +356,6 @@ func (s *Server) initTrust(ctx context.Context) error {
 	s.metrics.reg.MustRegister(t.refused)
 	s.trust = t
 	t.nodes.onRead = s.forgetLeft
-	// The server's clock, which tests set, judges the list's age too.
-	t.nodes.now = func() time.Time { return s.now() }
 	s.log.WithFields(logrus.Fields{"munge_socket": t.codec.Socket(), "slurm_user": cfg.SlurmUser}).Info("MUNGE authentication on")
 	return nil
 }

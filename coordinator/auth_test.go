@@ -58,13 +58,19 @@ const (
 	nonAdminUID  = 8
 )
 
-func newMungeEnv(t *testing.T) *mungeEnv {
+func newMungeEnv(t *testing.T) *mungeEnv { return newMungeEnvWith(t, nil) }
+
+// newMungeEnvWith is newMungeEnv with the configuration changed by set.
+func newMungeEnvWith(t *testing.T, set func(*Config)) *mungeEnv {
 	realm := mungetest.New(t)
 	coord := realm.Start("127.0.0.1")
 	m := &mungeEnv{n1: realm.Start("127.0.0.2"), n2: realm.Start("127.0.0.3")}
-	m.nodes = &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}, {"n2", []string{"127.0.0.3", "localhost"}}}}
+	m.nodes = &fixedNodes{nodes: []KnownNode{{Name: "n1", Addrs: []string{"127.0.0.2", ""}}, {Name: "n2", Addrs: []string{"127.0.0.3", "localhost"}}}}
 	m.coord, m.realm = coord, realm
 	cfg := Config{MungeSocket: coord.Socket(), Nodes: m.nodes, SlurmUser: fmt.Sprint(slurmUserUID), AdminGroups: []string{"nogroup"}}
+	if set != nil {
+		set(&cfg)
+	}
 	m.testEnv = newEnv(t, cfg, testTokens)
 	return m
 }
@@ -167,7 +173,7 @@ func TestMungeNodeHostnameResolved(t *testing.T) {
 // in Slurm is (wrongly) 0.0.0.0 too.
 func TestMungeUnknownOriginRefused(t *testing.T) {
 	m := newMungeEnv(t)
-	m.nodes.nodes = append(m.nodes.nodes, KnownNode{"n3", []string{"0.0.0.0", ""}})
+	m.nodes.nodes = append(m.nodes.nodes, KnownNode{Name: "n3", Addrs: []string{"0.0.0.0", ""}})
 	nowhere := m.realm.Start("0.0.0.0")
 	_, err := m.as(nowhere).PostReport(context.Background(), report("n3", "", 1))
 	wantDenied(t, "a credential with origin 0.0.0.0 posting n3's report", err)
@@ -182,7 +188,7 @@ func TestMungeUnknownOriginRefused(t *testing.T) {
 func TestMungeDownIsUnavailable(t *testing.T) {
 	realm := mungetest.New(t)
 	n1 := realm.Start("127.0.0.2")
-	nodes := &fixedNodes{nodes: []KnownNode{{"n1", []string{"127.0.0.2", ""}}}}
+	nodes := &fixedNodes{nodes: []KnownNode{{Name: "n1", Addrs: []string{"127.0.0.2", ""}}}}
 	gone := filepath.Join(t.TempDir(), "munge.socket") // nothing listens
 	env := newEnv(t, Config{MungeSocket: gone, Nodes: nodes}, testTokens)
 	c := &api.Client{BaseURL: env.url, Auth: munge.Authenticator{Codec: n1}}

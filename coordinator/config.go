@@ -135,6 +135,19 @@ type Config struct {
 	// changes, features, gc, removing nodes.
 	AdminUsers  []string `toml:"admin_users"`
 	AdminGroups []string `toml:"admin_groups"`
+	// NodeTokensRequired makes everything that speaks for a node (reports,
+	// swarm reports, pins, gc answers) need that node's own token (llmgw
+	// nodes token NODE): a MUNGE credential then speaks for users and
+	// admins only. Root on any host with the munge key can start a munged
+	// with any --origin, and so speak for any node, as it can to Slurm; a
+	// node's token is a secret of that node alone.
+	NodeTokensRequired bool `toml:"node_tokens_required"`
+	// FabricFeatures names the Slurm node features that are fabrics
+	// (["ib-a", "ib-b"]): a node's fabric is then the one of them Slurm
+	// lists it with (DefaultFabric with none), read with Slurm's node list,
+	// and a report naming another is refused. Unset, a node's fabric is
+	// its own report's word (agent.toml fabric).
+	FabricFeatures []string `toml:"fabric_features"`
 	// ForgetAfter: a node that is no longer in Slurm's node list and has
 	// not reported for this long is forgotten (default DefaultForgetAfter).
 	// Only with MungeSocket, which reads the list.
@@ -147,8 +160,11 @@ type Config struct {
 	// SwarmReportEvery is how often members are told to report (default
 	// DefaultSwarmReportEvery).
 	SwarmReportEvery time.Duration `toml:"swarm_report_every"`
-	// SwarmMinChunk is the smallest chunk size a swarm accepts (default
-	// DefaultSwarmMinChunk; tests lower it for small files).
+	// SwarmMinChunk is the chunk size of every swarm (default
+	// DefaultSwarmMinChunk, api.DefaultChunkSize; tests lower it for small
+	// files), or, for a file that would need more than 65,536 of them, the
+	// smallest number of MiB that does not: the coordinator's, never a
+	// member's.
 	SwarmMinChunk int64 `toml:"swarm_min_chunk"`
 
 	// Prefetch turns the prefetcher off when false (issue 28; nil: on).
@@ -185,7 +201,7 @@ type Config struct {
 const (
 	DefaultSwarmLeaseTimeout = 5 * time.Second
 	DefaultSwarmReportEvery  = 250 * time.Millisecond
-	DefaultSwarmMinChunk     = 16 << 20
+	DefaultSwarmMinChunk     = api.DefaultChunkSize
 	// SwarmMaxChunk is the largest chunk size a swarm accepts.
 	SwarmMaxChunk = 64 << 20
 )
@@ -284,6 +300,24 @@ func (c Config) prefetchOn() bool {
 // is not configured.
 type Tokens struct {
 	Admin, Read string
+}
+
+// check refuses settings that cannot work, naming the key.
+func (c Config) check() error {
+	seen := map[string]bool{}
+	for _, f := range c.FabricFeatures {
+		if err := api.ValidFabricName(f); err != nil {
+			return fmt.Errorf("fabric_features: %v", err)
+		}
+		if seen[f] {
+			return fmt.Errorf("fabric_features names %q twice", f)
+		}
+		seen[f] = true
+	}
+	if c.SwarmMinChunk > SwarmMaxChunk {
+		return fmt.Errorf("swarm_min_chunk %d is over the largest chunk size, %d bytes", c.SwarmMinChunk, int64(SwarmMaxChunk))
+	}
+	return c.checkRemoved()
 }
 
 // checkRemoved refuses settings that no longer exist but whose silent

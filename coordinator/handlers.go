@@ -18,7 +18,8 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	// The view's copy is current: catalog writes reload it before they
 	// answer, so a client that just wrote reads its own write.
 	s.view.mu.RLock()
-	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen}
+	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen,
+		History: s.view.catHistory, Superseded: s.view.catDropped, Trusted: s.view.catTrusted, TrustedAt: s.view.catTrustedAt}
 	s.view.mu.RUnlock()
 	if !s.mayFetch(r) {
 		for i := range out.Models {
@@ -62,6 +63,8 @@ func validModel(m *api.Model) error {
 		return bad("size is negative")
 	case m.GPUMemory < 0:
 		return bad("GPU memory is negative")
+	case m.Hub != nil:
+		return validHub(m, bad)
 	case len(m.Files) > 0:
 		return validSet(m, bad)
 	}
@@ -119,10 +122,35 @@ func validSet(m *api.Model, bad func(string, ...any) error) error {
 	return nil
 }
 
+// validHub checks a Hub model (weights/catalog/hub.go): the repository,
+// the commit and every file as the node will use them, since each file
+// becomes a path under every node's Hugging Face cache. The source becomes
+// the repository at the commit, and the size, when not given, the files'.
+func validHub(m *api.Model, bad func(string, ...any) error) error {
+	if err := catalog.CheckHub(*m.Hub); err != nil {
+		return bad("%v", err)
+	}
+	src := catalog.HubSource(m.Hub.Repo, m.Hub.Commit)
+	switch {
+	case m.Source != "" && m.Source != src:
+		return bad("source %q is not the repository at its commit, %s", m.Source, src)
+	case len(m.Files) > 0:
+		return bad("a Hub repository lists its files in hub.files, not files")
+	case m.SHA256 != "":
+		return bad("a Hub repository is pinned by its commit, and each file by the Hub's digest; give no sha256")
+	}
+	m.Source = src
+	m.Pinned, m.PinnedETag = "", ""
+	if m.Size == 0 {
+		m.Size = catalog.HubSize(*m.Hub)
+	}
+	return nil
+}
+
 func (s *Server) putModel(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	var m api.Model
-	if err := decode(w, r, MaxModelBytes, "model", &m); err != nil {
+	if err := decode(w, r, MaxCatalogEntryBytes, "model", &m); err != nil {
 		return err
 	}
 	if m.Name == "" {
@@ -164,6 +192,35 @@ func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.WithField("model", name).Info("catalog entry removed")
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) renameModel(w http.ResponseWriter, r *http.Request) error {
+	old := r.PathValue("name")
+	if err := catalog.ValidModelName(old); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	var req api.ModelRename
+	if err := decode(w, r, MaxModelBytes, "model rename", &req); err != nil {
+		return err
+	}
+	if err := catalog.ValidModelName(req.Name); err != nil {
+		return api.Errorf(api.CodeInvalid, "new name: %v", err)
+	}
+	if req.Name == old {
+		return api.Errorf(api.CodeInvalid, "model %s is already called that", old)
+	}
+	var m api.Model
+	err := s.changeCatalog(r.Context(), func(ctx context.Context) error {
+		var err error
+		m, err = s.db.RenameModel(ctx, old, req.Name, s.now())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.log.WithFields(map[string]any{"model": req.Name, "was": old}).Info("catalog entry renamed")
+	writeJSON(w, http.StatusOK, m)
 	return nil
 }
 

@@ -12,10 +12,12 @@ import (
 )
 
 // KnownNode is a node the cluster knows, with the names or addresses its
-// daemons speak from (Slurm's NodeAddr and NodeHostname).
+// daemons speak from (Slurm's NodeAddr and NodeHostname), and its features,
+// among which fabric_features names its fabric (fabric.go).
 type KnownNode struct {
-	Name  string
-	Addrs []string
+	Name     string
+	Addrs    []string
+	Features []string
 }
 
 // NodeSource lists the nodes reports may come from. Production reads
@@ -35,7 +37,7 @@ func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
 	fillAddrs(ctx, s.Run, nodes)
 	out := make([]KnownNode, len(nodes))
 	for i, n := range nodes {
-		out[i] = KnownNode{Name: n.Name, Addrs: []string{n.Addr, n.Hostname}}
+		out[i] = KnownNode{Name: n.Name, Addrs: []string{n.Addr, n.Hostname}, Features: nodeFeatures(n)}
 		if n.Addr == "" && n.Hostname == "" {
 			// Slurm's own default: NodeHostname is NodeName, NodeAddr is
 			// NodeHostname. sinfo after 22.05 does not print them.
@@ -43,6 +45,15 @@ func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
 		}
 	}
 	return out, nil
+}
+
+// nodeFeatures is every feature n has, available or active, each once: a
+// site's fabric feature is both (slurm.conf Feature=), and a node_features
+// plugin may list it as either.
+func nodeFeatures(n slurm.Node) []string {
+	out := slices.Concat(n.Available, n.Active)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // fillAddrs gives the nodes sinfo listed without NodeAddr and NodeHostname
@@ -103,7 +114,7 @@ type knownNodes struct {
 	// never held across one, nor across a name lookup.
 	refresh sync.Mutex
 	mu      sync.Mutex
-	list    map[string][]string
+	list    map[string]KnownNode
 	addrs   map[string]resolved
 	read    time.Time
 	err     error
@@ -132,23 +143,37 @@ func newKnownNodes(src NodeSource) *knownNodes {
 	}}
 }
 
-// lookup returns node's addresses and whether the cluster knows it.
-func (k *knownNodes) lookup(ctx context.Context, node string) ([]netip.Addr, bool) {
+// node returns node as the list has it, reading the list again when it is
+// old, or when node is not in it and it is not fresh; ok says the list has
+// it. err is why the list could not be read, when none ever was.
+func (k *knownNodes) node(ctx context.Context, node string) (n KnownNode, ok bool, err error) {
 	k.mu.Lock()
 	age := k.now().Sub(k.read)
-	_, ok := k.list[node]
+	_, ok = k.list[node]
 	never := k.list == nil
 	k.mu.Unlock()
 	if never || age > knownNodesMaxAge || !ok && age > knownNodesMinAge {
 		k.reload(ctx)
 	}
 	k.mu.Lock()
-	names, ok := k.list[node]
-	r, done := k.addrs[node]
-	k.mu.Unlock()
+	defer k.mu.Unlock()
+	n, ok = k.list[node]
+	if len(k.list) == 0 && k.err != nil {
+		err = k.err
+	}
+	return n, ok, err
+}
+
+// lookup returns node's addresses and whether the cluster knows it.
+func (k *knownNodes) lookup(ctx context.Context, node string) ([]netip.Addr, bool) {
+	kn, ok, _ := k.node(ctx, node)
 	if !ok {
 		return nil, false
 	}
+	names := kn.Addrs
+	k.mu.Lock()
+	r, done := k.addrs[node]
+	k.mu.Unlock()
 	if done {
 		return r.addrs, true
 	}
@@ -176,7 +201,7 @@ func (k *knownNodes) lookup(ctx context.Context, node string) ([]netip.Addr, boo
 		}
 	}
 	k.mu.Lock()
-	if cur, still := k.list[node]; still && slices.Equal(cur, names) {
+	if cur, still := k.list[node]; still && slices.Equal(cur.Addrs, names) {
 		k.addrs[node] = r
 	}
 	k.mu.Unlock()
@@ -201,16 +226,16 @@ func (k *knownNodes) reload(ctx context.Context) {
 		// Keep the last list: Slurm's controller restarting must not turn
 		// every node away. Before any list, every node is unknown.
 		if k.list == nil {
-			k.list = map[string][]string{}
+			k.list = map[string]KnownNode{}
 		}
 		return
 	}
-	k.list = make(map[string][]string, len(nodes))
+	k.list = make(map[string]KnownNode, len(nodes))
 	names := make(map[string]bool, len(nodes))
 	old := k.addrs
 	k.addrs = make(map[string]resolved, len(nodes))
 	for _, n := range nodes {
-		k.list[n.Name] = n.Addrs
+		k.list[n.Name] = n
 		names[n.Name] = true
 		// Kept while the node's names are the same, every one of them
 		// resolved, and not for longer than resolvedMaxAge.

@@ -32,11 +32,12 @@ func TestSlurmNodesReadsAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []KnownNode
+	features := map[string][]string{"n1": {"ib-a"}, "n2": {"a b", "ib-a", "llmgw.llama"}, "n3": {"ib-b"}, "n4": {"ib-b"}}
 	for _, n := range []string{"n1", "n2", "n3", "n4"} {
-		want = append(want, KnownNode{Name: n, Addrs: []string{"127.0.0.1", "localhost"}})
+		want = append(want, KnownNode{Name: n, Addrs: []string{"127.0.0.1", "localhost"}, Features: features[n]})
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("KnownNodes = %+v, want %+v", got, want)
+		t.Errorf("KnownNodes = %#v, want %#v", got, want)
 	}
 }
 
@@ -71,13 +72,22 @@ func TestSlurmNodesAddressesFromScontrol(t *testing.T) {
 			}
 			var want []KnownNode
 			for _, n := range []string{"n1", "n2", "n3", "n4"} {
-				want = append(want, KnownNode{Name: n, Addrs: []string{"127.0.0.1", "localhost"}})
+				want = append(want, KnownNode{Name: n, Addrs: []string{"127.0.0.1", "localhost"}, Features: []string{e2eFabricOf(n)}})
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("KnownNodes = %+v, want %+v", got, want)
 			}
 		})
 	}
+}
+
+// e2eFabricOf is the dev cluster's fabric feature of node (scripts/dev-cluster:
+// ib-a on n[1-2], ib-b on n[3-4]), as its fixtures list it.
+func e2eFabricOf(node string) string {
+	if node == "n1" || node == "n2" {
+		return "ib-a"
+	}
+	return "ib-b"
 }
 
 // TestKnownNodesResolveOutsideTheLock: a node whose NodeHostname the DNS is
@@ -90,9 +100,9 @@ func TestSlurmNodesAddressesFromScontrol(t *testing.T) {
 // looked every name up again.
 func TestKnownNodesResolveOutsideTheLock(t *testing.T) {
 	src := &fixedNodes{nodes: []KnownNode{
-		{"n1", []string{"10.0.0.1", "slow.example"}},
-		{"n2", []string{"127.0.0.3", ""}},
-		{"n3", []string{"gone.example"}},
+		{Name: "n1", Addrs: []string{"10.0.0.1", "slow.example"}},
+		{Name: "n2", Addrs: []string{"127.0.0.3", ""}},
+		{Name: "n3", Addrs: []string{"gone.example"}},
 	}}
 	k := newKnownNodes(src)
 	now := time.Unix(1_000_000, 0)

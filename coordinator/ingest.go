@@ -7,8 +7,11 @@ import (
 	"encoding/json/jsontext"
 	jsonv2 "encoding/json/v2"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -83,6 +86,11 @@ func validReport(r *api.Report) error {
 	if r.GPUMemory < 0 {
 		return bad("gpu_memory_bytes is negative; send 0 when unknown")
 	}
+	if r.PeerAddr != "" {
+		if err := validPeerAddr(r.PeerAddr); err != nil {
+			return bad("peer_addr %.80q: %v; set agent.toml peer_addr to the chunk server's host:port on the fabric, or peer_interface", r.PeerAddr, err)
+		}
+	}
 	seen := make(map[string]struct{}, len(r.Weights))
 	for i := range r.Weights {
 		w := &r.Weights[i]
@@ -128,6 +136,60 @@ func validReport(r *api.Report) error {
 		r.Errors[i] = clip(r.Errors[i], maxErrorText)
 	}
 	return nil
+}
+
+// maxPeerAddr bounds peer_addr: a DNS name's 253 bytes, an IPv6 literal's
+// brackets, a colon and a port. It goes out in every plan of the node's
+// swarms; a 7 MiB one did (issue 24).
+const maxPeerAddr = 253 + 2 + 1 + 5
+
+// validPeerAddr checks a chunk server address: host:port, the host an IP
+// address (no zone) or a DNS name, the port 1-65535. It cannot check that
+// the address is the node's: the fabric's interface is not the address
+// Slurm knows the node by; a chunk server's answers are checked chunk by
+// chunk by its readers, and its requests' credentials by it.
+func validPeerAddr(a string) error {
+	if len(a) > maxPeerAddr {
+		return fmt.Errorf("%d bytes; a host:port is at most %d", len(a), maxPeerAddr)
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("not host:port: %v", err)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Errorf("port %q is not 1-65535", port)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Zone() != "" || ip.IsUnspecified() || ip.IsMulticast() {
+			return fmt.Errorf("%s is no address a peer can dial", host)
+		}
+		return nil
+	}
+	if !validHostname(host) {
+		return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+	}
+	return nil
+}
+
+// validHostname says whether h is a DNS name: dot-separated labels of
+// letters, digits and '-', none empty or over 63 bytes, none starting or
+// ending with '-'.
+func validHostname(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func shortText(name, v string) error {
@@ -313,6 +375,13 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 			s.metrics.reports.WithLabelValues("invalid").Inc()
 			return err
 		}
+		if len(s.cfg.FabricFeatures) > 0 {
+			// Slurm's word on the node's fabric, not the node's (fabric.go).
+			if _, err := s.checkFabric(r.Context(), rep.Node, rep.Fabric); err != nil {
+				s.metrics.reports.WithLabelValues("invalid").Inc()
+				return err
+			}
+		}
 		res, err := s.submit(r, &queued{r: rep, key: key, same: same, done: make(chan ingestResult, 1)})
 		if err != nil {
 			return err
@@ -339,7 +408,6 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 				s.prefetch.Observe(rep.Node, rep)
 				ans.Prefetch = s.prefetch.Asks(rep.Node)
 			}
-			s.swarms.notePeerAddr(rep.Node, rep.PeerAddr)
 		}
 		writeJSON(w, http.StatusAccepted, ans)
 		return nil

@@ -77,6 +77,17 @@ func (s *Server) deletePin(w http.ResponseWriter, r *http.Request) error {
 	if err := catalog.ValidModelName(name); err != nil {
 		return api.Errorf(api.CodeInvalid, "%v", err)
 	}
+	var m catalog.Model
+	s.view.mu.RLock()
+	if i, ok := s.view.cat.Index(name); ok {
+		m = s.view.cat.Models[i]
+	}
+	s.view.mu.RUnlock()
+	if m.IsHub() {
+		// An llmgw older than Hub models asks this of every repin.
+		return api.Errorf(api.CodeInvalid, "model %s is Hugging Face repository %s at commit %s: it has no pin to forget; a repin resolves its revision (%s) again, "+
+			"which 'llmgw models repin %s' of an llmgw that knows Hub models does", name, m.Hub.Repo, m.Hub.Commit, m.Hub.Revision, name)
+	}
 	if err := s.changeCatalog(r.Context(), func(ctx context.Context) error { return s.db.Unpin(ctx, name) }); err != nil {
 		return err
 	}

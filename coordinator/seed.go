@@ -283,7 +283,7 @@ func (s *Server) postSeed(w http.ResponseWriter, r *http.Request) error {
 		state := api.SeedAsked
 		if n.holds {
 			state = api.SeedHeld
-		} else if !s.swarms.servesPeers(n.name) {
+		} else if !s.servesPeers(n.name) {
 			noPeers = append(noPeers, n.name)
 		}
 		st.Nodes = append(st.Nodes, api.SeedNode{Node: n.name, State: state})
@@ -314,6 +314,8 @@ func (s *Server) postSeed(w http.ResponseWriter, r *http.Request) error {
 // names one source, which would land outside the model's set directory).
 func seedable(m catalog.Model) error {
 	switch {
+	case m.IsHub():
+		return api.Errorf(api.CodeInvalid, "model %s is Hugging Face repository %s; seeding a repository is not built yet (a seed ask fetches one file): a job's Prolog fetches it on each node", m.Name, m.Hub.Repo)
 	case m.IsSet():
 		return api.Errorf(api.CodeInvalid, "model %s is made of %d files; seeding a model of several files is not built yet (a seed ask fetches one file)", m.Name, len(m.Files))
 	case catalog.KindOf(m.Source) == catalog.KindPath:

@@ -34,6 +34,9 @@ import (
 const (
 	MaxReportBytes = 8 << 20
 	MaxModelBytes  = 64 << 10
+	// MaxCatalogEntryBytes bounds one catalog entry: a Hub repository's
+	// list of up to catalog.MaxHubFiles files is a few hundred kilobytes.
+	MaxCatalogEntryBytes = 2 << 20
 )
 
 // Server is the coordinator's HTTP service over one store.
@@ -59,6 +62,8 @@ type Server struct {
 	gc gcPending
 	// seeds holds the seed requests still asking nodes (seed.go).
 	seeds seedPending
+	// grants are the copies granted for eviction (evict.go).
+	grants grants
 	// swarms are the fabrics' swarms (swarm.go).
 	swarms *swarms
 	// dbOK is false after a write failed, until one succeeds: readiness
@@ -71,6 +76,11 @@ type Server struct {
 
 	// trust judges MUNGE credentials (auth.go); nil when munge is off.
 	trust *trust
+	// known is Slurm's node list (identity.go), read for MUNGE and for
+	// fabric_features; nil with neither.
+	known *knownNodes
+	// instance names this process in swarm plans (api.SwarmPlan.Instance).
+	instance string
 	// nodeTokens maps each per-node token's sha256 to its node (auth.go).
 	nodeTokens atomic.Pointer[map[[32]byte]string]
 	// forgetting is true while forgetLeft runs.
@@ -102,7 +112,7 @@ type Server struct {
 // close db.
 func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logrus.Logger) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.checkRemoved(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	if log == nil {
@@ -113,6 +123,7 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
 		staleAfter: placement.StaleAfter(cfg.ReportInterval),
 		swarms:     newSwarms(),
+		instance:   uuid.NewString(),
 		now:        time.Now,
 		queue:      make(chan *queued, 4*cfg.MaxBatch),
 		stop:       make(chan struct{}),
@@ -154,10 +165,11 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 }
 
 // Close stops the report writer after it has answered every report queued,
-// and the feature reconciler.
+// the swarms' expiry, and the feature reconciler.
 func (s *Server) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
+	s.swarms.stopped()
 	s.features.wait()
 	if s.prefetchStop != nil {
 		s.prefetchStop()
@@ -182,11 +194,13 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "GET /v1/models", roleRead, s.getModels)
 	s.route(mux, "PUT /v1/models/{name}", roleAdmin, s.putModel)
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
+	s.route(mux, "POST /v1/models/{name}/rename", roleAdmin, s.renameModel)
 	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
 	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
 	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
 	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
+	s.route(mux, "POST /v1/evict", roleAgent, s.postEvict)
 	s.route(mux, "POST /v1/seed", roleAdmin, s.postSeed)
 	s.route(mux, "GET /v1/seed/{id}", roleRead, s.getSeed)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
@@ -539,15 +553,18 @@ func (*readBodyBuf) Close() error { return nil }
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.db.Ping(ctx); err != nil {
-		s.metrics.dbErrors.WithLabelValues("ping").Inc()
-		s.log.WithError(err).Error("database unusable")
-		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
-	}
+	// The write first: it looks at the files before sqlite does, and a
+	// read of a database gone read-only is what can crash the process
+	// (store/freeze.go).
 	if err := s.db.CanWrite(ctx); err != nil {
 		s.metrics.dbErrors.WithLabelValues("ping").Inc()
 		s.log.WithError(err).Error("database read-only")
 		return api.Errorf(api.CodeUnavailable, "%v; reports and catalog changes would fail", err)
+	}
+	if err := s.db.Ping(ctx); err != nil {
+		s.metrics.dbErrors.WithLabelValues("ping").Inc()
+		s.log.WithError(err).Error("database unusable")
+		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
 	}
 	if !s.dbOK.Load() {
 		return api.Errorf(api.CodeUnavailable, "the last database write failed; see the coordinator's log")

@@ -51,10 +51,11 @@ func (t *fabricTraffic) add(fabric string, origin, peers int64) {
 
 // servesPeers says whether node reported a chunk server address, so that
 // its fabric's members are offered it as a peer.
-func (sw *swarms) servesPeers(node string) bool {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	return sw.peerAddr[node] != ""
+func (s *Server) servesPeers(node string) bool {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	vn := s.view.nodes[node]
+	return vn != nil && vn.peerAddr != ""
 }
 
 // snapshot returns every swarm not yet idle as of now, by fabric, source
@@ -65,11 +66,15 @@ func (sw *swarms) snapshot(now time.Time) []api.SwarmStatus {
 	out := make([]api.SwarmStatus, 0, len(sw.m))
 	for _, g := range sw.m {
 		if now.Sub(g.last) > swarmIdle {
-			continue // expire drops it at the next report
+			continue // the next sweep drops it (swarmexpire.go)
 		}
 		st := api.SwarmStatus{Fabric: g.key.fabric, Source: g.key.source, SHA256: g.key.sha, Size: g.size, Chunks: g.chunks,
 			Holder: g.holder, LeaseChanges: g.leaseChanges, FromOrigin: g.fromOrigin, FromPeers: g.fromPeers,
-			Idle: round(now.Sub(g.last).Seconds())}
+			Idle: round(now.Sub(g.last).Seconds()), Recorded: g.recorded, Frozen: g.frozen()}
+		for n := range g.refuted {
+			st.Refuted = append(st.Refuted, n)
+		}
+		slices.SortFunc(st.Refuted, nodeCmpFunc)
 		unreach := map[string]bool{}
 		for _, m := range g.members {
 			if !m.gone {

@@ -21,16 +21,14 @@ import (
 func TestSwarmStatusAndMetrics(t *testing.T) {
 	ctx := context.Background()
 	e := swarmEnv(t)
-	if _, err := e.admin.PutModel(ctx, api.Model{Name: "m", Source: "https://origin/m.gguf", SHA256: swarmSHA}); err != nil {
-		t.Fatal(err)
-	}
+	addModel(t, e, api.Model{Name: "s", Source: "https://origin/s.gguf?sig=secret", SHA256: swarmSHA, Size: 4 * DefaultSwarmMinChunk})
 	with := func(r api.SwarmReport, f func(*api.SwarmReport)) api.SwarmReport { f(&r); return r }
 	ask(t, e, with(sreport("n1", 0), func(r *api.SwarmReport) { r.FromOrigin = 100 }))
 	ask(t, e, with(sreport("n1", 0, 1), func(r *api.SwarmReport) { r.FromOrigin = 250 }))
 	ask(t, e, sreport("n4"))
-	ask(t, e, with(sreport("n2", 0), func(r *api.SwarmReport) { r.FromPeers = 300; r.Bad = []string{"n1"} }))
+	ask(t, e, with(sreport("n2", 0), func(r *api.SwarmReport) { r.FromPeers = 300; r.Bad = []string{"n4"} }))
 	ask(t, e, with(sreport("n3", 0, 1, 2, 3), func(r *api.SwarmReport) {
-		r.Complete, r.Bad, r.Unreachable = true, []string{"n1"}, []string{"n4"}
+		r.Complete, r.Bad, r.Unreachable = true, []string{"n4"}, []string{"n1"}
 	}))
 	ask(t, e, with(sreport("m1"), func(r *api.SwarmReport) { r.FromOrigin = 50 }))
 	// n1's agent restarted: its count starts again from 20, and only what
@@ -53,8 +51,8 @@ func TestSwarmStatusAndMetrics(t *testing.T) {
 		a.FromOrigin != 300 || a.FromPeers != 300 || a.Chunks != 4 || a.LeaseChanges != 1 {
 		t.Errorf("ib-a's swarm = %+v", a)
 	}
-	if fmt.Sprint(a.Bad) != "[{n1 [n2 n3] true}]" || fmt.Sprint(a.Unreachable) != "[n4]" {
-		t.Errorf("ib-a's bad %v and unreachable %v, want n1 dropped by n2 and n3, n4 unreachable", a.Bad, a.Unreachable)
+	if fmt.Sprint(a.Bad) != "[{n4 [n2 n3] true}]" || fmt.Sprint(a.Unreachable) != "[n1]" {
+		t.Errorf("ib-a's bad %v and unreachable %v, want n4 dropped by n2 and n3, n1 unreachable", a.Bad, a.Unreachable)
 	}
 	if b.Fabric != "ib-b" || b.Holder != "m1" || b.Members != 1 || b.FromOrigin != 50 || b.Bad != nil {
 		t.Errorf("ib-b's swarm = %+v", b)
@@ -62,7 +60,7 @@ func TestSwarmStatusAndMetrics(t *testing.T) {
 	if fmt.Sprint(st.SwarmBytes) != "[{ib-a 300 300} {ib-b 50 0}]" {
 		t.Errorf("status's bytes per fabric = %v", st.SwarmBytes)
 	}
-	if strings.Contains(signed.Source, "secret") || signed.Model != "" {
+	if strings.Contains(signed.Source, "secret") || signed.Model != "s" {
 		t.Errorf("the signed source shows as %q (model %q) to an anonymous reader", signed.Source, signed.Model)
 	}
 	st, _ = e.admin.Status(ctx)
@@ -103,6 +101,7 @@ llmgw_coordinator_swarms{fabric="ib-b"} 1
 			t.Fatal(err)
 		}
 	}
+	addModel(t, e, api.Model{Name: "other", Source: "https://origin/other.gguf", SHA256: swarmSHA, Size: 4 * DefaultSwarmMinChunk})
 	ask(t, e, with(sreport("n2"), func(r *api.SwarmReport) { r.Source = "https://origin/other.gguf" }))
 	e.srv.view.setSlurmStates(map[string]string{"n1": "idle", "n2": "idle", "n3": "idle", "n4": "idle"})
 	compare(fmt.Sprintf(head, `llmgw_coordinator_swarm_lease_holders{fabric="ib-a"} 1

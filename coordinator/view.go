@@ -33,11 +33,20 @@ type view struct {
 	// empty after a restart, which costs one full decode per node.
 	keys map[string][32]byte
 	cat  *placement.Catalog
+	// files indexes cat's fetched files by source, for the swarms
+	// (swarmcheck.go).
+	files map[string]catalogFile
 	// catID and catGen are the catalog's identity and generation, read
 	// with cat, so that GET /v1/models never pairs models with another
 	// generation's number.
 	catID  string
 	catGen int64
+	// catHistory, catDropped, catTrusted and catTrustedAt are the
+	// catalog's history (store/history.go), read with it.
+	catHistory   []string
+	catDropped   map[string]string
+	catTrusted   string
+	catTrustedAt time.Time
 	// slurm is each node's Slurm state as last read from sinfo (see
 	// setSlurmStates); it survives reloads and new reports, which say
 	// nothing of Slurm.
@@ -49,9 +58,15 @@ type viewNode struct {
 	placement.Node
 	agentVersion string
 	errors       []string
+	// gcHeld and gcHeldSince are the node's gc hold (api.Report.GCHeld).
+	gcHeld      string
+	gcHeldSince time.Time
 	// cacheDir is where the node fetches to; gc asks about the cache
 	// names it reported there.
 	cacheDir string
+	// peerAddr is its chunk server's address, "" none: swarm plans offer
+	// it to the node's fabric.
+	peerAddr string
 }
 
 // presenceNode is the one place a stored node becomes a node of the
@@ -64,7 +79,10 @@ func presenceNode(n *store.Node) *viewNode {
 		},
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,
+		gcHeld:       n.GCHeld,
+		gcHeldSince:  n.GCHeldSince,
 		cacheDir:     n.CacheDir,
+		peerAddr:     n.PeerAddr,
 	}
 	if len(n.Fetches) > 0 {
 		vn.Fetches = make([]placement.Fetch, len(n.Fetches))
@@ -91,6 +109,10 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	if err != nil {
 		return err
 	}
+	history, dropped, trusted, trustedAt, err := db.CatalogHistory(ctx)
+	if err != nil {
+		return err
+	}
 	nodes, err := db.Nodes(ctx)
 	if err != nil {
 		return err
@@ -110,7 +132,9 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	}
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
+	v.files = catalogFiles(models)
 	v.catID, v.catGen = catID, catGen
+	v.catHistory, v.catDropped, v.catTrusted, v.catTrustedAt = history, dropped, trusted, trustedAt
 	return nil
 }
 

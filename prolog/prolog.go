@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
@@ -106,28 +107,42 @@ var ErrNotPresent = errors.New("not present on this node")
 //   - a model of several files must have each file in its set directory,
 //     as a single remote source must (see presentFile); the path is
 //     catalog.SetPath.
-func Present(cacheDir string, m catalog.Model) (string, error) {
+//   - a Hub model must have every file of its list in its commit's
+//     snapshot in the Hugging Face cache hfCache, of its size, and its
+//     refs naming the commit (see presentHub); the path is the snapshot.
+func Present(cacheDir, hfCache string, m catalog.Model) (string, error) {
+	return present(cacheDir, hfCache, m, nil)
+}
+
+// present is Present, each filesystem operation announced to w (nil: not
+// watched).
+func present(cacheDir, hfCache string, m catalog.Model, w *watch) (string, error) {
+	if m.IsHub() {
+		return presentHub(hfCache, *m.Hub, w)
+	}
 	if m.IsSet() {
-		return presentSet(cacheDir, m)
+		return presentSet(cacheDir, m, w)
 	}
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindModelID:
 		return m.Source, nil
 	case catalog.KindPath:
-		return m.Source, checkPath(m.Source, m.Size)
+		return m.Source, checkPath(m.Source, m.Size, w)
 	case catalog.KindRemote:
 		p := catalog.CachePathFor(cacheDir, m.Source)
-		_, err := presentFile(p, m.Size, m.WantSHA256())
+		_, err := presentFile(p, m.Size, m.WantSHA256(), w)
 		return p, err
 	}
 	return "", fmt.Errorf("source %q: not a path, an hf:/http(s) source or a model id", m.Source)
 }
 
 // presentFile checks a fetched file at p: regular, of size when one is
-// given, and not tagged with another digest than want; it returns the
-// file's size.
-func presentFile(p string, size int64, want string) (int64, error) {
+// given, and, when want is set, tagged with want (or on a filesystem that
+// keeps no tags); it returns the file's size.
+func presentFile(p string, size int64, want string, w *watch) (int64, error) {
+	w.begin("stat", p)
 	st, err := os.Stat(p)
+	w.end()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("cache file %s: %w (%v)", p, ErrNotPresent, err)
@@ -137,11 +152,20 @@ func presentFile(p string, size int64, want string) (int64, error) {
 		return 0, fmt.Errorf("cache file %s is %d bytes, the catalog says %d: %w", p, st.Size(), size, ErrNotPresent)
 	}
 	// A digest recorded on the file that is not the one the catalog
-	// wants (an admin repinned, or declared another), or a file
-	// written since it was hashed: the slow path fetches and verifies.
+	// wants (an admin repinned, or declared another), a file written
+	// since it was hashed, or one with no digest recorded where the
+	// filesystem keeps them (copied in by hand: nothing says it is the
+	// pinned bytes): the slow path fetches or hashes, and verifies.
 	if want != "" {
-		if sum, tagged := catalog.RecordedSHA256(p); tagged && sum != want {
+		w.begin("read the digest tag of", p)
+		sum, tagged := catalog.RecordedSHA256(p)
+		untagged := !tagged && catalog.Untagged(p)
+		w.end()
+		switch {
+		case tagged && sum != want:
 			return 0, fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
+		case untagged:
+			return 0, fmt.Errorf("cache file %s carries no recorded sha256, and the catalog pins %s: %w", p, want, ErrNotPresent)
 		}
 	}
 	return st.Size(), nil
@@ -152,12 +176,12 @@ func presentFile(p string, size int64, want string) (int64, error) {
 // so the fast path stays a handful of system calls however many parts.
 // A set missing any file is not present, and the slow path fetches what
 // is missing. m.Size, when the files give none, is checked as their sum.
-func presentSet(cacheDir string, m catalog.Model) (string, error) {
+func presentSet(cacheDir string, m catalog.Model, w *watch) (string, error) {
 	dir := catalog.SetDir(cacheDir, m)
 	var total int64
 	sized := true
 	for _, f := range m.Files {
-		n, err := presentFile(catalog.SetFilePath(dir, f.Source), f.Size, f.WantSHA256())
+		n, err := presentFile(catalog.SetFilePath(dir, f.Source), f.Size, f.WantSHA256(), w)
 		if err != nil {
 			return "", err
 		}
@@ -170,46 +194,159 @@ func presentSet(cacheDir string, m catalog.Model) (string, error) {
 	return catalog.SetPath(cacheDir, m), nil
 }
 
-// HungError is returned by PresentWithin when the weights did not answer
-// in time: a stuck FUSE or NFS mount, whose stat blocks in the kernel.
+// presentHub checks the Hub model h in the Hugging Face cache hfCache:
+// each file of its list, through the snapshot's link, a regular file of
+// its size (one stat each, whoever put it there), and each ref the fetch
+// writes naming the commit, since that is what an engine given the bare
+// repository id reads. A ref naming another commit (a repin, another
+// download into a shared cache) sends the job to the slow path, which
+// points it back. Each stat and ref read is one operation announced to
+// w: a Hugging Face cache on a filer that stops answering is bounded by
+// hook_fs_timeout like any other weights.
+func presentHub(hfCache string, h catalog.Hub, w *watch) (string, error) {
+	for _, f := range h.Files {
+		p := catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path)
+		w.begin("stat", p)
+		st, err := os.Stat(p)
+		w.end()
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("%s of %s at %s: %w (%v)", f.Path, h.Repo, h.Commit, ErrNotPresent, err)
+		case !st.Mode().IsRegular() || st.Size() != f.Size:
+			return "", fmt.Errorf("%s of %s at %s is not a file of %d bytes: %w", f.Path, h.Repo, h.Commit, f.Size, ErrNotPresent)
+		}
+	}
+	for _, ref := range catalog.HubRefs(h) {
+		p := catalog.HubRefPath(hfCache, h.Repo, ref)
+		w.begin("read", p)
+		b, err := catalog.ReadRegular(p)
+		w.end()
+		if err != nil || string(b) != h.Commit {
+			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
+		}
+	}
+	return catalog.HubPath(hfCache, h), nil
+}
+
+// HungError is returned by PresentWithin when one filesystem operation on
+// the weights got no answer within hook_fs_timeout: a stuck FUSE or NFS
+// mount, whose stat blocks in the kernel. A filer that answers each
+// operation, however slowly, is slow, not hung (SlowError).
 type HungError struct {
 	Path  string
+	Op    string // what was asked: "stat", "list", ...
 	After time.Duration
+	// Answered is how many operations on the weights had answered before.
+	Answered int
 }
 
 func (e *HungError) Error() string {
-	return fmt.Sprintf("the weights at %s did not answer within %s s (a hung mount?)", e.Path, strconv.FormatFloat(e.After.Seconds(), 'f', -1, 64))
+	op := e.Op
+	if op == "" {
+		op = "stat"
+	}
+	return fmt.Sprintf("no answer to a %s of %s within hook_fs_timeout (%s s; %d earlier operations answered): the filesystem is not answering (a hung mount?)",
+		op, e.Path, strconv.FormatFloat(e.After.Seconds(), 'f', -1, 64), e.Answered)
 }
 
-// PresentWithin is Present bounded by d. A stat on a hung mount blocks in
-// the kernel and nothing can interrupt it, while slurmd kills a Prolog
-// that outlives PrologEpilogTimeout and drains the node; so the check runs
-// on its own goroutine and is given up on after d with a *HungError. The
-// goroutine stays blocked until the mount answers, at the latest until the
-// hook's process exits (FUSE and NFS waits are killable), which it does
-// right after.
-func PresentWithin(cacheDir string, m catalog.Model, d time.Duration) (string, error) {
+// SlowError is returned by PresentWithin when every operation on the
+// weights answered within hook_fs_timeout, but the whole look outlasted the
+// hook's budget (the Prolog's fetch_deadline).
+type SlowError struct {
+	Path     string
+	Budget   time.Duration
+	Answered int
+	Slowest  time.Duration
+}
+
+func (e *SlowError) Error() string {
+	return fmt.Sprintf("the weights at %s answer, but slowly: %d operations in the %s the Prolog may take (fetch_deadline), the slowest %s s; a slow filer, not a hung one",
+		e.Path, e.Answered, e.Budget, strconv.FormatFloat(e.Slowest.Seconds(), 'f', 1, 64))
+}
+
+// watch is what PresentWithin knows of the look under way: the operation
+// outstanding, since when, and how many answered.
+type watch struct {
+	mu       sync.Mutex
+	op, path string
+	since    time.Time // zero: none outstanding
+	answered int
+	slowest  time.Duration
+}
+
+func (w *watch) begin(op, path string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.op, w.path, w.since = op, path, time.Now()
+	w.mu.Unlock()
+}
+
+func (w *watch) end() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if d := time.Since(w.since); d > w.slowest {
+		w.slowest = d
+	}
+	w.answered++
+	w.since = time.Time{}
+	w.mu.Unlock()
+}
+
+// PresentWithin is Present with each filesystem operation bounded by op
+// (hook_fs_timeout) and the whole look by budget (the Prolog's deadline).
+// A stat on a hung mount blocks in the kernel and nothing can interrupt
+// it, while slurmd kills a Prolog that outlives PrologEpilogTimeout and
+// drains the node; so the check runs on its own goroutine, and is given up
+// on with a *HungError when one operation has had no answer for op, or
+// with a *SlowError when the operations answer but the look outlasts
+// budget. Bounding the whole look by one number failed jobs on a filer
+// that answered each stat in 4 s as if it were hung. The goroutine stays
+// blocked until the mount answers, at the latest until the hook's process
+// exits (FUSE and NFS waits are killable), which it does right after.
+func PresentWithin(cacheDir, hfCache string, m catalog.Model, op, budget time.Duration) (string, error) {
 	type result struct {
 		path string
 		err  error
 	}
 	ch := make(chan result, 1)
+	w := &watch{}
+	start := time.Now()
 	go func() {
-		p, err := Present(cacheDir, m)
+		p, err := present(cacheDir, hfCache, m, w)
 		ch <- result{p, err}
 	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.path, r.err
-	case <-t.C:
-		return "", &HungError{Path: weightsPath(cacheDir, m), After: d}
+	tick := time.NewTicker(max(min(op/20, 100*time.Millisecond), time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-ch:
+			return r.path, r.err
+		case now := <-tick.C:
+			w.mu.Lock()
+			hung := !w.since.IsZero() && now.Sub(w.since) >= op
+			h := &HungError{Path: w.path, Op: w.op, After: op, Answered: w.answered}
+			slow := budget > 0 && now.Sub(start) >= budget
+			sl := &SlowError{Path: weightsPath(cacheDir, hfCache, m), Budget: budget, Answered: w.answered, Slowest: max(w.slowest, now.Sub(w.since))}
+			w.mu.Unlock()
+			switch {
+			case hung:
+				return "", h
+			case slow:
+				return "", sl
+			}
+		}
 	}
 }
 
 // weightsPath is where Present looks for m's weights.
-func weightsPath(cacheDir string, m catalog.Model) string {
+func weightsPath(cacheDir, hfCache string, m catalog.Model) string {
+	if m.IsHub() {
+		return catalog.HubSnapshotDir(hfCache, m.Hub.Repo, m.Hub.Commit)
+	}
 	if m.IsSet() {
 		return catalog.SetDir(cacheDir, m)
 	}
@@ -219,8 +356,10 @@ func weightsPath(cacheDir string, m catalog.Model) string {
 	return m.Source
 }
 
-func checkPath(p string, size int64) error {
+func checkPath(p string, size int64, w *watch) error {
+	w.begin("stat", p)
 	st, err := os.Stat(p)
+	w.end()
 	if err != nil {
 		return fmt.Errorf("path %s: %w (%v)", p, ErrNotPresent, err)
 	}
@@ -236,7 +375,9 @@ func checkPath(p string, size int64) error {
 	if !st.IsDir() {
 		return fmt.Errorf("path %s is neither a file nor a directory: %w", p, ErrNotPresent)
 	}
+	w.begin("list", p)
 	ents, err := os.ReadDir(p)
+	w.end()
 	if err != nil {
 		return fmt.Errorf("path %s: %w (%v)", p, ErrNotPresent, err)
 	}
@@ -269,16 +410,28 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("model %s is not in the catalog copy %s", job.Model, cfg.CatalogCopyPath())
 	}
-	p, err := PresentWithin(cfg.CacheDir, m, cfg.FSTimeout())
+	p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout(), cfg.FetchDeadline)
 	var hung *HungError
-	if errors.As(err, &hung) {
+	var slow *SlowError
+	if errors.As(err, &hung) || errors.As(err, &slow) {
 		return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Time: now.UTC(),
 			Error: fmt.Sprintf("weights for model %s (source %s) could not be had on %s: %v", m.Name, m.Source, job.Node, err)})
 	}
 	if err != nil {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
-	return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC(), Fast: true})
+	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC(), Fast: true}
+	HubRecord(cfg, m, &rec)
+	return catalog.WriteJobRecord(cfg.RunDir, rec)
+}
+
+// HubRecord adds to the record of a job of m, when m is a Hub model, the
+// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE, and whether
+// it exports HF_HUB_OFFLINE=1 beside it.
+func HubRecord(cfg nodeconf.Agent, m catalog.Model, rec *catalog.JobRecord) {
+	if m.IsHub() {
+		rec.HFCache, rec.HFOffline = cfg.HFCacheDir(), cfg.HubOffline()
+	}
 }
 
 // SetOf is the set directory's name a job record names for m, or "" for a

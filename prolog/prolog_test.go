@@ -2,6 +2,9 @@ package prolog
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -74,7 +78,7 @@ func TestPresent(t *testing.T) {
 		{catalog.Model{Source: filepath.Join(dir, "copying")}, ""},
 		{catalog.Model{Source: filepath.Join(dir, "absent")}, ""},
 	} {
-		got, err := Present(cache, tc.m)
+		got, err := Present(cache, filepath.Join(cache, "hub"), tc.m)
 		if tc.want == "" {
 			if !errors.Is(err, ErrNotPresent) {
 				t.Errorf("Present(%+v) = %q, %v; want ErrNotPresent", tc.m, got, err)
@@ -185,4 +189,39 @@ func TestClaimGC(t *testing.T) {
 		t.Fatalf("claim after the interval = %v, %v", ok, err)
 	}
 	release()
+}
+
+// TestPresentPinnedNeedsItsTag: pins hold on every path (issue 24): a
+// cache file of the pinned size that carries no recorded digest, on a
+// filesystem that keeps them, is something nobody vouches for (copied in
+// by hand), and the fast path leaves it to the slow path, which hashes it
+// once and tags it; from then on the fast path takes it, for its pin only.
+func TestPresentPinnedNeedsItsTag(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	remote := "https://origin.example/m/model.gguf"
+	p := catalog.CachePathFor(cache, remote)
+	write(t, p, 10)
+	if !catalog.Untagged(p) {
+		t.Skip("the test directory's filesystem keeps no user xattrs")
+	}
+	h := sha256.Sum256(bytes.Repeat([]byte{1}, 10))
+	sum := hex.EncodeToString(h[:])
+	other := strings.Repeat("ab", 32)
+	pinned := catalog.Model{Source: remote, Size: 10, Pinned: sum}
+	if got, err := Present(cache, filepath.Join(cache, "hub"), pinned); !errors.Is(err, ErrNotPresent) {
+		t.Errorf("an untagged file of the pinned size: Present = %q, %v; want ErrNotPresent", got, err)
+	}
+	if got, err := fetch.Digest(context.Background(), p); err != nil || got != sum {
+		t.Fatalf("hashing it as the slow path does: %q, %v", got, err)
+	}
+	if got, err := Present(cache, filepath.Join(cache, "hub"), pinned); err != nil || got != p {
+		t.Errorf("the file tagged with its pin: Present = %q, %v; want %s", got, err, p)
+	}
+	if got, err := Present(cache, filepath.Join(cache, "hub"), catalog.Model{Source: remote, Size: 10, Pinned: other}); !errors.Is(err, ErrNotPresent) {
+		t.Errorf("the file pinned to other bytes: Present = %q, %v; want ErrNotPresent", got, err)
+	}
+	// Unpinned, a file is taken as it is.
+	if got, err := Present(cache, filepath.Join(cache, "hub"), catalog.Model{Source: remote, Size: 10}); err != nil || got != p {
+		t.Errorf("unpinned: Present = %q, %v", got, err)
+	}
 }

@@ -25,10 +25,15 @@ import (
 // TaskProlog prints it and exits 1.
 var ErrJobFails = errors.New("the job's model cannot be had")
 
-// Environment variables the TaskProlog sets for the job.
+// Environment variables the TaskProlog sets for the job. HF_HUB_CACHE and
+// HF_HUB_OFFLINE are huggingface_hub's own, which transformers, vLLM and
+// SGLang read: with them a job of a Hub model runs `vllm serve ORG/NAME`
+// unchanged and loads what llmgw fetched.
 const (
-	EnvModel     = "LLMGW_MODEL"
-	EnvModelPath = "LLMGW_MODEL_PATH"
+	EnvModel        = "LLMGW_MODEL"
+	EnvModelPath    = "LLMGW_MODEL_PATH"
+	EnvHFHubCache   = "HF_HUB_CACHE"
+	EnvHFHubOffline = "HF_HUB_OFFLINE"
 )
 
 // TaskProlog tells the job where its weights are. It runs as the job's
@@ -59,10 +64,17 @@ func TaskProlog(runDir, jobID string, getenv func(string) string, stdout io.Writ
 	if rec.Error != "" {
 		return fail(stdout, rec.Error)
 	}
-	if !safeValue(rec.Model) || !safeValue(rec.Path) || rec.Path == "" {
-		return fail(stdout, fmt.Sprintf("job %s: the record of model %q has a path that cannot be passed in the environment: %q", jobID, rec.Model, rec.Path))
+	if !safeValue(rec.Model) || !safeValue(rec.Path) || rec.Path == "" || !safeValue(rec.HFCache) {
+		return fail(stdout, fmt.Sprintf("job %s: the record of model %q has a path that cannot be passed in the environment: %q", jobID, rec.Model, rec.Path+rec.HFCache))
 	}
-	_, err = fmt.Fprintf(stdout, "export %s=%s\nexport %s=%s\n", EnvModel, rec.Model, EnvModelPath, rec.Path)
+	out := fmt.Sprintf("export %s=%s\nexport %s=%s\n", EnvModel, rec.Model, EnvModelPath, rec.Path)
+	if rec.HFCache != "" {
+		out += fmt.Sprintf("export %s=%s\n", EnvHFHubCache, rec.HFCache)
+		if rec.HFOffline {
+			out += "export " + EnvHFHubOffline + "=1\n"
+		}
+	}
+	_, err = io.WriteString(stdout, out)
 	return err
 }
 

@@ -135,7 +135,7 @@ func ApplyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 func Flags(fs *pflag.FlagSet, cfg *Agent) {
 	fs.StringVar(&cfg.Coordinator, "coordinator", cfg.Coordinator, "coordinator base URL, e.g. http://coord:8420 (none: report to nobody)")
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "file holding the agent's bearer token")
-	fs.StringVar(&cfg.MungeSocket, "munge-socket", cfg.MungeSocket, "munged's socket: authenticate reports with a MUNGE credential instead of the token")
+	fs.StringVar(&cfg.MungeSocket, "munge-socket", cfg.MungeSocket, "munged's socket: authenticate reports with a MUNGE credential when no token file exists, and peers always")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", cfg.TLSCA, "PEM file of the CA that signed the coordinator's TLS certificate")
 	fs.StringVar(&cfg.Node, "node", cfg.Node, "this node's Slurm NodeName (default: SLURMD_NODENAME, else slurm.conf's name for this host, else the short hostname)")
 	fs.StringVar(&cfg.Fabric, "fabric", orDefault(cfg.Fabric, DefaultFabric), "the fabric (network) this node is on")

@@ -20,7 +20,9 @@ func fullAgent(t testing.TB) Agent {
 		ScanInterval: time.Minute, ReportInterval: -time.Second, DirTimeout: 1, Connections: 16, GPUMemory: 80 << 30,
 		NvidiaSMI: "/usr/bin/nvidia-smi", FetchDeadline: time.Hour, GCInterval: 2 * time.Minute, GCTimeout: time.Second, Version: "v1",
 		HFTokenFile: "/etc/llmgw/hf.token", CacheReserve: 1 << 30, FetchMinSpeed: 1 << 20,
-		GCMaxShare: 30, GCPartMaxAge: time.Hour, PeerAddr: "10.1.0.1:8421", PeerInterface: "ib0", PeerPort: 8421}
+		GCMaxShare: 30, GCPartMaxAge: time.Hour, PeerAddr: "10.1.0.1:8421", PeerInterface: "ib0", PeerPort: 8421,
+		CacheHigh: 85, CacheLow: 70, KeepLastCopyFor: 48 * time.Hour, HookFSTimeout: 20 * time.Second,
+		HFEndpoint: "http://mirror:8080", HFCache: "/shared/hf/hub", HFHubOffline: new(bool)}
 	v := reflect.ValueOf(a)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {
@@ -53,7 +55,7 @@ func resolvedSeeds(t testing.TB) [][]byte {
 		`{"uid":4294967296}`, `{"uid":-1}`, `{"ino":18446744073709551615}`, `{"ino":18446744073709551616}`, `{"dev":-0}`,
 		`{"format":1} trailing`, `{"format":1}{"format":2}`, `{"format":1}` + "\n", `{"build":"\u0061\ud83d\ude00"}`,
 		`{"config":{"ScanInterval":"1m"}}`, `{"config":{"Connections":9223372036854775807}}`, `{"config":{"Unknown":[{}]}}`,
-		`{"config":{"Cache\u0044ir":"x"}}`, `{"conﬁg":{}}`, `{"config":{"CacheDir":"a"}`, `{"config":[]}`, ``, `{"file":"a\x00"}`,
+		`{"config":{"Cache\u0044ir":"x"}}`, `{"config":{"HFHubOffline":true}}`, `{"config":{"HFHubOffline":null}}`, `{"config":{"HFHubOffline":1}}`, `{"conﬁg":{}}`, `{"config":{"CacheDir":"a"}`, `{"config":[]}`, ``, `{"file":"a\x00"}`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}

@@ -102,6 +102,20 @@ const (
 	// before gc takes it even for a source the catalog still wants: a week
 	// covers a weekend's queue of jobs that would resume it.
 	DefaultGCPartMaxAge = 7 * 24 * time.Hour
+	// DefaultCacheHigh and DefaultCacheLow are weights/evict's
+	// DefaultHigh and DefaultLow, spelled again because the hook binary
+	// links this package and must not link the eviction code; agent's
+	// tests hold them equal.
+	DefaultCacheHigh = 90
+	DefaultCacheLow  = 80
+	// DefaultKeepLastCopyFor is weights/evict's DefaultKeepLastCopyFor:
+	// a week, so a model run every weekday keeps a copy in each fabric
+	// that runs it.
+	DefaultKeepLastCopyFor = 7 * 24 * time.Hour
+	// DefaultHookFSTimeout bounds one filesystem operation of a hook: a
+	// filer answering a stat in 4 s is slow, one silent for 30 s is not
+	// answering.
+	DefaultHookFSTimeout = 30 * time.Second
 )
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
@@ -189,6 +203,20 @@ type Agent struct {
 	// neither $HF_TOKEN nor $HF_TOKEN_PATH is set: slurmd runs a Prolog with
 	// no $HOME, where huggingface-cli's own token file cannot be found.
 	HFTokenFile string `toml:"hf_token_file"`
+	// HFEndpoint is the Hub the node fetches Hugging Face models from
+	// (default $HF_ENDPOINT in the agent's environment, else
+	// https://huggingface.co): a site's mirror.
+	HFEndpoint string `toml:"hf_endpoint"`
+	// HFCache is the Hugging Face cache Hub models are fetched into, in
+	// huggingface_hub's layout, and that jobs of them are given as
+	// HF_HUB_CACHE (default: "hub" inside CacheDir). A site may name its
+	// shared Hugging Face cache on a filer; it is scanned like a weight
+	// directory.
+	HFCache string `toml:"hf_cache"`
+	// HFHubOffline, unless set to false, has the TaskProlog export
+	// HF_HUB_OFFLINE=1 beside HF_HUB_CACHE for a job of a Hub model, so
+	// that the engine loads what llmgw fetched and asks the Hub nothing.
+	HFHubOffline *bool `toml:"hf_hub_offline"`
 	// CacheReserve is the free space, in bytes, that a fetch from an origin
 	// giving no length leaves on the cache's filesystem (0: 5% of it, at
 	// most 10 GB; -1: none).
@@ -227,6 +255,25 @@ type Agent struct {
 	// the first gc.
 	GCPartMaxAge time.Duration `toml:"gc_part_max_age"`
 
+	// CacheHigh and CacheLow are the cache's watermarks, in percent of the
+	// space llmgw may use on the cache's filesystem (what it fetched plus
+	// what is free, less cache_reserve): above CacheHigh the agent evicts
+	// what llmgw fetched down to CacheLow (weights/evict). 0: the defaults,
+	// DefaultCacheHigh and DefaultCacheLow.
+	CacheHigh int `toml:"cache_high"`
+	CacheLow  int `toml:"cache_low"`
+	// KeepLastCopyFor keeps a fabric's last copy of a model a job used
+	// within it from eviction (default DefaultKeepLastCopyFor; negative:
+	// never).
+	KeepLastCopyFor time.Duration `toml:"keep_last_copy_for"`
+	// HookFSTimeout bounds each filesystem operation a hook makes on a
+	// job's weights (a stat, a read of a header): one that has not
+	// answered within it is "no answer", and the hook tells a hung mount
+	// from a slow one by it, not by the time the whole look took (default
+	// DefaultHookFSTimeout). The whole look is bounded by the Prolog's own
+	// deadline (fetch_deadline).
+	HookFSTimeout time.Duration `toml:"hook_fs_timeout"`
+
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
 	Version string `toml:"-"`
@@ -258,6 +305,14 @@ func (c Agent) WithDefaults() Agent {
 	dur(&c.GCInterval, DefaultGCInterval)
 	dur(&c.GCTimeout, DefaultGCTimeout)
 	dur(&c.GCPartMaxAge, DefaultGCPartMaxAge)
+	dur(&c.KeepLastCopyFor, DefaultKeepLastCopyFor)
+	dur(&c.HookFSTimeout, DefaultHookFSTimeout)
+	if c.CacheHigh == 0 {
+		c.CacheHigh = DefaultCacheHigh
+	}
+	if c.CacheLow == 0 {
+		c.CacheLow = DefaultCacheLow
+	}
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
 	}
@@ -267,16 +322,24 @@ func (c Agent) WithDefaults() Agent {
 	return c
 }
 
-// FSTimeout bounds each touch of the weights in a hook (DirTimeout, else
-// DefaultDirTimeout): the bound the scanner gives one directory is the one
-// the hooks give one model's weights, so one setting says how long this
-// node's filers may take to answer.
+// FSTimeout bounds each filesystem operation a hook makes on a job's
+// weights (HookFSTimeout, else DefaultHookFSTimeout): one that has had no
+// answer for it is a filesystem not answering. The whole look is bounded
+// by FetchDeadline, the Prolog's own.
 func (c Agent) FSTimeout() time.Duration {
-	if c.DirTimeout > 0 {
-		return c.DirTimeout
+	if c.HookFSTimeout > 0 {
+		return c.HookFSTimeout
 	}
-	return DefaultDirTimeout
+	return DefaultHookFSTimeout
 }
+
+// HFCacheDir is the node's Hugging Face cache: HFCache, else "hub" in
+// CacheDir. Call it on a config with defaults applied.
+func (c Agent) HFCacheDir() string { return catalog.HFCacheDir(c.CacheDir, c.HFCache) }
+
+// HubOffline reports whether a job of a Hub model is given
+// HF_HUB_OFFLINE=1 (hf_hub_offline, default true).
+func (c Agent) HubOffline() bool { return c.HFHubOffline == nil || *c.HFHubOffline }
 
 // CatalogFile is the name of the catalog copy in the state directory.
 const CatalogFile = "catalog.json"

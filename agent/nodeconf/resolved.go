@@ -218,7 +218,8 @@ func decodeResolved(b []byte) (resolved, bool) {
 // tags; the resolved copy is written by json.Marshal).
 var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
-	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge", "PeerAddr", "PeerInterface", "PeerPort"}
+	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge", "PeerAddr", "PeerInterface", "PeerPort",
+	"CacheHigh", "CacheLow", "KeepLastCopyFor", "HookFSTimeout", "HFEndpoint", "HFCache", "HFHubOffline"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -288,6 +289,24 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		c.PeerPort = int(n)
 	case "GCPartMaxAge":
 		dur(&c.GCPartMaxAge)
+	case "KeepLastCopyFor":
+		dur(&c.KeepLastCopyFor)
+	case "HookFSTimeout":
+		dur(&c.HookFSTimeout)
+	case "CacheHigh":
+		n, ok = s.Int(strconv.IntSize)
+		c.CacheHigh = int(n)
+	case "CacheLow":
+		n, ok = s.Int(strconv.IntSize)
+		c.CacheLow = int(n)
+	case "HFEndpoint":
+		c.HFEndpoint, ok = s.String()
+	case "HFCache":
+		c.HFCache, ok = s.String()
+	case "HFHubOffline":
+		var v bool
+		v, ok = s.Bool()
+		c.HFHubOffline = &v
 	case "GCMaxShare":
 		n, ok = s.Int(strconv.IntSize)
 		c.GCMaxShare = int(n)

@@ -53,6 +53,14 @@ func WriteStatus(w io.Writer, st *api.Status) error {
 	if err := writePrefetch(w, st); err != nil {
 		return err
 	}
+	for _, g := range st.GCHeld {
+		since := ""
+		if !g.Since.IsZero() {
+			since = " since " + g.Since.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "\nGC HELD on %s%s: %s\n  nodes: %s\n  'llmgw gc --trust' adopts the current catalog on every node (gc_max_share still holds)\n",
+			plural(g.Count, "node"), since, g.Why, g.Nodes)
+	}
 	if len(st.Fabrics) == 0 {
 		return nil
 	}
@@ -221,7 +229,11 @@ func WriteModels(w io.Writer, models []api.Model) error {
 			updated = m.Updated.UTC().Format(time.RFC3339)
 		}
 		src := m.Source
-		if m.IsSet() {
+		if m.IsHub() {
+			// The repository, the revision asked for, and the commit it
+			// stands for, shortened as git shortens one.
+			src = fmt.Sprintf("hf:%s@%s (%s, %s)", m.Hub.Repo, m.Hub.Commit[:min(12, len(m.Hub.Commit))], m.Hub.Revision, plural(len(m.Hub.Files), "file"))
+		} else if m.IsSet() {
 			more := "files"
 			if len(m.Files) == 2 {
 				more = "file"
@@ -238,6 +250,10 @@ func WriteModels(w io.Writer, models []api.Model) error {
 // known (a fetched source before its first fetch). A path or a model id
 // is never fetched, so has none.
 func digestFrom(m api.Model) string {
+	if m.IsHub() {
+		// The commit pins the model, the Hub's digests each file.
+		return "commit"
+	}
 	if m.IsSet() {
 		// Each file of a model of several is declared or pinned on its own.
 		var n [3]int

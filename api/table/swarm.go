@@ -68,7 +68,9 @@ func writeSwarms(w io.Writer, st *api.Status) error {
 }
 
 // swarmTrouble says which peers members could not use: "bad n3 (by n4,n5;
-// dropped)" for a peer that sent bad chunks, "unreachable n6".
+// dropped)" for a peer that sent bad chunks, "unreachable n6"; and the
+// members whose chunk digests lost to others' ("digests refuted n7") and the
+// chunks two readers disagree on ("2 chunks frozen").
 func swarmTrouble(s api.SwarmStatus) string {
 	var parts []string
 	for _, b := range s.Bad {
@@ -80,6 +82,12 @@ func swarmTrouble(s api.SwarmStatus) string {
 	}
 	if len(s.Unreachable) > 0 {
 		parts = append(parts, "unreachable "+strings.Join(s.Unreachable, ","))
+	}
+	if len(s.Refuted) > 0 {
+		parts = append(parts, "digests refuted "+strings.Join(s.Refuted, ","))
+	}
+	if s.Frozen > 0 {
+		parts = append(parts, fmt.Sprintf("%d chunks frozen", s.Frozen))
 	}
 	return dash(strings.Join(parts, ", "))
 }

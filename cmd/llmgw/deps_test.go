@@ -27,15 +27,19 @@ var importRules = map[string]struct {
 	"weights/scan":             {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
 	"weights/fetch":            {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
 	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
+	"weights/evict":            {[]string{"weights/catalog"}, "eviction decides from what the agent gathers and the coordinator answers; it does no I/O and shares the name rules only"},
+	"weights/hub":              {[]string{"weights/catalog", "weights/fetch"}, "the Hub's API (a revision's commit, its files, the selection) is a client of its own: the command line resolves a model with it, and nothing on a node asks the Hub what a branch means (fetch: the redirect and Retry-After rules the node's fetch applies)"},
+	"weights/hub/hubtest":      {nil, "the Hub stand-in for tests stands alone, so huggingface_hub and llmgw are tested against the same server"},
 	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
-	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
+	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "weights/evict", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
 	"prolog":                   {[]string{"agent/nodeconf", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
 	"prolog/full":              {[]string{"prolog", "agent/nodeconf", "api", "weights/catalog", "weights/fetch", "weights/gc", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, runs node gc, and calls scontrol"},
 	"coordinator":              {[]string{"api", "coordinator/prefetch", "coordinator/store", "internal/munge", "placement", "slurm", "weights/catalog"}, "the service wires store, placement, prefetch and slurm (and munge, which says who speaks)"},
 	"coordinator/prefetch":     {[]string{"api", "slurm"}, "the prefetcher turns Slurm's plans into asks; it reads the coordinator's presence through an interface the coordinator implements, so it never reaches into the server or the database"},
 	"internal/munge":           {[]string{"api"}, "MUNGE credentials are a leaf beside the protocol: the coordinator decodes them, agents and the CLI make them, the hook never links them"},
 	"internal/munge/mungetest": {[]string{"internal/munge"}, "tests start real munged daemons through it"},
+	"internal/swarmtest":       {[]string{"api", "internal/munge"}, "hostile swarm members for tests and the liars benchmark speak the protocol and MUNGE alone, so what they do is what any program on a node could"},
 	"coordinator/store":        {[]string{"api", "weights/catalog", "placement"}, "the store persists api types and the presence model's holdings; it decides nothing"},
 	"api/table":                {[]string{"api", "weights/catalog"}, "the command line's tables render API answers; linking no server code keeps the client free of the coordinator and sqlite"},
 	"cmd/llmgw/demo":           {[]string{"agent/nodeconf", "api", "placement", "slurm", "weights/catalog"}, "the demo runs llmgw's own binary as coordinator and agents and shows the commands a user would type; it reads api types and the node configuration, and speaks to the dev cluster through slurm"},
@@ -48,6 +52,9 @@ var importRules = map[string]struct {
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
+	"internal/loopfs":      {nil, "tests' ext4 loop filesystem stands alone, like fusetest"},
+	"scripts/bench/evict":  {[]string{"weights/evict"}, "the eviction replay runs the agent's own policy and nothing else"},
+	"scripts/bench/hub":    {[]string{"weights/hub/hubtest"}, "the Hub benchmark serves the tests' Hub stand-in, so it measures what the tests check"},
 }
 
 // onlyIn confines an import to the packages that own what it does.
@@ -56,7 +63,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest", "internal/loopfs"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
 }
 
 type listedPackage struct {

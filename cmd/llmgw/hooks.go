@@ -83,6 +83,7 @@ func prologCmd(ctx context.Context, e *env, args []string) error {
 			LockDir:      cfg.LockDir(),
 			Connections:  cfg.Connections,
 			HFTokenFile:  cfg.HFTokenFile,
+			HFEndpoint:   cfg.HFEndpoint,
 			CacheReserve: cfg.CacheReserve,
 			MinSpeed:     cfg.FetchMinSpeed,
 			Log:          hookLogger(e),

@@ -34,7 +34,7 @@ func (e *PinConflict) Error() string {
 func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now time.Time) (api.Model, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return api.Model{}, fmt.Errorf("pin %s: %w", source, err)
 	}
@@ -54,9 +54,13 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 	if err != nil {
 		return api.Model{}, fmt.Errorf("pin %s: %w", source, err)
 	}
-	if m.SHA256 != "" {
-		// A declared digest is what every fetch verifies; a pin would
-		// only shadow it.
+	if err := readHub(ctx, tx, &m); err != nil {
+		return api.Model{}, err
+	}
+	if m.SHA256 != "" || m.IsHub() {
+		// A declared digest is what every fetch verifies, and a Hub
+		// model's commit and the Hub's digests pin it: a pin would only
+		// shadow them.
 		return m, nil
 	}
 	if err := readPin(ctx, tx, &m); err != nil {
@@ -90,7 +94,7 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 func (db *DB) Unpin(ctx context.Context, name string) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}
@@ -105,6 +109,10 @@ func (db *DB) Unpin(ctx context.Context, name string) error {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE catalog_files SET pinned_sha256 = '', pinned_etag = '', pinned_node = '', pinned = 0 WHERE name = ?`, name); err != nil {
+		return fmt.Errorf("repin %s: %w", name, err)
+	}
+	// The chunk digests are of the pinned bytes: they go with the pin.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM chunk_sums WHERE name = ?`, name); err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -195,7 +203,7 @@ func addPins(ctx context.Context, q querier, models []api.Model) error {
 		// A pin is of the bytes of one source: an entry given a new
 		// source starts unpinned.
 		// A model of several files has its pins on its files.
-		if p, ok := pins[models[i].Name]; ok && p.source == models[i].Source && models[i].SHA256 == "" && !models[i].IsSet() {
+		if p, ok := pins[models[i].Name]; ok && p.source == models[i].Source && models[i].SHA256 == "" && !models[i].IsSet() && !models[i].IsHub() {
 			models[i].Pinned, models[i].PinnedETag = p.sha256, p.etag
 		}
 	}

@@ -288,6 +288,10 @@ func (d *fastDecoder) bool(key string) bool {
 // substring is a hundred times cheaper than decoding, and a catalog change
 // concerns few nodes' weights.
 func needles(m api.Model) []string {
+	if m.IsHub() {
+		// A snapshot of the repository at the commit, wherever it is.
+		return []string{`"model_id":` + string(appendString(nil, m.Hub.Repo)) + `,"revision":` + string(appendString(nil, m.Hub.Commit))}
+	}
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindPath:
 		// The path itself, or a directory above it (see matcher.below).

@@ -339,6 +339,17 @@ func (s *Scanner) Skip() bool {
 	return false
 }
 
+// Bool reads true or false.
+func (s *Scanner) Bool() (v, ok bool) {
+	switch s.peek() {
+	case 't':
+		return true, s.literal("true")
+	case 'f':
+		return false, s.literal("false")
+	}
+	return false, false
+}
+
 func (s *Scanner) literal(l string) bool {
 	if len(s.b)-s.i < len(l) || string(s.b[s.i:s.i+len(l)]) != l {
 		return false

@@ -82,7 +82,8 @@ func NodeGC(log io.Writer) Collector {
 	return func(ctx context.Context, cfg nodeconf.Agent) error {
 		cp, cerr := catalog.ReadCopy(cfg.CatalogCopyPath())
 		deadline, _ := ctx.Deadline()
-		r := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: true, Deadline: deadline, Recent: cfg.GCInterval, MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge})
+		r := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Collect: true, Deadline: deadline, Recent: cfg.GCInterval, MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge,
+			HFCache: cfg.HFCacheDir()})
 		for _, f := range r.Files {
 			switch f.Action {
 			case gc.Removed, gc.Refused, gc.Failed:

@@ -25,6 +25,7 @@ import (
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
+	"github.com/llmgw/llmgw/weights/gc"
 )
 
 // coordinatorWait bounds the catalog lookup at the coordinator: past it
@@ -92,6 +93,7 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
 			rec.Source, rec.Set = m.Source, prolog.SetOf(m)
+			prolog.HubRecord(p.Config, m, &rec)
 			what = rec.Source
 			if m.IsSet() {
 				// The failure names the file; the first file's source
@@ -103,7 +105,7 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 	}
 	if err != nil {
 		rec.Error = p.reason(ctx, job, what, err)
-		rec.Path = ""
+		rec.Path, rec.HFCache, rec.HFOffline = "", "", false
 	}
 	rec.Time = p.now().UTC()
 	if werr := catalog.WriteJobRecord(p.Config.RunDir, rec); werr != nil {
@@ -131,7 +133,33 @@ func (p *Prolog) reason(ctx context.Context, job prolog.Job, source string, err 
 		fmt.Fprintf(&b, " (source %s)", source)
 	}
 	fmt.Fprintf(&b, " could not be had on %s: %v", job.Node, err)
+	if errors.Is(err, fetch.ErrNoSpace) {
+		b.WriteString(p.gcHolds())
+	}
 	return b.String()
+}
+
+// gcHolds says, for a job refused for space, what gc holds that it
+// would otherwise reclaim and why ("" when nothing): the admin's way out
+// is then in the job's own reason. It only lists, under every guard, as
+// the Epilog's gc would.
+func (p *Prolog) gcHolds() string {
+	cfg := p.Config
+	cp, cerr := catalog.ReadCopy(cfg.CatalogCopyPath())
+	r := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Recent: cfg.GCInterval,
+		MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge, Deadline: p.now().Add(5 * time.Second)})
+	var held int64
+	for _, f := range r.Files {
+		// What only the run's hold keeps: garbage by every rule for a
+		// single file.
+		if f.Action == gc.Listed || f.Action == gc.Kept && f.Reason == r.Held {
+			held += f.Size
+		}
+	}
+	if r.Held == "" || held == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; gc holds %s it would reclaim on this node: %s", catalog.FormatBytes(held), r.Held)
 }
 
 // resolve finds the model's catalog entry: at the coordinator when one is
@@ -145,7 +173,8 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		cancel()
 		if err == nil {
 			cp := catalog.Copy{Coordinator: p.Coordinator.BaseURL, Fetched: p.now().UTC(), Models: cat.Models,
-				CatalogID: cat.CatalogID, Generation: cat.Generation}
+				CatalogID: cat.CatalogID, Generation: cat.Generation, History: cat.History, Superseded: cat.Superseded,
+				Adopted: cat.Trusted, AdoptedAt: cat.TrustedAt}
 			p.refreshCopy(job, cp)
 			if m, ok := cp.Lookup(job.Model); ok {
 				return m, nil
@@ -179,11 +208,20 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 // drains the node), and neither the agent nor the fetcher bound their
 // stat of a path or of the cache.
 func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
-	path, err := prolog.PresentWithin(p.Config.CacheDir, m, p.Config.FSTimeout())
+	path, err := prolog.PresentWithin(p.Config.CacheDir, p.Config.HFCacheDir(), m, p.Config.FSTimeout(), p.deadlineLeft(ctx))
 	if err == nil || !errors.Is(err, prolog.ErrNotPresent) {
 		return path, err
 	}
 	return p.ensure(ctx, job, m)
+}
+
+// deadlineLeft is what is left of the Prolog's deadline: the whole budget
+// of a look at the weights.
+func (p *Prolog) deadlineLeft(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return p.Config.FetchDeadline
 }
 
 // refreshCopy writes the catalog the coordinator just gave as the node's
@@ -216,6 +254,9 @@ func (p *Prolog) ensure(ctx context.Context, job prolog.Job, m catalog.Model) (s
 		if due {
 			p.logf(job.ID, "fetching %s: %s of %s", f.Source, catalog.FormatBytes(f.Done), total(f.Total))
 		}
+	}
+	if m.IsHub() {
+		return p.ensureHub(ctx, job, m, progress)
 	}
 	if m.IsSet() {
 		return p.ensureSet(ctx, job, m, progress)
@@ -251,6 +292,40 @@ func (p *Prolog) ensureFile(ctx context.Context, job prolog.Job, req api.EnsureR
 		}
 	}
 	return path, err
+}
+
+// ensureHub makes every file of the Hub model m present in the node's
+// Hugging Face cache (weights/fetch/hub.go): through the agent, which runs
+// one fetch of the model for the node and shows it in `llmgw status`; or
+// in this process when no agent answers, or when the agent is older than
+// Hub models (it refuses the request's hub field: it decodes strictly),
+// under the same node-wide locks. The path is catalog.HubPath: the
+// snapshot directory, or a GGUF selection's first part.
+func (p *Prolog) ensureHub(ctx context.Context, job prolog.Job, m catalog.Model, progress func(api.Fetch)) (string, error) {
+	path, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, Hub: m.Hub}, progress)
+	var ae *api.Error
+	old := errors.As(err, &ae) && ae.Code == api.CodeInvalid && strings.Contains(ae.Message, `unknown field "hub"`)
+	if err != nil && (agentAbsent(err) || old) {
+		if old {
+			p.logf(job.ID, "the agent on this node is older than Hub models (restart it after an upgrade); fetching %s in this process", m.Hub.Repo)
+		} else {
+			p.logf(job.ID, "no agent: %v; fetching %s in this process", err, m.Hub.Repo)
+		}
+		p.Fetcher.OnProgress = func(pr fetch.Progress) {
+			progress(api.Fetch{Source: pr.Source, Done: pr.Done, Total: pr.Total})
+		}
+		path, err = p.Fetcher.EnsureHub(ctx, p.Config.HFCacheDir(), *m.Hub)
+	}
+	if err != nil {
+		return "", err
+	}
+	if path != catalog.HubSnapshotDir(p.Config.HFCacheDir(), m.Hub.Repo, m.Hub.Commit) {
+		// An agent configured with another hf_cache than this Prolog's
+		// (an agent.toml edited and the agent not restarted): the job
+		// would be told a cache the snapshot is not in.
+		return "", fmt.Errorf("the agent fetched %s into %s, not into this node's hf_cache %s; restart the agent after changing agent.toml", m.Hub.Repo, path, p.Config.HFCacheDir())
+	}
+	return catalog.HubPath(p.Config.HFCacheDir(), *m.Hub), nil
 }
 
 // ensureSet makes every file of the model of several files m present in

@@ -51,6 +51,13 @@ type Model struct {
 	// names the model by a source of its own, and SHA256 and Pinned are
 	// empty: each file carries its own.
 	Files []File `json:"files,omitempty"`
+
+	// Hub, when set, makes the model a Hugging Face repository at one
+	// commit, fetched into the layout huggingface_hub writes (see hub.go).
+	// Source is then HubSource(Hub.Repo, Hub.Commit), and SHA256, Pinned
+	// and Files are empty: the commit pins the model, and each file
+	// carries the digest the Hub publishes for it.
+	Hub *Hub `json:"hub,omitempty"`
 }
 
 // DefaultFabric is the fabric of a node that names none: a cluster with one

@@ -23,6 +23,13 @@ func copySeeds(t testing.TB) [][]byte {
 			{Source: "hf:o/r/d-00001-of-00002.gguf", Size: 4, SHA256: strings.Repeat("cd", 32)},
 			{Source: "https://h/d-00002-of-00002.gguf?x=1", Size: 6, Pinned: strings.Repeat("ef", 32), PinnedETag: "\"e\""},
 		}},
+		{Name: "e", Source: HubSource("org/tiny", strings.Repeat("a1", 20)), Size: 9, Hub: &Hub{Repo: "org/tiny", Revision: "main",
+			Commit: strings.Repeat("a1", 20), Include: []string{"*.py"}, Exclude: []string{"original/**"}, Files: []HubFile{
+				{Path: "config.json", Size: 2, Blob: strings.Repeat("b2", 20)},
+				{Path: "sub/model.safetensors", Size: 7, SHA256: strings.Repeat("c3", 32)},
+			}}},
+		{Name: "f", Source: HubSource("o/r", strings.Repeat("d4", 20)), Hub: &Hub{Repo: "o/r", Revision: "v1", Commit: strings.Repeat("d4", 20),
+			Listed: true, Files: []HubFile{}}},
 	}, CatalogID: "0123456789abcdef0123456789abcdef", Generation: 7, TrustedID: "fedcba", TrustedGeneration: 1 << 40}
 	var seeds [][]byte
 	for _, c := range []Copy{{}, {Models: []Model{}}, full} {
@@ -45,7 +52,10 @@ func copySeeds(t testing.TB) [][]byte {
 		`{"other":{"a":[1,-2.5e-3,true,false,null,"x",{}]},"models":[{"name":"a","extra":[]}]}`, `{"ſource":1}`,
 		`{"other":01}`, `{"other":1.}`, `{"other":tru}`, `{"models":[{"name":"a"},]}`, `{"models":[{"name":"a"}`,
 		`{"models":[{"name":"a"}]`, `{"models":[{"files":[{"source":"a","other":[1]}]}]}`, `{"models":[{"files":null}]}`,
-		`{"models":[{"files":[null]}]}`, `{"models":[{"files":[{"size_bytes":"1"}]}]}`, `{"coordinator":"a",}`, `{,}`, `{"a" 1}`, ` { "models" : [ { "name" : "a" } ] } `,
+		`{"models":[{"files":[null]}]}`, `{"models":[{"files":[{"size_bytes":"1"}]}]}`,
+		`{"models":[{"hub":null}]}`, `{"models":[{"hub":{}}]}`, `{"models":[{"hub":{"files":null,"listed":false}}]}`,
+		`{"models":[{"hub":{"listed":1}}]}`, `{"models":[{"hub":{"include":[null]}}]}`, `{"models":[{"hub":{"files":[{"path":"a","x":{}}]}}]}`,
+		`{"models":[{"hub":{"Files":[{"PATH":"a"}]}}]}`, `{"models":[{"hub":{"commit":"x","commit":"y"}}]}`, `{"models":[{"hub":[]}]}`, `{"coordinator":"a",}`, `{,}`, `{"a" 1}`, ` { "models" : [ { "name" : "a" } ] } `,
 	} {
 		seeds = append(seeds, []byte(s))
 	}
@@ -105,6 +115,8 @@ func TestMarshalJobRecord(t *testing.T) {
 		{Job: "42", Model: "m", Source: "hf:o/r/f.gguf", Path: "/var/cache/llmgw/0123-f.gguf", Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)},
 		{Job: "1_2+3", Model: "m", Error: "fetch <x> & \"y\"\n\t\x01\x7f é \u2028\u2029 \xff\xfe", Time: time.Now()},
 		{Job: "43", Model: "m", Source: "hf:o/r/f-00001-of-00002.gguf", Set: "0123456789abcdef-f.set", Path: "/c/0123456789abcdef-f.set/f-00001-of-00002.gguf", Time: time.Unix(5, 0).UTC()},
+		{Job: "44", Model: "m", Source: "hf:o/r@" + strings.Repeat("a", 40), Path: "/c/hub/models--o--r/snapshots/" + strings.Repeat("a", 40), HFCache: "/c/hub", HFOffline: true, Time: time.Unix(6, 0).UTC()},
+		{Job: "45", Model: "m", HFCache: "/c/<hub>", Time: time.Unix(6, 0).UTC()},
 		{Job: "1", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		{Job: "1", Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -5*3600))},
 	} {
@@ -117,6 +129,7 @@ func FuzzMarshalJobRecord(f *testing.F) {
 	f.Add("", "<&>", "\u2028", "\xff", "a\x00b", int64(-1)<<62, int64(1)<<40)
 	f.Fuzz(func(t *testing.T, job, model, source, path, errText string, nsec, sec int64) {
 		checkMarshalJobRecord(t, JobRecord{Job: job, Model: model, Source: source, Path: path, Error: errText, Time: time.Unix(sec, nsec)})
+		checkMarshalJobRecord(t, JobRecord{Job: job, Path: path, HFCache: source, HFOffline: nsec%2 == 0, Time: time.Unix(sec, nsec)})
 	})
 }
 

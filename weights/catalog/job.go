@@ -28,10 +28,16 @@ type JobRecord struct {
 	// Set is the set directory's name (SetName) when the model is made of
 	// several files: gc keeps the whole directory while the job runs, not
 	// only the file Path names.
-	Set   string    `json:"set,omitempty"`
-	Path  string    `json:"path,omitempty"`
-	Error string    `json:"error,omitempty"`
-	Time  time.Time `json:"time"`
+	Set  string `json:"set,omitempty"`
+	Path string `json:"path,omitempty"`
+	// HFCache is the Hugging Face cache holding the snapshot Path names,
+	// when the model is a Hub repository: the TaskProlog exports it as
+	// HF_HUB_CACHE, and HF_HUB_OFFLINE=1 with it when HFOffline, so that
+	// the engine finds the model by its repository id, offline.
+	HFCache   string    `json:"hf_hub_cache,omitempty"`
+	HFOffline bool      `json:"hf_hub_offline,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Time      time.Time `json:"time"`
 	// Fast says the Prolog's fast path found the weights present: a warm
 	// start, which the agent counts (issue 28).
 	Fast bool `json:"fast,omitempty"`
@@ -89,16 +95,23 @@ func marshalJobRecord(r JobRecord) ([]byte, error) {
 		// A year outside 0..9999: json.Marshal's error says so as it always did.
 		return json.Marshal(r)
 	}
-	b := make([]byte, 0, 128+len(r.Job)+len(r.Model)+len(r.Source)+len(r.Set)+len(r.Path)+len(r.Error))
+	b := make([]byte, 0, 160+len(r.Job)+len(r.Model)+len(r.Source)+len(r.Set)+len(r.Path)+len(r.HFCache)+len(r.Error))
 	b = append(b, `{"job":`...)
 	b = jsonlite.AppendString(b, r.Job)
 	b = append(b, `,"model":`...)
 	b = jsonlite.AppendString(b, r.Model)
-	for _, f := range [...]struct{ name, v string }{{`,"source":`, r.Source}, {`,"set":`, r.Set}, {`,"path":`, r.Path}, {`,"error":`, r.Error}} {
+	for _, f := range [...]struct{ name, v string }{{`,"source":`, r.Source}, {`,"set":`, r.Set}, {`,"path":`, r.Path}, {`,"hf_hub_cache":`, r.HFCache}} {
 		if f.v != "" {
 			b = append(b, f.name...)
 			b = jsonlite.AppendString(b, f.v)
 		}
+	}
+	if r.HFOffline {
+		b = append(b, `,"hf_hub_offline":true`...)
+	}
+	if r.Error != "" {
+		b = append(b, `,"error":`...)
+		b = jsonlite.AppendString(b, r.Error)
 	}
 	b = append(b, `,"time":`...)
 	b = append(b, t...)

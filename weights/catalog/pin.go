@@ -18,9 +18,10 @@ func (m Model) WantSHA256() string {
 // NeedsPin reports whether a verified fetch of m should be reported to the
 // coordinator to be pinned: a remote source with neither a declared nor a
 // pinned digest. A path is the operator's own file and a model id the
-// engine's business; neither is fetched by llmgw.
+// engine's business; neither is fetched by llmgw. A Hub model is pinned
+// by its commit, and each of its files by the Hub's digest.
 func (m Model) NeedsPin() bool {
-	return m.SHA256 == "" && m.Pinned == "" && KindOf(m.Source) == KindRemote
+	return m.SHA256 == "" && m.Pinned == "" && KindOf(m.Source) == KindRemote && !m.IsHub()
 }
 
 // PinMismatch is the one message for "the origin now serves other bytes

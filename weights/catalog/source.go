@@ -91,12 +91,14 @@ func CachePathFor(cacheDir, source string) string {
 // to its model's name: the cache files the catalog wants, and the set
 // directory (SetName) of every model of several files, which is wanted
 // whole. Path and model-id sources are never fetched, so they want no
-// cache file. Node gc keeps these, and the coordinator asks a node to
-// remove only others.
+// cache file, and a Hub model's files live in the Hugging Face cache, not
+// under a cache name. Node gc keeps these, and the coordinator asks a node
+// to remove only others.
 func WantedCacheNames(models []Model) map[string]string {
 	w := make(map[string]string, len(models))
 	for _, m := range models {
 		switch {
+		case m.IsHub():
 		case m.IsSet():
 			w[SetName(m)] = m.Name
 		case KindOf(m.Source) == KindRemote:

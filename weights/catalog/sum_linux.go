@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"errors"
 	"strconv"
 	"syscall"
 )
@@ -23,4 +24,15 @@ func RecordedSHA256(path string) (sum string, tagged bool) {
 		return "", true
 	}
 	return tag[:64], true
+}
+
+// Untagged reports whether path carries no SumXattr on a filesystem that
+// keeps user xattrs: a file nothing vouches for (copied in by hand, or
+// fetched by an llmgw older than the tag), which is hashed once by the
+// slow path and tagged then. A filesystem without user xattrs can carry no
+// tag, and a file there is not Untagged: tagging it is impossible, and
+// hashing it at every job start would cost more than the tag saves.
+func Untagged(path string) bool {
+	_, err := syscall.Getxattr(path, SumXattr, nil)
+	return errors.Is(err, syscall.ENODATA)
 }

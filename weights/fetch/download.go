@@ -53,6 +53,22 @@ type download struct {
 // is what curl -C -, wget -c and aria2c -c were measured doing.
 var errRestart = errors.New("the remote changed since the partial download started")
 
+// rangeIgnored is a resume answered with the whole file of the same
+// version: the origin ignores Range. The bytes on disk are sound but
+// cannot be continued, so it restarts like errRestart; said as what it is,
+// not as a remote that changed.
+type rangeIgnored struct {
+	from   int64
+	status string
+}
+
+func (e *rangeIgnored) Error() string {
+	return fmt.Sprintf("the origin ignores Range requests: a resume from byte %d was answered %s with the whole file, of the same version; "+
+		"each interruption starts the file over (an origin or proxy that serves Range, or one that does not drop the connection, fixes it)", e.from, e.status)
+}
+
+func (e *rangeIgnored) Is(target error) bool { return target == errRestart }
+
 // errNoRanges means the origin answered a bounded range request with the
 // whole file, or with other bytes, of the same version: it serves "bytes=N-"
 // (so the first request looked fine) but not "bytes=N-M". Such proxies
@@ -297,8 +313,13 @@ func (d *download) toStream() error {
 	return st.save(d.statePath)
 }
 
-// checkHub compares the digest the hub publishes with the caller's.
+// checkHub compares the digest the hub publishes with the caller's, and
+// the commit it served with the one asked for.
 func (d *download) checkHub(resp *http.Response) error {
+	if c := hubCommit(resp); d.want.Commit != "" && c != "" && c != d.want.Commit {
+		return &Error{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
+			"the hub served commit %s, not %s that the model is pinned to (is HF_ENDPOINT a mirror that serves another revision?)", c, d.want.Commit)}
+	}
 	d.hubSum = hubSHA256(resp)
 	if d.hubSum != "" && d.want.SHA256 != "" && d.hubSum != d.want.SHA256 {
 		return &Error{Source: d.rem.source, Op: "verify", Err: fmt.Errorf(
@@ -346,6 +367,11 @@ func (d *download) seal(ctx context.Context, hashed <-chan hashResult, size int6
 func (d *download) checkRange(resp *http.Response, st *rangeState, from, to int64) error {
 	if to >= 0 && ignoredRange(resp, st, from, to) {
 		return fmt.Errorf("%w: asked for bytes %d-%d, got %s with Content-Range %q", errNoRanges, from, to, resp.Status, resp.Header.Get("Content-Range"))
+	}
+	if to < 0 && resp.StatusCode == http.StatusOK && ignoredRange(resp, st, from, st.Size-1) {
+		// The same version, whole: not a remote that changed, an origin
+		// that does not serve ranges at all.
+		return &rangeIgnored{from: from, status: resp.Status}
 	}
 	if resp.StatusCode != http.StatusPartialContent {
 		return fmt.Errorf("%w: a range request for bytes %d- was answered %s", errRestart, from, resp.Status)
@@ -402,6 +428,16 @@ func (d *download) finish(ctx context.Context, size int64, sum string) (string, 
 	if d.want.Size > 0 && fi.Size() != d.want.Size {
 		d.discard()
 		return fail("verify", fmt.Errorf("size mismatch: expected %d bytes, got %d; discarded", d.want.Size, fi.Size()))
+	}
+	if d.want.GitBlob != "" {
+		id, err := gitBlobFD(ctx, d.fh, fi.Size())
+		if err != nil {
+			return fail("verify", err)
+		}
+		if id != d.want.GitBlob {
+			d.discard()
+			return fail("verify", fmt.Errorf("git blob id mismatch: expected %s, got %s; discarded", d.want.GitBlob, id))
+		}
 	}
 	if exp := d.expectedSum(); exp != "" {
 		if sum == "" {

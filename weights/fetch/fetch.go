@@ -16,6 +16,7 @@ package fetch
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -109,6 +110,14 @@ type Want struct {
 	SHA256 string
 	// Size is the expected length in bytes.
 	Size int64
+	// GitBlob is the expected git blob id (hex sha1 of "blob SIZE\0" and
+	// the bytes): how the Hub names a small file of a repository, which
+	// has no published sha256.
+	GitBlob string
+	// Commit is the commit the Hub must say it served (X-Repo-Commit): a
+	// file of a Hub model is fetched at its commit, and a mirror that
+	// answers with another revision's bytes is refused.
+	Commit string
 }
 
 // ErrNotLocal reports that a path source names nothing on this node. A path
@@ -234,7 +243,14 @@ type Fetcher struct {
 	// stream reconnects and resumes.
 	MinSpeed int64
 
+	// MakeRoom, when set, is asked to free need bytes on the filesystem
+	// holding dir before a fetch that does not fit is refused (the agent
+	// evicts, weights/evict); it returns what it freed and, when that is
+	// short, what holds the rest and why, for the refusal to say.
+	MakeRoom func(ctx context.Context, dir string, need int64) (freed int64, held string)
+
 	mu            sync.Mutex
+	sizes         map[string]int64 // sources' sizes probeSize learnt
 	inflight      map[string]*call
 	defaultClient *http.Client
 }
@@ -306,18 +322,34 @@ func (f *Fetcher) ensureRemote(ctx context.Context, source, set string, want Wan
 	if err != nil {
 		return "", &Error{Source: source, Op: "parse", Err: err}
 	}
+	if f.CacheDir == "" {
+		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
+	}
+	target := catalog.CachePathFor(f.CacheDir, source)
+	var claim func(context.Context) error
+	if set != "" {
+		target = catalog.SetFilePath(filepath.Join(f.CacheDir, set), source)
+		// The whole set's room before this file's first byte.
+		claim = func(ctx context.Context) error { return f.claimSetOf(ctx, set, source) }
+	}
+	return f.ensureAt(ctx, rem, target, want, claim)
+}
+
+// ensureAt is Ensure of the remote rem into target: one fetch per target
+// for the process (and, through the lock, for the node), verified
+// against want before it gets target's name. claim, when set, claims
+// room for more than this one file (a set's whole) once the file is
+// found missing and before its first byte.
+func (f *Fetcher) ensureAt(ctx context.Context, rem remote, target string, want Want, claim func(context.Context) error) (string, error) {
+	source := rem.source
 	if want.SHA256 != "" {
 		if !catalog.ValidSHA256(want.SHA256) {
 			return "", &Error{Source: source, Op: "parse", Err: fmt.Errorf("expected sha256 %q is not 64 hex digits", want.SHA256)}
 		}
 		want.SHA256 = strings.ToLower(want.SHA256)
 	}
-	if f.CacheDir == "" {
-		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
-	}
-	target := catalog.CachePathFor(f.CacheDir, source)
-	if set != "" {
-		target = catalog.SetFilePath(filepath.Join(f.CacheDir, set), source)
+	if want.GitBlob != "" && !catalog.ValidCommit(want.GitBlob) {
+		return "", &Error{Source: source, Op: "parse", Err: fmt.Errorf("expected git blob id %q is not 40 lowercase hex digits", want.GitBlob)}
 	}
 	// Only the cheap check here: a file that must be hashed first is hashed
 	// by the shared call below, once however many callers ask at the same
@@ -326,6 +358,16 @@ func (f *Fetcher) ensureRemote(ctx context.Context, source, set string, want Wan
 		return "", &Error{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
+	}
+
+	if claim != nil {
+		if err := claim(ctx); err != nil {
+			var fe *Error
+			if errors.As(err, &fe) {
+				return "", err
+			}
+			return "", &Error{Source: source, Op: "get", Err: err}
+		}
 	}
 
 	f.mu.Lock()
@@ -603,26 +645,45 @@ func fileSHA256(ctx context.Context, path string) (string, error) {
 // once however many callers want it checked.
 var hashes atomic.Int64
 
+// gitBlobFD is the git blob id of the file open as fh, size bytes long:
+// the sha1 of "blob SIZE\0" and the bytes, read through the descriptor.
+func gitBlobFD(ctx context.Context, fh *os.File, size int64) (string, error) {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", size)
+	if err := readAllAt(ctx, fh, h); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// readAllAt writes the file open as fh, from its start, to w.
+func readAllAt(ctx context.Context, fh *os.File, w io.Writer) error {
+	buf := make([]byte, 1<<20)
+	var off int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := fh.ReadAt(buf, off)
+		w.Write(buf[:n])
+		off += int64(n)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // hashFD hashes the file open as fh from its start, stopping early when ctx
 // ends. Through the descriptor, not the name: what is hashed is then the
 // inode that is tagged and renamed, whatever the name points at meanwhile.
 func hashFD(ctx context.Context, fh *os.File) (string, error) {
 	hashes.Add(1)
 	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	var off int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		n, err := fh.ReadAt(buf, off)
-		h.Write(buf[:n])
-		off += int64(n)
-		if err == io.EOF {
-			return hex.EncodeToString(h.Sum(nil)), nil
-		}
-		if err != nil {
-			return "", err
-		}
+	if err := readAllAt(ctx, fh, h); err != nil {
+		return "", err
 	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -98,7 +98,7 @@ func TestEnsureBadSources(t *testing.T) {
 		{"hf repository", "hf:Qwen/Qwen2.5-7B-Instruct", "names a repository, not a file"},
 		{"hf org only", "hf:Qwen", "names a repository, not a file"},
 		{"hf empty revision", "hf:org/repo@/model.gguf", "empty revision"},
-		{"hf traversal", "hf:org/repo/../x.gguf", "malformed file path"},
+		{"hf traversal", "hf:org/repo/../x.gguf", `file path "../x.gguf": has an empty, "." or ".." part`},
 		{"bad sha", "https://example.com/model.gguf#sha", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

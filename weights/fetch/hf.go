@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -24,8 +23,15 @@ type remote struct {
 	hf     bool   // an hf: source: the hub's headers are trusted for the digest
 	// hubHost is the host the hub token may be sent to: it keeps the token
 	// off any request not aimed at the hub in the first place. Redirects
-	// are stripCredentials' business.
+	// are StripCredentials' business.
 	hubHost string
+	// progress, when set, is told the download's bytes instead of
+	// OnProgress: a file of a Hub model reports as part of the model.
+	progress func(done, total int64)
+	// slashHint, for an hf: source with an explicit revision and a file
+	// path of several segments, is the same source with the revision's
+	// slash escaped: a 404 may be a branch feature/x written unescaped.
+	slashHint string
 }
 
 // parseRemote resolves an hf: or http(s):// source. endpoint is the hub's
@@ -38,8 +44,8 @@ type remote struct {
 // downloader competing with them would be work spent to arrive back where we
 // started.
 func parseRemote(source, endpoint string) (remote, error) {
-	if rest, ok := strings.CutPrefix(source, "hf:"); ok {
-		return parseHF(source, rest, endpoint)
+	if strings.HasPrefix(source, "hf:") {
+		return parseHF(source, endpoint)
 	}
 	u, err := url.Parse(source)
 	if err != nil {
@@ -57,70 +63,61 @@ func parseRemote(source, endpoint string) (remote, error) {
 	return remote{source: source, url: u.String()}, nil
 }
 
-func parseHF(source, rest, endpoint string) (remote, error) {
-	parts := strings.Split(rest, "/")
-	notFile := fmt.Errorf("%s names a repository, not a file; give the file as hf:org/repo/model.gguf, "+
-		"or use the repository id directly and let the engine download it", source)
-	if len(parts) < 3 || parts[len(parts)-1] == "" {
+func parseHF(source, endpoint string) (remote, error) {
+	notFile := fmt.Errorf("%s names a repository, not a file; a repository is a model (llmgw models add NAME %s), "+
+		"which the Prolog of a job that asks for it fetches; one file is hf:org/repo/model.gguf", source, source)
+	ref, err := catalog.ParseHF(source)
+	if err != nil {
+		if !strings.Contains(strings.TrimPrefix(source, "hf:"), "/") {
+			return remote{}, notFile
+		}
+		// The *Error this becomes names the source already.
+		return remote{}, errors.New(strings.TrimPrefix(err.Error(), source+": "))
+	}
+	if ref.Path == "" {
 		return remote{}, notFile
 	}
-	org, repo := parts[0], parts[1]
-	file := parts[2:]
-	rev := "main"
-	if r, v, ok := strings.Cut(repo, "@"); ok {
-		if v == "" {
-			return remote{}, errors.New("empty revision after @; write hf:org/repo@REVISION/file")
-		}
-		repo, rev = r, v
-		// The hub's own revisions with slashes (refs/pr/N, refs/convert/NAME)
-		// are written as the hub's pages write them; they are three
-		// segments. Any other revision with a slash (a branch feature/x)
-		// is given escaped, feature%2Fx, since nothing else says where it
-		// ends and the file begins.
-		if rev == "refs" {
-			if len(file) < 3 {
-				return remote{}, fmt.Errorf("%s: a revision refs/... is refs/pr/NUMBER or refs/convert/NAME, followed by the file", source)
-			}
-			if file[0] == "pr" {
-				if _, err := strconv.ParseUint(file[1], 10, 32); err != nil {
-					return remote{}, fmt.Errorf("%s: refs/pr/%s is not a pull request; write refs/pr/NUMBER", source, file[1])
-				}
-			}
-			rev, file = "refs/"+file[0]+"/"+file[1], file[2:]
-		} else if u, err := url.PathUnescape(rev); err == nil {
-			rev = u
-		} else {
-			return remote{}, fmt.Errorf("%s: revision %q is not validly escaped", source, rev)
-		}
+	explicitRev := ref.Revision != ""
+	if !explicitRev {
+		ref.Revision = "main"
 	}
-	if org == "" || repo == "" || rev == "" {
-		return remote{}, errors.New("malformed hub source; write hf:org/repo/file or hf:org/repo@revision/file")
+	rem, err := hubRemote(source, endpoint, ref.Repo, ref.Revision, ref.Path)
+	if err != nil {
+		return remote{}, err
 	}
-	for i, seg := range file {
-		if seg == "" || seg == "." || seg == ".." {
-			return remote{}, fmt.Errorf("malformed file path %q in hub source", strings.Join(file, "/"))
-		}
-		file[i] = url.PathEscape(seg)
+	if first, rest, ok := strings.Cut(ref.Path, "/"); ok && explicitRev && !strings.HasPrefix(ref.Revision, "refs/") {
+		rem.slashHint = "hf:" + ref.Repo + "@" + url.PathEscape(ref.Revision+"/"+first) + "/" + rest
 	}
+	return rem, nil
+}
+
+// hubRemote is the remote of the file at p in repo at rev, fetched from
+// the hub at endpoint.
+func hubRemote(source, endpoint, repo, rev, p string) (remote, error) {
 	base, err := url.Parse(strings.TrimRight(endpoint, "/"))
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return remote{}, fmt.Errorf("hub endpoint %q (HF_ENDPOINT) is not an http(s) URL", endpoint)
 	}
+	file := strings.Split(p, "/")
+	for i, seg := range file {
+		file[i] = url.PathEscape(seg)
+	}
+	org, name, _ := strings.Cut(repo, "/")
 	// The revision is one path segment with its slashes escaped, refs/pr/1
 	// as refs%2Fpr%2F1: what huggingface_hub's hf_hub_url sends
 	// (quote(revision, safe="")), while the file's slashes stay slashes.
-	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(repo) +
+	u := base.String() + "/" + url.PathEscape(org) + "/" + url.PathEscape(name) +
 		"/resolve/" + url.PathEscape(rev) + "/" + strings.Join(file, "/")
 	return remote{source: source, url: u, hf: true, hubHost: base.Host}, nil
 }
 
-// stripCredentials reports whether a redirect from one URL to another must
-// lose the Authorization header: on any change of scheme, host or port, as
+// StripCredentials reports whether a redirect from one URL to another must
+// lose the Authorization header (weights/hub's Hub client applies it too): on any change of scheme, host or port, as
 // huggingface_hub does (through requests' rebuild_auth). Go's client keeps
 // it for a subdomain and for another port of the same host, which for the
 // hub (huggingface.co redirecting to cdn-lfs.huggingface.co) would hand
 // the user's token to the storage backend.
-func stripCredentials(from, to *url.URL) bool {
+func StripCredentials(from, to *url.URL) bool {
 	port := func(u *url.URL) string {
 		if p := u.Port(); p != "" {
 			return p
@@ -220,6 +217,56 @@ func hubSHA256(resp *http.Response) string {
 	return ""
 }
 
+// hubCommit is the commit the hub said it served (X-Repo-Commit), on its
+// own response before any redirect to storage; "" when it said none.
+func hubCommit(resp *http.Response) string {
+	for r := resp; r != nil; {
+		if c := r.Header.Get("X-Repo-Commit"); c != "" {
+			return c
+		}
+		if r.Request == nil {
+			break
+		}
+		r = r.Request.Response
+	}
+	return ""
+}
+
+// hubErrorCode is the hub's own code for a refusal (X-Error-Code:
+// GatedRepo, RepoNotFound, RevisionNotFound, EntryNotFound), on its own
+// response before any redirect.
+func hubErrorCode(resp *http.Response) string {
+	return HeaderText(resp.Header.Get("X-Error-Code"), 64)
+}
+
+// hubErrorMessage is the hub's code and words for a refusal, "" when it
+// gave none.
+func hubErrorMessage(resp *http.Response) string {
+	code, msg := hubErrorCode(resp), HeaderText(resp.Header.Get("X-Error-Message"), 300)
+	switch {
+	case code != "" && msg != "":
+		return code + ": " + msg
+	case code != "":
+		return code
+	}
+	return msg
+}
+
+// HeaderText keeps a header value from the network one printable line of
+// at most n bytes, fit for a message or a log line.
+func HeaderText(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
 // maxOrigin bounds the origin's validator as recorded: it is shown to
 // admins and sent to the coordinator, and an origin chooses its length.
 const maxOrigin = 256
@@ -260,28 +307,29 @@ func originOf(resp *http.Response) string {
 	case resp.Header.Get("Last-Modified") != "":
 		parts = append(parts, "Last-Modified: "+resp.Header.Get("Last-Modified"))
 	}
-	o := strings.Join(parts, ", ")
 	// Header values may hold any byte but control characters; keep it
 	// one printable line of bounded length.
-	o = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, o)
-	if len(o) > maxOrigin {
-		o = o[:maxOrigin]
-	}
-	return o
+	return HeaderText(strings.Join(parts, ", "), maxOrigin)
 }
 
 // hintFor adds what a person can do about a status, for the common ones.
-func hintFor(rem remote, code int) string {
+// For the hub it says which setting gives the node its token: the
+// Prolog and the agent run without the admin's $HOME, so
+// huggingface-cli login's file is not what they read.
+func hintFor(rem remote, code int, tokenSent bool, hubCode string) string {
 	switch {
+	case rem.hf && hubCode == "RepoNotFound":
+		return "; check the repository id; a private repository needs a token the node sends (hf_token_file in agent.toml, or HF_TOKEN in the agent's environment)"
+	case rem.hf && (code == http.StatusUnauthorized || code == http.StatusForbidden) && !tokenSent:
+		return "; the repository is gated or private and this node sent no token: accept its terms on the Hub with an account that may read it, " +
+			"and give that account's token to the node (hf_token_file in agent.toml, or HF_TOKEN in the agent's environment)"
 	case rem.hf && (code == http.StatusUnauthorized || code == http.StatusForbidden):
-		return "; the model may be gated or private: accept its license on the hub and set HF_TOKEN (or run huggingface-cli login)"
+		return "; the repository is gated or private and the Hub refused the token this node sent (hf_token_file in agent.toml, or HF_TOKEN): " +
+			"its account must have accepted the repository's terms on the Hub, and a fine-grained token must be allowed to read it"
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return "; the origin refused access"
+	case code == http.StatusNotFound && rem.slashHint != "":
+		return "; check the repository, revision and file name on the hub. A branch with a slash in its name is written escaped, %2F for the slash: if the branch is the revision and the first part of the path, write " + rem.slashHint
 	case code == http.StatusNotFound && rem.hf:
 		return "; check the repository, revision and file name on the hub"
 	case code == http.StatusNotFound:

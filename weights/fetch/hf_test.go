@@ -89,7 +89,10 @@ func TestEnsureHub(t *testing.T) {
 		o.hub, o.status = true, []int{401}
 		f := testFetcher(t)
 		f.HFEndpoint = o.srv.URL
-		failedFetch(t, f, "hf:org/gated/model.gguf", Want{}, "set HF_TOKEN")
+		failedFetch(t, f, "hf:org/gated/model.gguf", Want{}, "this node sent no token: accept its terms on the Hub with an account that may read it, and give that account's token to the node (hf_token_file in agent.toml")
+		o.set(func(o *fakeOrigin) { o.status = []int{401} })
+		f.HFToken = "hf_refused"
+		failedFetch(t, f, "hf:org/gated/model.gguf", Want{}, "the Hub refused the token this node sent (hf_token_file in agent.toml")
 	})
 }
 

@@ -192,18 +192,18 @@ func TestParseContentRange(t *testing.T) {
 }
 
 func TestParseRetryAfter(t *testing.T) {
-	if got := parseRetryAfter("3"); got != 3*time.Second {
-		t.Errorf("parseRetryAfter(3) = %s", got)
+	if got := ParseRetryAfter("3"); got != 3*time.Second {
+		t.Errorf("ParseRetryAfter(3) = %s", got)
 	}
-	if got := parseRetryAfter(""); got != 0 {
-		t.Errorf("parseRetryAfter(\"\") = %s", got)
+	if got := ParseRetryAfter(""); got != 0 {
+		t.Errorf("ParseRetryAfter(\"\") = %s", got)
 	}
 	date := time.Now().Add(10 * time.Second).UTC().Format(http1Date)
-	if got := parseRetryAfter(date); got < 8*time.Second || got > 10*time.Second {
-		t.Errorf("parseRetryAfter(%q) = %s, want about 10s", date, got)
+	if got := ParseRetryAfter(date); got < 8*time.Second || got > 10*time.Second {
+		t.Errorf("ParseRetryAfter(%q) = %s, want about 10s", date, got)
 	}
-	if got := parseRetryAfter("soon"); got != 0 {
-		t.Errorf("parseRetryAfter(soon) = %s, want 0", got)
+	if got := ParseRetryAfter("soon"); got != 0 {
+		t.Errorf("ParseRetryAfter(soon) = %s, want 0", got)
 	}
 }
 

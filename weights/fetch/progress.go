@@ -15,6 +15,10 @@ func (d *download) reportProgress() (stop func()) {
 		return func() {}
 	}
 	report := func() {
+		if d.rem.progress != nil {
+			d.rem.progress(d.done.Load(), d.total.Load())
+			return
+		}
 		d.f.OnProgress(Progress{Source: d.rem.source, Done: d.done.Load(), Total: d.total.Load()})
 	}
 	quit, finished := make(chan struct{}), make(chan struct{})

@@ -210,7 +210,10 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 			"its bytes are not the file's. Serve the file without encoding (e.g. exclude it from the server's gzip)", ce)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
-		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode)}
+		se := &statusError{code: resp.StatusCode, status: resp.Status, hint: hintFor(d.rem, resp.StatusCode, req.Header.Get("Authorization") != "", hubErrorCode(resp))}
+		if m := hubErrorMessage(resp); m != "" {
+			se.status += " (" + m + ")"
+		}
 		if d.rem.url != d.rem.source {
 			se.url = d.rem.url // what hf: resolved to, worth seeing
 		}
@@ -218,7 +221,7 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 			b.Close()
 			return nil, fmt.Errorf("%w: %v", errRestart, se)
 		}
-		se.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+		se.retryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		b.Close()
 		return nil, se
@@ -228,13 +231,13 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 
 // client is the Fetcher's client with one redirect rule added: the token
 // does not follow a redirect to another scheme, host or port
-// (stripCredentials). A shallow copy, so the configured client is not
+// (StripCredentials). A shallow copy, so the configured client is not
 // changed and its transport and its own redirect policy still apply.
 func (d *download) client() *http.Client {
 	c := *d.f.client()
 	policy := c.CheckRedirect
 	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if stripCredentials(via[0].URL, req.URL) {
+		if StripCredentials(via[0].URL, req.URL) {
 			req.Header.Del("Authorization")
 		}
 		if policy != nil {
@@ -299,8 +302,9 @@ func (d *download) sleep(ctx context.Context, n int, after time.Duration, cause 
 	}
 }
 
-// parseRetryAfter reads Retry-After as seconds or an HTTP date; 0 if absent.
-func parseRetryAfter(v string) time.Duration {
+// ParseRetryAfter reads Retry-After as seconds or an HTTP date; 0 if absent.
+// weights/hub's Hub client reads it the same way.
+func ParseRetryAfter(v string) time.Duration {
 	if v == "" {
 		return 0
 	}

@@ -150,8 +150,8 @@ func TestStripsCredentials(t *testing.T) {
 	} {
 		from, _ := url.Parse(tc.from)
 		to, _ := url.Parse(tc.to)
-		if got := stripCredentials(from, to); got != tc.strip {
-			t.Errorf("stripCredentials(%s → %s) = %v, want %v", tc.from, tc.to, got, tc.strip)
+		if got := StripCredentials(from, to); got != tc.strip {
+			t.Errorf("StripCredentials(%s → %s) = %v, want %v", tc.from, tc.to, got, tc.strip)
 		}
 	}
 }

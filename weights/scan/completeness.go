@@ -166,6 +166,9 @@ func (c *candidate) checkComplete() {
 	if c.manifest {
 		c.checkSet()
 	}
+	if c.modelID != "" {
+		c.checkHubConfigs()
+	}
 	sort.Strings(c.indexes)
 	listed := map[string]bool{}
 	for _, idx := range c.indexes {
@@ -267,6 +270,70 @@ func (c *candidate) checkSet() {
 		}
 		if f.Size > 0 && size != f.Size {
 			c.trouble.file(f.Name, fmt.Sprintf("%d bytes, the set wants %d", size, f.Size))
+		}
+	}
+}
+
+// hubList judges a Hugging Face cache snapshot against the catalog's list
+// of its commit's files, and by nothing else: every file of the list there
+// (through its link) with its size, and no problem the walk found with
+// one of them (a broken link, a weight file whose header says it is cut
+// short); what else the snapshot holds, or lacks, or what another
+// revision's download is still writing in blobs/, does not matter. A
+// model is held when what it needs is there, whoever put it there.
+func (c *candidate) hubList(h catalog.Hub) {
+	var t trouble
+	for _, f := range h.Files {
+		if why, bad := c.problems[f.Path]; bad {
+			t.file(f.Path, why)
+			continue
+		}
+		size, ok := c.weights[f.Path]
+		if !ok {
+			st, err := os.Stat(c.path + "/" + f.Path)
+			if err != nil || !st.Mode().IsRegular() {
+				t.file(f.Path, "missing, one of the files of "+h.Repo+" at this commit in the catalog")
+				continue
+			}
+			size = st.Size()
+		}
+		if size != f.Size {
+			t.file(f.Path, fmt.Sprintf("%d bytes, the Hub lists %d", size, f.Size))
+		}
+	}
+	c.trouble = t
+}
+
+// hubConfigs are the files one of which an engine needs beside
+// safetensors to load them: transformers' and vLLM's config.json,
+// Mistral's own params.json (vLLM's --config-format mistral), a PEFT
+// adapter's adapter_config.json.
+var hubConfigs = []string{"config.json", "params.json", "adapter_config.json"}
+
+// checkHubConfigs holds a Hugging Face cache snapshot scanned without a
+// catalog list to what an engine needs beside its safetensors: a
+// config.json in each directory that holds them. A snapshot with every
+// shard and the index but no config.json is a download that stopped
+// before it (huggingface_hub fetches in no fixed order), and no engine
+// loads it (issue 25).
+func (c *candidate) checkHubConfigs() {
+	dirs := map[string]bool{}
+	for r := range c.weights {
+		if strings.EqualFold(path.Ext(r), ".safetensors") {
+			dirs[path.Dir(r)] = true
+		}
+	}
+	for dir := range dirs {
+		found := false
+		for _, name := range hubConfigs {
+			p := path.Join(dir, name)
+			if st, err := os.Stat(c.path + "/" + p); err == nil && st.Mode().IsRegular() {
+				found = true
+				break
+			}
+		}
+		if !found {
+			c.trouble.file(path.Join(dir, "config.json"), "missing beside the safetensors: no engine loads them without it (a download that stopped before it?)")
 		}
 	}
 }

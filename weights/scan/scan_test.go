@@ -366,7 +366,7 @@ func TestScan(t *testing.T) {
 				testHF(t, root, "Qwen/Qwen2.5-0.5B", "a09a3545", map[string]int64{"model.safetensors": 1000, "config.json": 10})
 				testHF(t, root, "Qwen/Qwen2.5-0.5B", "b1c2d3e4", map[string]int64{"model.safetensors": 2000, "config.json": 10})
 				testHF(t, root, "gpt2", "e7da7f22", map[string]int64{
-					"model.safetensors.index.json": -1, "model-00001-of-00002.safetensors": 5, "model-00002-of-00002.safetensors": 5})
+					"model.safetensors.index.json": -1, "model-00001-of-00002.safetensors": 5, "model-00002-of-00002.safetensors": 5, "config.json": 10})
 				testHF(t, root, "meta/Broken", "0000aaaa", map[string]int64{"model.safetensors": -1, "config.json": 3})
 				testHF(t, root, "org/configs-only", "1111", map[string]int64{"config.json": 3})
 				testMkdir(t, root+"/models--org--never-started/blobs")
@@ -378,7 +378,7 @@ func TestScan(t *testing.T) {
 				{"models--Qwen--Qwen2.5-0.5B/snapshots/a09a3545", 1010, true, "", "Qwen/Qwen2.5-0.5B", "a09a3545"},
 				{"models--Qwen--Qwen2.5-0.5B/snapshots/b1c2d3e4", 2010, true, "", "Qwen/Qwen2.5-0.5B", "b1c2d3e4"},
 				// The index's blob is missing here: its link dangles.
-				{"models--gpt2/snapshots/e7da7f22", 10, false, "model.safetensors.index.json (dangling symlink", "gpt2", "e7da7f22"},
+				{"models--gpt2/snapshots/e7da7f22", 20, false, "model.safetensors.index.json (dangling symlink", "gpt2", "e7da7f22"},
 				{"models--meta--Broken/snapshots/0000aaaa", 3, false, "model.safetensors (dangling symlink", "meta/Broken", "0000aaaa"},
 			},
 			skips: map[string]string{
@@ -926,6 +926,8 @@ func TestScanHalfFinished(t *testing.T) {
 		testLink(t, "../../blobs/"+filepath.Base(blob), fmt.Sprintf("%s/model-%05d-of-00030.safetensors", snap, i))
 	}
 	testFile(t, repo+"/blobs/blob06.incomplete", 50)
+	testFile(t, repo+"/blobs/config", 10)
+	testLink(t, "../../blobs/config", snap+"/config.json")
 	// Another repo whose download finished long ago, with no shards named
 	// -of-: the only sign of a download in flight is the .incomplete blob.
 	done := root + "/models--org--small"
@@ -1059,5 +1061,53 @@ func TestScanSettle(t *testing.T) {
 		if !l.Complete {
 			t.Errorf("with Settle -1: %+v", l)
 		}
+	}
+}
+
+// TestTouchDoesNotFlap is item 6: a model stays held when only its mtime
+// changed (a touch, an rsync that copied nothing) and its size is the one
+// the last scan saw; on main it counted as "still being written?" until a
+// scan after the settle time, a whole scan interval at the agent's pace,
+// and jobs constrained to its feature pended meanwhile. A file seen
+// growing between two scans, or never seen before, still settles.
+func TestTouchDoesNotFlap(t *testing.T) {
+	root := t.TempDir()
+	model, growing := root+"/m.gguf", root+"/g.gguf"
+	testFile(t, model, 4096)
+	testFile(t, growing, 4096)
+	long := time.Now().Add(-time.Hour)
+	os.Chtimes(model, long, long)
+	os.Chtimes(growing, long, long)
+	mem := &Memory{}
+	opt := Options{Settle: time.Minute, Memory: mem}
+	scan := func() map[string]Local {
+		got := map[string]Local{}
+		for _, l := range Scan(context.Background(), []string{root}, opt).Weights {
+			got[l.Path] = l
+		}
+		return got
+	}
+	if got := scan(); !got[model].Complete || !got[growing].Complete {
+		t.Fatalf("the first scan: %+v", got)
+	}
+	// A touch of one; the other grows by a write.
+	now := time.Now()
+	os.Chtimes(model, now, now)
+	f, _ := os.OpenFile(growing, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(make([]byte, 512))
+	f.Close()
+	got := scan()
+	if l := got[model]; !l.Complete {
+		t.Errorf("a model touched, its size as at the last scan: %+v; want it still held", l)
+	}
+	if l := got[growing]; l.Complete || !strings.Contains(l.Problem, "still being written?") {
+		t.Errorf("a file seen growing between two scans: %+v; want it settling", l)
+	}
+	// A file never seen before settles, memory or not.
+	fresh := root + "/new.gguf"
+	testFile(t, fresh, 4096)
+	os.Chtimes(fresh, time.Now(), time.Now())
+	if l := scan()[fresh]; l.Complete {
+		t.Errorf("a file never seen before, written just now: %+v; want it settling", l)
 	}
 }

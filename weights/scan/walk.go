@@ -88,6 +88,10 @@ type candidate struct {
 	// several files into it, and it is whole only with every file listed.
 	manifest bool
 	trouble  trouble
+	// problems are the walk's findings about single files by relative
+	// path (a broken link, a short header), for a check against a list
+	// (hubList) that judges only the files it names.
+	problems map[string]string
 	visited  map[devIno]bool
 }
 
@@ -375,6 +379,10 @@ func (s *walker) top(h *dirHandle, e *entry) {
 		s.skip(abs, "Hugging Face cache lock files, not a model")
 		return
 	}
+	if name == catalog.HubStagingDir {
+		s.skip(abs, "files of Hugging Face models being fetched before they move into the Hugging Face cache")
+		return
+	}
 	t := e.typ
 	var st fileStat
 	var stated bool
@@ -550,7 +558,8 @@ func (s *walker) hfRepo(abs, modelID string) {
 	var incomplete []string
 	if bh, bents, _ := openDir(abs + "/blobs"); bh != nil {
 		for _, e := range bents {
-			if strings.HasSuffix(e.name, ".incomplete") {
+			// huggingface_hub's .incomplete, llmgw's own .part
+			if catalog.IsPartialName(e.name) {
 				incomplete = append(incomplete, "blobs/"+e.name)
 			}
 		}
@@ -717,7 +726,14 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 			manifest = true
 		case catalog.IsWeightName(name):
 			weights = append(weights, namedSize{relOf(name), st.size})
-			if why := s.settling(abs+"/"+name, st); why != "" {
+			// A Hugging Face snapshot's link leads to a blob that
+			// huggingface_hub and llmgw alike write under another name
+			// and rename into place whole: no writer is still at it.
+			if follow && c.modelID != "" {
+				if why := headerProblem(abs+"/"+name, st); why != "" {
+					troubles = append(troubles, [2]string{relOf(name), why})
+				}
+			} else if why := s.settling(abs+"/"+name, st); why != "" {
 				troubles = append(troubles, [2]string{relOf(name), why})
 			} else if why := headerProblem(abs+"/"+name, st); why != "" {
 				troubles = append(troubles, [2]string{relOf(name), why})
@@ -736,6 +752,10 @@ func (s *walker) walkEntries(c *candidate, h *dirHandle, abs, rel string, depth 
 	c.manifest = c.manifest || manifest
 	for _, t := range troubles {
 		c.trouble.file(t[0], t[1])
+		if c.problems == nil {
+			c.problems = map[string]string{}
+		}
+		c.problems[t[0]] = t[1]
 	}
 	if depth+1 > maxDepth && len(subs) > 0 {
 		c.trouble.add(fmt.Sprintf("more than %d directories deep: not read past %s", maxDepth, quoteName(rel)))
@@ -783,11 +803,17 @@ func (s *walker) finish(cands []*candidate, splits bool) []Local {
 			continue
 		}
 		if !c.file {
-			if len(c.weights) == 0 && len(c.partials) == 0 && c.broken == 0 {
+			list, listed := s.opt.Hub[HubKey(c.modelID, c.revision)]
+			listed = listed && c.modelID != ""
+			if !listed && len(c.weights) == 0 && len(c.partials) == 0 && c.broken == 0 {
 				s.skip(c.path, c.emptyReason())
 				continue
 			}
-			c.checkComplete()
+			if listed {
+				c.hubList(list)
+			} else {
+				c.checkComplete()
+			}
 		}
 		out = append(out, Local{
 			Path: c.path, Size: c.size, Shared: sharedOf(c.path, c.id, c.hasID),

@@ -741,10 +741,24 @@ func checkAgent(ctx context.Context, o Options) []Finding {
 			Message: fmt.Sprintf("the agent's last report to %s failed: %s", st.Coordinator, r.Error),
 			Fix:     "see the coordinator finding below; the agent retries by itself"})
 	}
+	if st.PeerServerError != "" {
+		fs = append(fs, Finding{Check: "chunk server", Severity: Warn,
+			Message: st.PeerServerError + ": the fabric's swarms go without this node",
+			Fix:     "stop the process on that address (ss -ltnp names it), or set another peer_port or peer_addr in agent.toml; the agent serves as soon as it can listen"})
+	}
 	if st.Catalog.Error != "" || st.Catalog.Fetched.IsZero() {
 		fs = append(fs, Finding{Check: "catalog copy", Severity: Warn,
 			Message: fmt.Sprintf("the agent has no fresh catalog copy at %s (%s): the hooks cannot resolve models added since", st.Catalog.Path, orNone(st.Catalog.Error)),
 			Fix:     "make the coordinator reachable from this node"})
+	}
+	if st.Catalog.GCHeld != "" {
+		since := ""
+		if !st.Catalog.GCHeldSince.IsZero() {
+			since = " since " + st.Catalog.GCHeldSince.UTC().Format(time.RFC3339)
+		}
+		fs = append(fs, Finding{Check: "gc", Severity: Warn,
+			Message: "this node's gc removes nothing" + since + ": " + st.Catalog.GCHeld,
+			Fix:     "if the coordinator's catalog is the right one (a database restored or moved on purpose), run 'llmgw gc --trust': every node adopts it, gc_max_share still holds"})
 	}
 	return fs
 }
@@ -882,7 +896,32 @@ func checkFeatures(ctx context.Context, o Options) []Finding {
 	if err != nil {
 		return nil
 	}
-	return featureFindings(st.Features, time.Now())
+	return append(featureFindings(st.Features, time.Now()), fabricFindings(st)...)
+}
+
+// fabricFindings says whose word nodes' fabrics are (issue 24): Slurm's
+// (fabric_features), or each agent's own, which root on any node can
+// change to join another fabric's swarms and be offered there as a peer.
+// With one fabric there is nothing to join; nothing from a coordinator
+// that does not say.
+func fabricFindings(st *api.Status) []Finding {
+	const check = "fabrics"
+	switch st.FabricsFrom {
+	case api.FabricsFromSlurm:
+		return []Finding{{Check: check, Message: "the coordinator takes each node's fabric from its Slurm node features (fabric_features)"}}
+	case api.FabricsFromNodes:
+		if len(st.Fabrics) <= 1 {
+			return []Finding{{Check: check, Message: "one fabric; nodes' fabrics are their own word (agent.toml fabric), as nothing in coordinator.toml says which Slurm features are fabrics"}}
+		}
+		names := make([]string, len(st.Fabrics))
+		for i, f := range st.Fabrics {
+			names[i] = f.Fabric
+		}
+		return []Finding{{Check: check, Severity: Warn,
+			Message: fmt.Sprintf("nodes report %d fabrics (%s), and each node's fabric is its own word (agent.toml fabric): root on a node can put it in another fabric's swarms, where it is offered as a peer across fabrics that are not connected", len(names), strings.Join(names, ", ")),
+			Fix:     "name the Slurm features that are fabrics in /etc/llmgw/coordinator.toml (fabric_features = [\"ib-a\", \"ib-b\"]), so a node's fabric is Slurm's, then systemctl restart llmgw-coordinator"}}
+	}
+	return nil
 }
 
 // featureFindings judges the reconciler's state as of now.

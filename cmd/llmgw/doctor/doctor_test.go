@@ -378,6 +378,33 @@ func TestFeatureFindings(t *testing.T) {
 	}
 }
 
+// TestFabricFindings: the doctor says whose word nodes' fabrics are; with
+// more than one fabric and no fabric_features, a warning with its fix.
+func TestFabricFindings(t *testing.T) {
+	two := []api.FabricNodes{{Fabric: "ib-a"}, {Fabric: "ib-b"}}
+	for _, tc := range []struct {
+		name string
+		st   api.Status
+		sev  Severity
+		want string
+	}{
+		{"from Slurm", api.Status{FabricsFrom: api.FabricsFromSlurm, Fabrics: two}, OK, "from its Slurm node features"},
+		{"nodes' word, two fabrics", api.Status{FabricsFrom: api.FabricsFromNodes, Fabrics: two}, Warn, "2 fabrics (ib-a, ib-b), and each node's fabric is its own word"},
+		{"nodes' word, one fabric", api.Status{FabricsFrom: api.FabricsFromNodes, Fabrics: two[:1]}, OK, "one fabric; nodes' fabrics are their own word"},
+	} {
+		fs := fabricFindings(&tc.st)
+		if len(fs) != 1 || fs[0].Severity != tc.sev || !strings.Contains(fs[0].Message, tc.want) {
+			t.Errorf("%s: %+v; want %s containing %q", tc.name, fs, tc.sev, tc.want)
+		}
+		if tc.sev == Warn && !strings.Contains(fs[0].Fix, "fabric_features") {
+			t.Errorf("%s: the fix does not name fabric_features: %q", tc.name, fs[0].Fix)
+		}
+	}
+	if fs := fabricFindings(&api.Status{}); fs != nil {
+		t.Errorf("a coordinator that does not say: %+v, want nothing", fs)
+	}
+}
+
 // TestHookOrder: llmgw's Prolog and Epilog beside a site's scripts. The
 // doctor lists them in the order slurmd runs them (a directory glob in
 // reverse byte order, Prolog= lines in turn from 24.05; docs/slurm/

@@ -91,7 +91,12 @@ func (r *Realm) Start(origin string) munge.Codec {
 	cmd := exec.Command(munged(), "--foreground", "--socket="+sock, "--key-file="+r.key,
 		"--log-file="+filepath.Join(d, "munged.log"), "--pid-file="+filepath.Join(d, "munged.pid"),
 		"--seed-file="+filepath.Join(d, "munged.seed"), "--origin="+origin, "--num-threads=2")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: r.uid, Gid: r.gid}}
+	// Pdeathsig: a test binary killed by its timeout (or by hand) runs no
+	// Cleanup, and a munged left behind keeps whatever descriptors it
+	// inherited, a lock serialising the dev cluster's users among them,
+	// for ever. Go sets it after the credentials change, which would
+	// otherwise clear it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: r.uid, Gid: r.gid}, Pdeathsig: syscall.SIGTERM}
 	cmd.Dir = d
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting munged: %v", err)
