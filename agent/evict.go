@@ -158,7 +158,9 @@ func (a *Agent) Room(ctx context.Context, n int64, p evict.Priority) (evictBytes
 
 func (a *Agent) gcOptions(cfg Config) gc.Options {
 	cp, cerr := catalog.ReadCopy(a.catalog.Path)
-	return gc.Options{CacheDir: cfg.CacheDir, HFCache: cfg.HFCacheDir(), Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir}
+	// PartMaxAge as the node's gc has it: what a stopped Hub fetch left in
+	// staging is garbage to eviction exactly when it is to gc.
+	return gc.Options{CacheDir: cfg.CacheDir, HFCache: cfg.HFCacheDir(), Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, PartMaxAge: cfg.GCPartMaxAge}
 }
 
 // evictPlan is one pass's plan, with what it was made from.

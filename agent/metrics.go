@@ -35,6 +35,7 @@ type metrics struct {
 	peerServerUp      prometheus.Gauge
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
+	catalogReads      prometheus.Counter
 	lastReportSuccess prometheus.Gauge
 	lastScanSuccess   prometheus.Gauge
 	info              *prometheus.GaugeVec
@@ -90,6 +91,10 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "reports_total",
 			Help: "Attempts to report to the coordinator, by result.",
 		}, []string{"result"}),
+		catalogReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "catalog_reads_total",
+			Help: "Times the catalog was read from the coordinator after a report: only when the report's answer names another catalog than the node's copy (every report, from a coordinator older than that).",
+		}),
 		lastReportSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "last_report_success_timestamp_seconds",
 			Help: "When the coordinator last accepted a report, as a Unix time.",
@@ -158,7 +163,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 		m.swarmPeerFailures.WithLabelValues(why)
 	}
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports, m.catalogReads,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.evictions, m.evictedBytes, m.evictHeld, m.gcHeld,
 		m.prefetchBytes, m.jobStarts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -44,7 +44,14 @@ type Report struct {
 	Weights []Weight    `json:"weights"`
 	Dirs    []DirStatus `json:"dirs,omitempty"`
 	Cache   Cache       `json:"cache"`
-	Fetches []Fetch     `json:"fetches,omitempty"`
+	// HFCache is the node's Hugging Face cache (agent.toml's hf_cache),
+	// where Hub models are fetched, when it is on another filesystem than
+	// Cache (a site's shared cache on a filer): placement checks a Hub
+	// model's fetch against its room, not the cache's. An agent sends it
+	// only while its catalog holds a Hub model, so a coordinator older
+	// than Hub models (which decodes strictly) never receives it.
+	HFCache *Cache  `json:"hf_cache,omitempty"`
+	Fetches []Fetch `json:"fetches,omitempty"`
 	// GPUMemory is the node's total GPU memory in bytes (all its GPUs), from
 	// the agent's gpu_memory setting, else nvidia-smi; 0 when unknown, and
 	// placement then skips the memory check for the node.

@@ -27,6 +27,17 @@ type ReportAnswer struct {
 	// (llmgw seed): the agent ensures each as a job's Prolog would, through
 	// its fabric's swarm.
 	Seed []SeedAsk `json:"seed,omitempty"`
+	// CatalogTag names the catalog as the coordinator serves it now (GET
+	// /v1/models): its identity, its generation and a digest of the whole
+	// answer, in one opaque string that changes whenever anything a node
+	// reads from the catalog does (an entry added, changed or removed, a
+	// pin taken or forgotten, the history, the names an admin's change
+	// dropped, an admin's adoption by gc --trust). An agent that last read the catalog after
+	// an answer with the same tag has it already and does not read it
+	// again: a catalog of Hub models is megabytes a node would otherwise
+	// download after every report. Empty from a coordinator older than it,
+	// whose agents read the catalog after every report, as they always did.
+	CatalogTag string `json:"catalog_tag,omitempty"`
 	// Prefetch, when set, is every prefetch the coordinator wants of this
 	// node now (see PrefetchList); unset says nothing.
 	Prefetch *PrefetchList `json:"prefetch,omitempty"`

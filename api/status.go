@@ -187,7 +187,9 @@ type NodePresence struct {
 	// Incomplete is set when the node sees only an incomplete copy (a
 	// missing shard), with the agent's reason; it does not count as held.
 	Incomplete string `json:"incomplete,omitempty"`
-	// CacheFree and CacheTotal are the node's fetch cache room in bytes.
+	// CacheFree and CacheTotal are the room in bytes where the node
+	// fetches this model: its fetch cache, or a Hub model's Hugging Face
+	// cache when that is on a filesystem of its own (a filer's).
 	CacheFree  int64 `json:"cache_free_bytes"`
 	CacheTotal int64 `json:"cache_total_bytes"`
 	// LastReport is when the coordinator last heard from the node (its

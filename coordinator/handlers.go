@@ -17,9 +17,11 @@ import (
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	// The view's copy is current: catalog writes reload it before they
 	// answer, so a client that just wrote reads its own write.
+	// It is what the catalog tag digests (catalogTag), so that a node
+	// whose answers carry the same tag holds all of it.
 	s.view.mu.RLock()
-	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen,
-		History: s.view.catHistory, Superseded: s.view.catDropped, Trusted: s.view.catTrusted, TrustedAt: s.view.catTrustedAt}
+	out := s.view.catalogLocked()
+	out.Models = append([]api.Model{}, out.Models...)
 	s.view.mu.RUnlock()
 	if !s.mayFetch(r) {
 		for i := range out.Models {
@@ -28,6 +30,13 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// catalogTag is the catalog's tag as GET /v1/models serves it now.
+func (s *Server) catalogTag() string {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	return s.view.catTag
 }
 
 // mayFetch reports whether r comes from a caller trusted to fetch the

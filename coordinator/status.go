@@ -177,10 +177,11 @@ func (s *Server) ModelStatus(name string, now time.Time) (_ *api.ModelNodes, ok 
 	for _, nodeName := range s.view.names {
 		n := s.view.nodes[nodeName]
 		h := n.Holding(name)
+		free, total, _ := n.Room(m)
 		np := api.NodePresence{
 			Node: n.Name, Fabric: n.Fabric, State: string(n.State(now, s.staleAfter)), Holds: string(h.Hold),
 			Path: h.Path, Size: h.Size, Incomplete: h.Incomplete,
-			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, LastReport: n.Received,
+			CacheFree: free, CacheTotal: total, LastReport: n.Received,
 			Age: round(now.Sub(n.Received).Seconds()), AgentVersion: n.agentVersion, Errors: lastErrors(n.errors),
 		}
 		if fe := n.FindModelFetch(m); fe != nil {

@@ -219,9 +219,9 @@ func presentHub(hfCache string, h catalog.Hub, w *watch) (string, error) {
 	for _, ref := range catalog.HubRefs(h) {
 		p := catalog.HubRefPath(hfCache, h.Repo, ref)
 		w.begin("read", p)
-		b, err := catalog.ReadRegular(p)
+		got, err := catalog.ReadHubRef(p)
 		w.end()
-		if err != nil || string(b) != h.Commit {
+		if err != nil || got != h.Commit {
 			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
 		}
 	}
@@ -272,6 +272,15 @@ type watch struct {
 	since    time.Time // zero: none outstanding
 	answered int
 	slowest  time.Duration
+	where    string // the weights being looked at, for a SlowError
+}
+
+// at says the look now is at the weights where (a Hugging Face cache's
+// snapshot, when several are looked in).
+func (w *watch) at(where string) {
+	w.mu.Lock()
+	w.where = where
+	w.mu.Unlock()
 }
 
 func (w *watch) begin(op, path string) {
@@ -308,35 +317,50 @@ func (w *watch) end() {
 // blocked until the mount answers, at the latest until the hook's process
 // exits (FUSE and NFS waits are killable), which it does right after.
 func PresentWithin(cacheDir, hfCache string, m catalog.Model, op, budget time.Duration) (string, error) {
+	p, _, err := lookWithin(op, budget, func(w *watch) (string, string, error) {
+		w.at(weightsPath(cacheDir, hfCache, m))
+		p, err := present(cacheDir, hfCache, m, w)
+		return p, "", err
+	})
+	return p, err
+}
+
+// lookWithin runs look on its own goroutine, handing it the watch its
+// filesystem operations announce themselves to, and gives up on it as
+// PresentWithin says: a *HungError when one operation has had no answer
+// for op, a *SlowError when the look outlasts budget. look's second result
+// is what it found besides the path (the Hugging Face cache, for
+// PresentOnNode).
+func lookWithin(op, budget time.Duration, look func(*watch) (string, string, error)) (string, string, error) {
 	type result struct {
-		path string
-		err  error
+		path, found string
+		err         error
 	}
 	ch := make(chan result, 1)
 	w := &watch{}
 	start := time.Now()
 	go func() {
-		p, err := present(cacheDir, hfCache, m, w)
-		ch <- result{p, err}
+		p, found, err := look(w)
+		ch <- result{p, found, err}
 	}()
 	tick := time.NewTicker(max(min(op/20, 100*time.Millisecond), time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
 		case r := <-ch:
-			return r.path, r.err
+			return r.path, r.found, r.err
 		case now := <-tick.C:
 			w.mu.Lock()
 			hung := !w.since.IsZero() && now.Sub(w.since) >= op
 			h := &HungError{Path: w.path, Op: w.op, After: op, Answered: w.answered}
 			slow := budget > 0 && now.Sub(start) >= budget
-			sl := &SlowError{Path: weightsPath(cacheDir, hfCache, m), Budget: budget, Answered: w.answered, Slowest: max(w.slowest, now.Sub(w.since))}
+			sl := &SlowError{Path: w.where, Budget: budget, Answered: w.answered, Slowest: max(w.slowest, now.Sub(w.since))}
 			w.mu.Unlock()
 			switch {
 			case hung:
-				return "", h
+				return "", "", h
 			case slow:
-				return "", sl
+				return "", "", sl
 			}
 		}
 	}
@@ -410,7 +434,7 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("model %s is not in the catalog copy %s", job.Model, cfg.CatalogCopyPath())
 	}
-	p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout(), cfg.FetchDeadline)
+	p, hf, err := PresentOnNode(cfg, m, cfg.FetchDeadline)
 	var hung *HungError
 	var slow *SlowError
 	if errors.As(err, &hung) || errors.As(err, &slow) {
@@ -421,16 +445,74 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
 	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC(), Fast: true}
-	HubRecord(cfg, m, &rec)
+	HubRecord(cfg, m, hf, &rec)
 	return catalog.WriteJobRecord(cfg.RunDir, rec)
 }
 
+// PresentOnNode is PresentWithin for the node cfg configures, each
+// filesystem operation within its hook_fs_timeout and the whole look
+// within budget, and the Hugging Face cache a Hub model was found in (else
+// ""). A Hub model is looked for in hf_cache, then in the Hugging Face
+// caches its weight directories hold (HubCaches): a site's shared cache on
+// a filer, listed as a weight directory, holds the model as the scan says
+// it does, and the node fetches nothing (before, it fetched the model
+// again into hf_cache). Only hf_cache is ever written; a snapshot
+// elsewhere counts only with its refs naming the commit. One look covers
+// every cache: a weight directory's cache on a filer that stopped
+// answering is a hung mount like hf_cache's, and the caches share the
+// budget.
+func PresentOnNode(cfg nodeconf.Agent, m catalog.Model, budget time.Duration) (path, hfCache string, err error) {
+	if !m.IsHub() {
+		p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout(), budget)
+		return p, "", err
+	}
+	caches := HubCaches(cfg)
+	return lookWithin(cfg.FSTimeout(), budget, func(w *watch) (string, string, error) {
+		var first error
+		for _, hf := range caches {
+			w.at(weightsPath(cfg.CacheDir, hf, m))
+			p, err := present(cfg.CacheDir, hf, m, w)
+			if err == nil {
+				return p, hf, nil
+			}
+			if first == nil {
+				// hf_cache's: where the slow path fetches it.
+				first = err
+			}
+		}
+		return "", "", first
+	})
+}
+
+// HubCaches are the Hugging Face caches a node looks for a Hub model in:
+// its hf_cache, then each weight directory that is one or holds one as
+// hub/ (huggingface_hub's $HF_HOME/hub), the scan finding snapshots there.
+// A directory that holds no models-- folder of the repository costs a
+// stat.
+func HubCaches(cfg nodeconf.Agent) []string {
+	out := []string{cfg.HFCacheDir()}
+	seen := map[string]bool{filepath.Clean(out[0]): true}
+	for _, d := range cfg.WeightDirs {
+		for _, c := range []string{filepath.Clean(d), filepath.Join(d, catalog.DefaultHFDir)} {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
 // HubRecord adds to the record of a job of m, when m is a Hub model, the
-// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE, and whether
-// it exports HF_HUB_OFFLINE=1 beside it.
-func HubRecord(cfg nodeconf.Agent, m catalog.Model, rec *catalog.JobRecord) {
+// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE (hfCache,
+// where the model was found; "" for the node's hf_cache), and whether it
+// exports HF_HUB_OFFLINE=1 beside it.
+func HubRecord(cfg nodeconf.Agent, m catalog.Model, hfCache string, rec *catalog.JobRecord) {
 	if m.IsHub() {
-		rec.HFCache, rec.HFOffline = cfg.HFCacheDir(), cfg.HubOffline()
+		if hfCache == "" {
+			hfCache = cfg.HFCacheDir()
+		}
+		rec.HFCache, rec.HFOffline = hfCache, cfg.HubOffline()
 	}
 }
 

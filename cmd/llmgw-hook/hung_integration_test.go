@@ -142,18 +142,10 @@ func TestHookHungHubCache(t *testing.T) {
 	fusetest.Need(t)
 	dir, bin, full, handed := buildHook(t)
 
-	commit := strings.Repeat("c", 40)
-	h := catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: commit,
-		Files: []catalog.HubFile{{Path: "config.json", Size: 2, Blob: strings.Repeat("b", 40)}}}
 	src, mnt := filepath.Join(dir, "src"), filepath.Join(dir, "mnt")
-	blob := catalog.HubBlobPath(src, h.Repo, h.Files[0].BlobName())
-	link := catalog.HubFilePath(src, h.Repo, commit, "config.json")
-	for _, d := range []string{filepath.Dir(blob), filepath.Dir(link), filepath.Dir(catalog.HubRefPath(src, h.Repo, "main")), mnt} {
-		os.MkdirAll(d, 0o755)
-	}
-	os.WriteFile(blob, []byte("{}"), 0o644)
-	os.Symlink(catalog.HubLinkTarget("config.json", h.Files[0].BlobName()), link)
-	os.WriteFile(catalog.HubRefPath(src, h.Repo, "main"), []byte(commit), 0o644)
+	h := tinyHubSnapshot(src)
+	commit := h.Commit
+	os.MkdirAll(mnt, 0o755)
 	daemon := fusetest.Mount(t, src, mnt)
 
 	cache, run, state := filepath.Join(dir, "cache"), filepath.Join(dir, "run"), filepath.Join(dir, "state")
@@ -189,6 +181,87 @@ func TestHookHungHubCache(t *testing.T) {
 	}
 	out, err := hook("task-prolog")
 	want := "no answer to a stat of " + catalog.HubFilePath(mnt, h.Repo, commit, "config.json") + " within hook_fs_timeout (1 s; 0 earlier operations answered)"
+	if err == nil || !strings.Contains(out, want) {
+		t.Errorf("task-prolog: %v, %q; want it to fail the job with %q", err, out, want)
+	}
+}
+
+// tinyHubSnapshot writes a Hub model of one file, its snapshot at its
+// commit and refs/main naming it, into the Hugging Face cache hf.
+func tinyHubSnapshot(hf string) catalog.Hub {
+	commit := strings.Repeat("c", 40)
+	h := catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: commit,
+		Files: []catalog.HubFile{{Path: "config.json", Size: 2, Blob: strings.Repeat("b", 40)}}}
+	blob := catalog.HubBlobPath(hf, h.Repo, h.Files[0].BlobName())
+	link := catalog.HubFilePath(hf, h.Repo, commit, "config.json")
+	for _, d := range []string{filepath.Dir(blob), filepath.Dir(link), filepath.Dir(catalog.HubRefPath(hf, h.Repo, "main"))} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.WriteFile(blob, []byte("{}"), 0o644)
+	os.Symlink(catalog.HubLinkTarget("config.json", h.Files[0].BlobName()), link)
+	os.WriteFile(catalog.HubRefPath(hf, h.Repo, "main"), []byte(commit), 0o644)
+	return h
+}
+
+// TestHookHungWeightDirHubCache is hook_fs_timeout for a Hub model the
+// node holds in a weight directory's Hugging Face cache (a site's shared
+// cache on a filer, listed in weight_dirs), not in its own hf_cache, when
+// that filer stops answering. The weight directories' caches were looked
+// at one after the other, each look bounded on its own: the hung one was
+// given up on, then the next cache on the same mount (its hub/) hung as
+// well, and the hooks answered that the model was not present at all, so
+// the fast path handed the job to llmgw prolog, which hung twice more on
+// the same filer before fetching the model from the Hub into hf_cache.
+// One look now covers every cache, each operation watched: the job fails
+// within hook_fs_timeout naming the stat that did not answer, and nothing
+// is handed on.
+func TestHookHungWeightDirHubCache(t *testing.T) {
+	fusetest.Need(t)
+	dir, bin, full, handed := buildHook(t)
+	src, mnt := filepath.Join(dir, "src"), filepath.Join(dir, "mnt")
+	h := tinyHubSnapshot(src)
+	os.MkdirAll(mnt, 0o755)
+	daemon := fusetest.Mount(t, src, mnt)
+
+	cache, run, state, hf := filepath.Join(dir, "cache"), filepath.Join(dir, "run"), filepath.Join(dir, "state"), filepath.Join(dir, "hf")
+	os.MkdirAll(hf, 0o755)
+	catalog.WriteCopy(filepath.Join(state, "catalog.json"), catalog.Copy{Models: []catalog.Model{{Name: "tiny", Source: catalog.HubSource(h.Repo, h.Commit), Size: 2, Hub: &h}}})
+	conf := filepath.Join(dir, "agent.toml")
+	os.WriteFile(conf, []byte("hook_fs_timeout = \"1s\"\nhf_cache = \""+hf+"\"\nweight_dirs = [\""+mnt+"\"]\n"), 0o644)
+	id, err := nodeconf.StatFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := nodeconf.Agent{CacheDir: cache, StateDir: state, RunDir: run, HookFSTimeout: time.Second, HFCache: hf, WeightDirs: []string{mnt}}.WithDefaults()
+	if err := nodeconf.WriteResolved(conf, id, "dev", cfg); err != nil {
+		t.Fatal(err)
+	}
+	fusetest.Stop(t, daemon)
+
+	hook := func(name string, env ...string) (string, time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, name, "--config", conf)
+		cmd.Env = append([]string{"SLURM_JOB_ID=9", "SLURMD_NODENAME=n1", "LLMGW_HOOK_FULL=" + full}, env...)
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("llmgw-hook %s still running after 30 s on a hung weight directory: it would drain the node", name)
+		}
+		return string(out), time.Since(start), err
+	}
+	out, took, err := hook("prolog", "SLURM_JOB_COMMENT=llmgw:model=tiny")
+	if err != nil {
+		t.Fatalf("prolog on a hung weight directory: %v (a non-zero Prolog drains the node)\n%s", err, out)
+	}
+	if _, err := os.Stat(handed); err == nil {
+		t.Error("the fast path handed a job whose weights are on a hung filer to llmgw prolog, which would hang on it as well, then fetch the model again")
+	}
+	if took > 10*time.Second {
+		t.Errorf("the Prolog took %s on a filer that stopped answering, hook_fs_timeout 1 s: one bound per cache, not one look", took.Round(time.Millisecond))
+	}
+	out, _, err = hook("task-prolog")
+	want := "no answer to a stat of " + catalog.HubFilePath(mnt, h.Repo, h.Commit, "config.json") + " within hook_fs_timeout (1 s; "
 	if err == nil || !strings.Contains(out, want) {
 		t.Errorf("task-prolog: %v, %q; want it to fail the job with %q", err, out, want)
 	}

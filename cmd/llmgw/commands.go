@@ -56,7 +56,7 @@ func init() {
 		{name: "warm", synopsis: "JOB [--model M] [--nodes HOSTLIST] [--json]", summary: "say whether a job that asked to wait for its weights may start (for burst_buffer.lua)", run: warmCmd},
 		{name: "features", synopsis: "[--dry-run] [--json]", summary: "reconcile Slurm node features now (through the coordinator)", run: featuresCmd},
 		{name: "place", synopsis: "--model M [-N COUNT] [--partition P] [--json]", summary: "rank nodes for a job that wants a model, with the reasons", run: placeCmd},
-		{name: "scan", synopsis: "DIR... [--json]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
+		{name: "scan", synopsis: "DIR... [--json] [--catalog FILE]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},
 		{name: "fetch", synopsis: "SOURCE|MODEL [--cache-dir DIR] [--hf-cache DIR] [--sha256 HEX] [--connections N]", summary: "make a model file or a catalog model present on this node and print its path", run: fetchCmd},
 		{name: "sbatch", synopsis: "--model M [sbatch options] SCRIPT [ARGS]", summary: "submit a job with sbatch, preferring nodes that hold model M", run: sbatchCmd},
 		{name: "demo", synopsis: "[--no-fuse] [--no-cluster] [--tmp DIR]", summary: "run the whole flow on this machine: coordinator, agents, fetch, status (cleans up after itself)", run: demoCmd},

@@ -49,6 +49,14 @@ A node checks every name it is asked again itself, so "asked to remove" is
 only the coordinator's view. 'llmgw status' says how many nodes hold gc and
 why.
 
+The old revisions of Hub models (hf:ORG/REPO) are not this command's: each
+node's Epilog, every gc_interval, removes from its Hugging Face cache
+(hf_cache) a snapshot of a commit the catalog has moved on from once no job
+on the node uses it, then the blobs and refs only it had, and what stopped
+Hub fetches left in the cache's staging directory; never on an hf_cache on
+another filesystem than the cache (a shared one on a filer, which other
+nodes' jobs read: its admin removes old revisions there).
+
 Listing is the default; --collect removes. Needs the admin token. --json
 prints the coordinator's record of the request (GET /v1/gc/ID) after the
 wait; its fields are stable.`

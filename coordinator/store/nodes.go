@@ -26,6 +26,11 @@ type Node struct {
 	CacheDir   string
 	CacheFree  int64
 	CacheTotal int64
+	// HFCacheFree and HFCacheTotal are the room of its Hugging Face cache
+	// when that is on another filesystem (api.Report.HFCache); 0 total
+	// when none was reported.
+	HFCacheFree  int64
+	HFCacheTotal int64
 	// GPUMemory is the node's total GPU memory in bytes, 0 when unknown.
 	GPUMemory    int64
 	AgentVersion string
@@ -87,8 +92,8 @@ func prepare(ctx context.Context, w *sql.DB) (stmts, error) {
 	s := stmts{
 		upsertNode: p(`INSERT INTO nodes (name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
 				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes,
-				peer_addr, gc_held, gc_held_since)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				peer_addr, gc_held, gc_held_since, hf_cache_free_bytes, hf_cache_total_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET fabric = excluded.fabric, looked = excluded.looked,
 				cache_dir = excluded.cache_dir, cache_free_bytes = excluded.cache_free_bytes,
 				cache_total_bytes = excluded.cache_total_bytes, agent_version = excluded.agent_version,
@@ -96,7 +101,9 @@ func prepare(ctx context.Context, w *sql.DB) (stmts, error) {
 				report_id = excluded.report_id, started = excluded.started, seq = excluded.seq,
 				weights_hash = excluded.weights_hash, errors = excluded.errors,
 				gpu_memory_bytes = excluded.gpu_memory_bytes, peer_addr = excluded.peer_addr,
-				gc_held = excluded.gc_held, gc_held_since = excluded.gc_held_since`),
+				gc_held = excluded.gc_held, gc_held_since = excluded.gc_held_since,
+				hf_cache_free_bytes = excluded.hf_cache_free_bytes,
+				hf_cache_total_bytes = excluded.hf_cache_total_bytes`),
 		putPresence: p(`INSERT INTO presence (node, weights) VALUES (?, ?)
 			ON CONFLICT (node) DO UPDATE SET weights = excluded.weights`),
 		delFetches: p(`DELETE FROM fetches WHERE node = ?`),
@@ -239,6 +246,9 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		Received: fromNanos(recv), ReportTime: r.Time.UTC(), ReportID: r.ID, Started: r.Started.UTC(), Seq: r.Seq,
 		Errors: r.Errors, Fetches: r.Fetches, GCHeld: r.GCHeld, GCHeldSince: r.GCHeldSince.UTC(),
 	}
+	if r.HFCache != nil {
+		n.HFCacheFree, n.HFCacheTotal = r.HFCache.FreeBytes, r.HFCache.TotalBytes
+	}
 	// Clean paths once so that matching and the fingerprint see one
 	// spelling of each. Path order makes holdings, the stored array and
 	// the fingerprint the same however the agent listed them. Agents send
@@ -306,7 +316,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 	}
 	if _, err := st.upsertNode.ExecContext(ctx, r.Node, r.Fabric, r.Looked, cacheDir, r.Cache.FreeBytes,
 		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory,
-		r.PeerAddr, r.GCHeld, nanos(r.GCHeldSince)); err != nil {
+		r.PeerAddr, r.GCHeld, nanos(r.GCHeldSince), n.HFCacheFree, n.HFCacheTotal); err != nil {
 		return nil, hash, fmt.Errorf("node: %w", err)
 	}
 	if !known || hash != prev.hash {
@@ -349,8 +359,8 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `SELECT name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes, peer_addr, gc_held, gc_held_since
-		FROM nodes ORDER BY name`)
+		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes, peer_addr, gc_held, gc_held_since,
+		hf_cache_free_bytes, hf_cache_total_bytes FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -361,7 +371,8 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 		var recv, rt, started, heldSince int64
 		var errs string
 		if err := rows.Scan(&n.Name, &n.Fabric, &n.Looked, &n.CacheDir, &n.CacheFree, &n.CacheTotal,
-			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory, &n.PeerAddr, &n.GCHeld, &heldSince); err != nil {
+			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory, &n.PeerAddr, &n.GCHeld, &heldSince,
+			&n.HFCacheFree, &n.HFCacheTotal); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}

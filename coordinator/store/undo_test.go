@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/api"
 )
 
 // releasedMigrations is how many migrations the last released llmgw
@@ -16,15 +18,18 @@ import (
 const releasedMigrations = 8
 
 // undoLater undoes what the migrations after 0008 made (0009's chunk
-// digests and peer addresses, 0010's Hub tables, 0012's heartbeat, 0013's history, adoption and columns), for
-// the tests that take a database back to an older schema and have the
-// migrations run again. TestUndoLaterLeavesTheReleasedSchema fails when a
-// migration is added and this is not told.
+// digests and peer addresses, 0010's Hub tables, 0012's heartbeat, 0013's
+// history, adoption and columns, 0014's Hugging Face cache room), for the
+// tests that take a database back to an older schema and have the
+// migrations run again: after it, user_version is releasedMigrations (or
+// lower, with more undone). TestUndoLaterLeavesTheReleasedSchema fails
+// when a migration is added and this is not told.
 const undoLater = `DROP TABLE IF EXISTS chunk_sums; ALTER TABLE nodes DROP COLUMN peer_addr;
 	DROP TABLE IF EXISTS catalog_hub_files; DROP TABLE IF EXISTS catalog_hub;
 	DROP TABLE IF EXISTS heartbeat; DROP TABLE IF EXISTS catalog_changes; DROP TABLE IF EXISTS catalog_dropped;
 	DROP TABLE IF EXISTS catalog_trust; ALTER TABLE gc_requests DROP COLUMN trust;
-	ALTER TABLE nodes DROP COLUMN gc_held; ALTER TABLE nodes DROP COLUMN gc_held_since; `
+	ALTER TABLE nodes DROP COLUMN gc_held; ALTER TABLE nodes DROP COLUMN gc_held_since;
+	ALTER TABLE nodes DROP COLUMN hf_cache_free_bytes; ALTER TABLE nodes DROP COLUMN hf_cache_total_bytes; `
 
 // schemaOf describes a database's schema by what a query can see: each
 // table's and index's name, and each table's columns with their types,
@@ -116,7 +121,8 @@ func TestUndoLaterLeavesTheReleasedSchema(t *testing.T) {
 
 // A database at the last released schema migrates to this build's in one
 // open, keeps what it held, and takes what the later migrations brought:
-// the heartbeat (/readyz), the catalog's history, and Hub models.
+// the heartbeat (/readyz), the catalog's history, a node's peer address,
+// gc hold and Hugging Face cache room, and Hub models.
 func TestReleasedSchemaMigrates(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "c.db")
@@ -167,6 +173,22 @@ func TestReleasedSchemaMigrates(t *testing.T) {
 	}
 	if err := db.CanWrite(ctx); err != nil {
 		t.Errorf("the heartbeat after the migration: %v", err)
+	}
+	// The released coordinator's node takes a report with what the later
+	// migrations keep of it: its peer address (0009), its gc hold (0013)
+	// and its Hugging Face cache's room (0014).
+	if ns, err := db.Nodes(ctx); err != nil || len(ns) != 1 || ns[0].Name != "n1" || ns[0].HFCacheTotal != 0 {
+		t.Errorf("nodes after the migration: %+v, %v; want n1 with no Hugging Face cache room reported", ns, err)
+	}
+	r := report("n1", 2)
+	r.PeerAddr, r.GCHeld, r.GCHeldSince = "127.0.0.11:7446", "a catalog this node does not trust", t0
+	r.HFCache = &api.Cache{Dir: "/scratch/hf", FreeBytes: 5, TotalBytes: 9}
+	if _, err := db.Ingest(ctx, []*api.Report{r}, t0.Add(time.Minute)); err != nil {
+		t.Fatalf("a report on the migrated database: %v", err)
+	}
+	if ns, err := db.Nodes(ctx); err != nil || len(ns) != 1 || ns[0].PeerAddr != r.PeerAddr || ns[0].GCHeld != r.GCHeld ||
+		ns[0].HFCacheFree != 5 || ns[0].HFCacheTotal != 9 {
+		t.Errorf("n1 after its report on the migrated database: %+v, %v; want its peer address, gc hold and Hugging Face cache room", ns, err)
 	}
 	c := strings.Repeat("a", 40)
 	if _, _, err := db.PutModel(ctx, hubModel("tiny", "org/Tiny", c, "config.json", "model.safetensors"), time.Unix(2, 0)); err != nil {

@@ -30,7 +30,8 @@ func Need(t testing.TB) {
 // Mount mounts src on mnt with bindfs in the foreground, so the test holds
 // its process (to stop it), and returns once the mount answers. When the
 // test ends, whatever happened, the daemon is continued and the mount
-// removed.
+// removed. opts are bindfs's -o options: Uncached, or "ro" for a filer
+// mounted read-only.
 func Mount(t testing.TB, src, mnt string, opts ...string) *os.Process {
 	t.Helper()
 	args := []string{"-f"}

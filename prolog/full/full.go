@@ -93,14 +93,15 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
 			rec.Source, rec.Set = m.Source, prolog.SetOf(m)
-			prolog.HubRecord(p.Config, m, &rec)
 			what = rec.Source
 			if m.IsSet() {
 				// The failure names the file; the first file's source
 				// beside it would only mislead.
 				what = fmt.Sprintf("%d files in %s", len(m.Files), rec.Set)
 			}
-			rec.Path, err = p.present(ctx, job, m)
+			var hfCache string
+			rec.Path, hfCache, err = p.present(ctx, job, m)
+			prolog.HubRecord(p.Config, m, hfCache, &rec)
 		}
 	}
 	if err != nil {
@@ -207,12 +208,16 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 // not there: a stuck filer must not hold the Prolog (slurmd kills it and
 // drains the node), and neither the agent nor the fetcher bound their
 // stat of a path or of the cache.
-func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
-	path, err := prolog.PresentWithin(p.Config.CacheDir, p.Config.HFCacheDir(), m, p.Config.FSTimeout(), p.deadlineLeft(ctx))
+//
+// A Hub model found in a weight directory's Hugging Face cache is had
+// there, and hfCache names that cache; one fetched is in hf_cache.
+func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (path, hfCache string, err error) {
+	path, hfCache, err = prolog.PresentOnNode(p.Config, m, p.deadlineLeft(ctx))
 	if err == nil || !errors.Is(err, prolog.ErrNotPresent) {
-		return path, err
+		return path, hfCache, err
 	}
-	return p.ensure(ctx, job, m)
+	path, err = p.ensure(ctx, job, m)
+	return path, "", err
 }
 
 // deadlineLeft is what is left of the Prolog's deadline: the whole budget

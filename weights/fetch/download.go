@@ -87,7 +87,7 @@ func (d *download) run(ctx context.Context) (string, error) {
 		}
 		d.token = tok
 	}
-	d.log.WithField("url", redactURL(d.rem.url)).Info("fetch started")
+	d.log.WithField("url", redactURL(d.rem.url)).Log(levelOf(d.rem), "fetch started")
 	start := time.Now()
 
 	stop := d.reportProgress()
@@ -126,10 +126,10 @@ func (d *download) run(ctx context.Context) (string, error) {
 				err = &Error{Source: d.rem.source, Op: "get", Err: err}
 			}
 			// Info: the caller has the error and decides what it is worth.
-			d.log.WithError(err).Info("fetch failed")
+			d.log.WithError(err).Log(levelOf(d.rem), "fetch failed")
 			return "", err
 		}
-		d.log.WithFields(logrus.Fields{"path": d.target, "bytes": d.done.Load(), "took": time.Since(start).Round(time.Millisecond)}).Info("fetch finished")
+		d.log.WithFields(logrus.Fields{"path": d.target, "bytes": d.done.Load(), "took": time.Since(start).Round(time.Millisecond)}).Log(levelOf(d.rem), "fetch finished")
 		return sum, nil
 	}
 }

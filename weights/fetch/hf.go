@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -28,10 +30,21 @@ type remote struct {
 	// progress, when set, is told the download's bytes instead of
 	// OnProgress: a file of a Hub model reports as part of the model.
 	progress func(done, total int64)
+	// quiet logs the file's start and end at debug: a file of a Hub
+	// model, whose fetch as a whole logs them (EnsureHub).
+	quiet bool
 	// slashHint, for an hf: source with an explicit revision and a file
 	// path of several segments, is the same source with the revision's
 	// slash escaped: a 404 may be a branch feature/x written unescaped.
 	slashHint string
+}
+
+// levelOf is the level a fetch of rem logs its start and end at.
+func levelOf(rem remote) logrus.Level {
+	if rem.quiet {
+		return logrus.DebugLevel
+	}
+	return logrus.InfoLevel
 }
 
 // parseRemote resolves an hf: or http(s):// source. endpoint is the hub's

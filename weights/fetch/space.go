@@ -50,6 +50,12 @@ type claim struct {
 	// repository's blobs of other revisions): only what it gains since
 	// is done.
 	Base int64 `json:"base,omitempty"`
+	// Stage, for a Hub model's claim, is the staging directory its blobs
+	// are fetched into before they move into Part, when that is on the
+	// same filesystem: what it gains is done too (Base counts both), and
+	// a file fetched there falls under this claim instead of claiming
+	// its own room beside it.
+	Stage string `json:"stage,omitempty"`
 	// Until, when set, is when the claim lapses (Unix nanoseconds).
 	Until int64 `json:"until,omitempty"`
 }
@@ -61,13 +67,23 @@ func (c claim) remaining() int64 {
 		return 0
 	}
 	if c.Set {
-		return max(0, min(c.Size, c.Size-(dirUsage(c.Part)-c.Base)))
+		return max(0, min(c.Size, c.Size-(c.usage()-c.Base)))
 	}
 	var st unix.Stat_t
 	if unix.Stat(c.Part, &st) != nil {
 		return c.Size
 	}
 	return max(0, c.Size-st.Blocks*512)
+}
+
+// usage is what a set claim's directories hold now: its directory, and
+// its staging directory when it has one.
+func (c claim) usage() int64 {
+	n := dirUsage(c.Part)
+	if c.Stage != "" {
+		n += dirUsage(c.Stage)
+	}
+	return n
 }
 
 // alive reports whether the process that made the claim still runs. A
@@ -133,10 +149,11 @@ func (b *spaceBook) othersThan(path string) (bytes int64, n int) {
 	return bytes, n
 }
 
-// setOf is the live set claim a fetch into dir falls under, if any.
+// setOf is the live set claim a fetch into dir falls under, if any: a
+// set's directory, or a Hub model's staging directory.
 func (b *spaceBook) setOf(dir string) bool {
 	for _, c := range b.claims {
-		if c.Set && c.Part == dir {
+		if c.Set && (c.Part == dir || c.Stage != "" && c.Stage == dir) {
 			return true
 		}
 	}

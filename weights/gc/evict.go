@@ -110,7 +110,8 @@ func Entries(opt Options) ([]Entry, error) {
 			out[i].Fetching = true
 		}
 	}
-	out = append(out, hubEntries(opt, recs)...)
+	out = append(out, hubEntries(opt, root, recs)...)
+	out = append(out, stagedEntries(root, opt)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
@@ -133,17 +134,22 @@ func blocks(fi fs.FileInfo) int64 {
 // within justFetched are kept: a Prolog that fetched one has yet to
 // write the record that names it.
 //
-// A Hub snapshot (IsHubEntry) is judged again by hubevict.go's rules.
+// A Hub snapshot (IsHubEntry) is judged again by hubevict.go's rules, a
+// file a Hub fetch left in staging (IsStagedEntry) by hubstaging.go's.
 func Evict(opt Options, reasons map[string]string) Result {
-	var names, hub []string
+	var names, hub, staged []string
 	for n := range reasons {
-		if IsHubEntry(n) {
+		switch {
+		case IsHubEntry(n):
 			hub = append(hub, n)
-		} else {
+		case IsStagedEntry(n):
+			staged = append(staged, n)
+		default:
 			names = append(names, n)
 		}
 	}
 	sort.Strings(hub)
+	sort.Strings(staged)
 	opt.Collect, opt.Force, opt.MaxShare = true, true, 0
 	opt.Recent = justFetched
 	opt.evict = true
@@ -178,6 +184,12 @@ func Evict(opt Options, reasons map[string]string) Result {
 			}
 			res.Files = append(res.Files, f)
 		}
+	}
+	for _, f := range evictStaged(opt, staged, reasons) {
+		if f.Action == Removed {
+			res.Freed += f.Size
+		}
+		res.Files = append(res.Files, f)
 	}
 	return res
 }

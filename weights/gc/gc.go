@@ -303,7 +303,7 @@ func Run(opt Options) Result {
 		res.Files = append(res.Files, f)
 	}
 	if !asked {
-		for _, f := range g.hubRevisions(res.Held) {
+		for _, f := range append(g.hubRevisions(res.Held), g.hubStaging(res.Held)...) {
 			if f.Action == Removed {
 				res.Freed += f.Size
 			}

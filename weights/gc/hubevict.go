@@ -99,7 +99,9 @@ type hubRepoView struct {
 	live    bool             // a fetch writes into blobs/, or stages for it
 }
 
-func viewHubRepo(root *os.Root, opt Options, folder string) hubRepoView {
+// viewHubRepo is what eviction sees of folder in the Hugging Face cache
+// root, and in the staging directory of the llmgw cache croot (nil: none).
+func viewHubRepo(root, croot *os.Root, opt Options, folder string) hubRepoView {
 	v := hubRepoView{links: map[string][]string{}, users: map[string]int{}, written: map[string]time.Time{}, sizes: map[string]int64{}}
 	snaps, _ := fs.ReadDir(root.FS(), folder+"/snapshots")
 	for _, e := range snaps {
@@ -141,10 +143,11 @@ func viewHubRepo(root *os.Root, opt Options, folder string) hubRepoView {
 			v.live = true // a .part, or huggingface_hub's .incomplete
 		}
 	}
-	if opt.CacheDir != "" {
-		staged, _ := os.ReadDir(filepath.Join(opt.CacheDir, catalog.HubStagingDir, folder))
-		for _, e := range staged {
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) < partQuiet {
+	// A fetch stages the repository's blobs in the llmgw cache first: one
+	// writing there is live by gc's rules for staging (hubstaging.go).
+	if croot != nil {
+		for _, s := range stagedIn(croot, opt, nil, folder) {
+			if s.state == stagedLive {
 				v.live = true
 			}
 		}
@@ -192,8 +195,9 @@ func hubJob(recs []catalog.JobRecord, repo, commit, dir string) string {
 }
 
 // hubEntries lists the snapshots of the catalog's Hub models in opt's
-// Hugging Face cache as eviction entries (see the comment above).
-func hubEntries(opt Options, recs []catalog.JobRecord) []Entry {
+// Hugging Face cache as eviction entries (see the comment above); croot
+// is the llmgw cache, whose staging directory says which are fetching.
+func hubEntries(opt Options, croot *os.Root, recs []catalog.JobRecord) []Entry {
 	models := hubModels(opt.Catalog.Models)
 	if len(models) == 0 {
 		return nil
@@ -206,7 +210,10 @@ func hubEntries(opt Options, recs []catalog.JobRecord) []Entry {
 	var out []Entry
 	for folder, m := range models {
 		h := *m.Hub
-		v := viewHubRepo(root, opt, folder)
+		if plantedFolder(root, folder) != "" {
+			continue // not judged through a planted link (gc says so)
+		}
+		v := viewHubRepo(root, croot, opt, folder)
 		for _, c := range v.commits {
 			var size int64
 			for _, b := range v.links[c] {
@@ -240,6 +247,10 @@ func evictHub(opt Options, recs []catalog.JobRecord, names []string, reasons map
 	}
 	models := hubModels(opt.Catalog.Models)
 	g := &run{opt: opt, recs: recs}
+	if croot, err := os.OpenRoot(opt.CacheDir); err == nil {
+		defer croot.Close()
+		g.root = croot
+	}
 	for _, name := range names {
 		folder, commit, _ := splitHubEntry(name)
 		f := File{Name: name, Path: filepath.Join(opt.HFCache, name)}
@@ -260,7 +271,11 @@ func evictHub(opt Options, recs []catalog.JobRecord, names []string, reasons map
 // evictSnapshot removes h's repository's snapshot at commit, then what it
 // alone held.
 func (g *run) evictSnapshot(root *os.Root, f File, h catalog.Hub, folder, commit, reason string) File {
-	v := viewHubRepo(root, g.opt, folder)
+	if d := plantedFolder(root, folder); d != "" {
+		f.Action, f.Reason = Kept, filepath.Join(g.opt.HFCache, d)+" is a symbolic link or a file where a folder of "+h.Repo+" belongs: eviction removes nothing through one; remove it"
+		return f
+	}
+	v := viewHubRepo(root, g.root, g.opt, folder)
 	if !contains(v.commits, commit) {
 		f.Action, f.Reason = Kept, "no such snapshot any more"
 		return f
@@ -277,6 +292,16 @@ func (g *run) evictSnapshot(root *os.Root, f File, h catalog.Hub, folder, commit
 		return f
 	case !g.opt.Deadline.IsZero() && !time.Now().Before(g.opt.Deadline):
 		f.Action, f.Reason = Kept, "eviction ran out of its time bound before this snapshot"
+		return f
+	}
+	// Looked at again right before: a link planted since the view would
+	// turn the removal into another repository.
+	if d := plantedFolder(root, folder); d != "" {
+		f.Action, f.Reason = Kept, filepath.Join(g.opt.HFCache, d)+" became a symbolic link or a file as eviction judged "+h.Repo+": nothing removed through it"
+		return f
+	}
+	if fi, err := root.Lstat(f.Name); err != nil || !fi.IsDir() {
+		f.Action, f.Reason = Kept, "the snapshot is no directory any more (a link planted in its place?): nothing removed through it"
 		return f
 	}
 	if err := root.RemoveAll(f.Name); err != nil {

@@ -151,3 +151,151 @@ func TestHubSnapshotNewerThanTheCopy(t *testing.T) {
 		t.Errorf("a snapshot newer than the catalog copy: %+v; want it wanted", e)
 	}
 }
+
+// TestHubSnapshotsLinkedFolders: eviction never judges or removes a Hub
+// repository through a link planted in a cache users can write. With
+// org/tiny's folder, its snapshots/ or its blobs/ a link to another
+// repository's, eviction listed that repository's snapshot as org/tiny's
+// superseded one and removed it, or removed its blobs as org/tiny's
+// leftovers (gc refused the same repository since hub-review; eviction,
+// from main, did not know to). Now the repository is no entry, and an
+// eviction asked for it keeps everything, saying why.
+func TestHubSnapshotsLinkedFolders(t *testing.T) {
+	for _, folder := range []string{"", "snapshots", "blobs"} {
+		t.Run("link"+folder, func(t *testing.T) {
+			cache := t.TempDir()
+			hf := filepath.Join(cache, catalog.DefaultHFDir)
+			cp, old, _ := hubCache(t, hf)
+			victim, theirs := plantRepoLink(t, hf, folder, old)
+			backdateHub(t, hf)
+			cp.Fetched = time.Now()
+			opt := Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir()}
+			es, err := Entries(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				if strings.HasPrefix(e.Name, "models--org--tiny/") {
+					t.Errorf("an entry judged through the planted link: %+v", e)
+				}
+			}
+			name := HubEntryName("org/tiny", old)
+			r := Evict(opt, map[string]string{name: "superseded"})
+			if f := hubFile(r, old); f.Action != Kept || !strings.Contains(f.Reason, "symbolic link") {
+				t.Errorf("evicting org/tiny's old snapshot through a planted link: %+v; want kept, naming the link", r.Files)
+			}
+			for _, b := range theirs {
+				if _, err := os.Stat(filepath.Join(victim, "blobs", b)); err != nil {
+					t.Errorf("else/where's blob %s went through a planted link: %v", b, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(victim, "snapshots", old)); err != nil {
+				t.Errorf("else/where's snapshot went through a planted link: %v", err)
+			}
+		})
+	}
+}
+
+// TestHubStagingEvictionAgreesWithGC: eviction judges what Hub fetches
+// left in the llmgw cache's staging directory by gc's rules. What gc
+// would remove (a stopped fetch of a blob no catalog model lists, or one
+// untouched past gc_part_max_age) is an unwanted eviction entry, taken
+// first under pressure; what gc keeps (a fetch running, a stopped fetch
+// of a listed blob to resume, anything not named as a blob, a link) is
+// no entry and an eviction asked for it keeps it; and only a fetch
+// running makes the repository's snapshots "fetching". Before, eviction
+// counted any file there touched in the last ten minutes as a fetch and
+// never removed one: a disk full of a stopped fetch's shard evicted the
+// models jobs want instead.
+func TestHubStagingEvictionAgreesWithGC(t *testing.T) {
+	cache := t.TempDir()
+	hf := filepath.Join(cache, catalog.DefaultHFDir)
+	cp, _, _ := hubCache(t, hf)
+	backdateHub(t, hf)
+	cp.Fetched = time.Now()
+	stage := filepath.Join(cache, catalog.HubStagingDir, "models--org--tiny")
+	os.MkdirAll(stage, 0o755)
+	old, stale := time.Now().Add(-2*time.Hour), time.Now().Add(-48*time.Hour)
+	write := func(name string, size int, at time.Time) string {
+		if err := os.WriteFile(filepath.Join(stage, name), make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(filepath.Join(stage, name), at, at)
+		return catalog.HubStagingDir + "/models--org--tiny/" + name
+	}
+	wanted := strings.Repeat("5", 64) + catalog.PartSuffix // the catalog's shard, to resume
+	garbage := map[string]bool{
+		write(strings.Repeat("9", 64)+catalog.PartSuffix, 300, old): true, // unlisted, stopped
+		write(strings.Repeat("8", 40), 20, old):                     true, // unlisted whole blob never moved in
+		write(strings.Repeat("2", 40)+catalog.PartSuffix, 7, stale): true, // listed, past gc_part_max_age
+		write(wanted, 100, old):                                     false,
+		write("notes.txt", 5, time.Now()):                           false, // not llmgw's, and no fetch
+	}
+	opt := Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir(), PartMaxAge: 24 * time.Hour}
+
+	// gc's listing and eviction's entries name the same files.
+	listed := map[string]bool{}
+	for _, f := range Run(opt).Files {
+		if strings.HasPrefix(f.Name, catalog.HubStagingDir+"/") && f.Action == Listed {
+			listed[f.Name] = true
+		}
+	}
+	es, err := Entries(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := map[string]bool{}
+	for _, e := range es {
+		if strings.HasPrefix(e.Name, catalog.HubStagingDir+"/") {
+			entries[e.Name] = true
+			if e.Wanted != "" || e.Superseded != "" || e.Fetching || e.Size <= 0 {
+				t.Errorf("staging entry %+v; want unwanted, not fetching, with its size", e)
+			}
+		}
+		if IsHubEntry(e.Name) && e.Fetching {
+			t.Errorf("%s is fetching with no fetch running (a stray file in staging)", e.Name)
+		}
+	}
+	for name, isGarbage := range garbage {
+		if listed[name] != isGarbage || entries[name] != isGarbage {
+			t.Errorf("%s: gc lists it %v, eviction has it as an entry %v; both want %v", name, listed[name], entries[name], isGarbage)
+		}
+	}
+
+	// Evicted: the garbage goes; what gc keeps, eviction keeps.
+	reasons := map[string]string{}
+	for name := range garbage {
+		reasons[name] = "unwanted"
+	}
+	r := Evict(opt, reasons)
+	var freed int64
+	for name, isGarbage := range garbage {
+		f := hubFile(r, name)
+		_, err := os.Lstat(filepath.Join(cache, name))
+		if isGarbage && (f.Action != Removed || err == nil) || !isGarbage && (f.Action == Removed || err != nil) {
+			t.Errorf("evicting %s: %+v (there: %v); want removed %v", name, f, err == nil, isGarbage)
+		}
+		if f.Action == Removed {
+			freed += f.Size
+		}
+	}
+	if r.Freed != freed || freed <= 0 {
+		t.Errorf("evicting the staging garbage freed %d (files say %d)", r.Freed, freed)
+	}
+
+	// A fetch running in staging: the repository's snapshots are fetching,
+	// for gc (kept, not listed) and for eviction alike.
+	running := write(strings.Repeat("7", 64)+catalog.PartSuffix, 50, time.Now())
+	es, _ = Entries(opt)
+	for _, e := range es {
+		if IsHubEntry(e.Name) && !e.Fetching {
+			t.Errorf("%s not fetching while a fetch writes %s", e.Name, running)
+		}
+		if e.Name == running {
+			t.Errorf("a running fetch's file is an eviction entry: %+v", e)
+		}
+	}
+	if f := hubFile(Evict(opt, map[string]string{running: "unwanted"}), running); f.Action != Kept || !strings.Contains(f.Reason, "writing it") {
+		t.Errorf("evicting a running fetch's file: %+v; want kept", f)
+	}
+}

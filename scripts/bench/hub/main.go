@@ -10,6 +10,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/llmgw/llmgw/weights/hub/hubtest"
 )
@@ -51,12 +53,9 @@ func main() {
 	rng := rand.New(rand.NewPCG(25, 25))
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i, n)
-		b := make([]byte, *shard)
-		for j := range b {
-			b[j] = byte(rng.Uint32())
-		}
-		repo[name] = b
-		wm[fmt.Sprintf("layer.%d.weight", i)] = name
+		tensor := fmt.Sprintf("layer.%d.weight", i)
+		repo[name] = safetensors(tensor, *shard, rng)
+		wm[tensor] = name
 	}
 	index["weight_map"] = wm
 	repo["model.safetensors.index.json"], _ = json.Marshal(index)
@@ -68,6 +67,29 @@ func main() {
 	repo["LICENSE"] = []byte("license\n")
 	h.Commit(*repoID, "main", repo)
 	serve(h, *repoID, *addrFile)
+}
+
+// safetensors is a safetensors file of size bytes holding one tensor of
+// random bytes: a shard the node's scan reads as whole, as it reads a real
+// one (its header, and the tensor's end at the file's).
+func safetensors(tensor string, size int, rng *rand.Rand) []byte {
+	hdr := ""
+	for data := size - 8; ; {
+		hdr = fmt.Sprintf(`{"%s":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}`, tensor, data, data)
+		hdr += strings.Repeat(" ", (8-len(hdr)%8)%8)
+		if d := size - 8 - len(hdr); d == data {
+			break
+		} else {
+			data = d
+		}
+	}
+	b := make([]byte, size)
+	binary.LittleEndian.PutUint64(b, uint64(len(hdr)))
+	copy(b[8:], hdr)
+	for j := 8 + len(hdr); j < size; j++ {
+		b[j] = byte(rng.Uint32())
+	}
+	return b
 }
 
 // serve answers the control address until killed.
