@@ -140,7 +140,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		seeding:      map[string]bool{},
 	}
 	a.prefetch = newPrefetcher(a)
-	a.prefetch.room = a.roomOf
+	a.prefetch.room = a.Room
 	a.starts = newStartWatch(a)
 	a.swarm.calls = map[swarmCallKey]*swarmCall{}
 	a.swarm.said = map[string]bool{}
@@ -226,6 +226,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
 			MakeRoom:     a.makeRoom,
+			PrefetchRoom: a.prefetchRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}

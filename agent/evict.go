@@ -140,20 +140,25 @@ func (a *Agent) budget(ctx context.Context, cfg Config, f *fetch.Fetcher, entrie
 // filesystem: with ok, the claim fits once evict bytes are evicted (a
 // Job claim only; the caller evicts through MakeRoom by fetching).
 func (a *Agent) Room(ctx context.Context, n int64, p evict.Priority) (evictBytes int64, ok bool, why string, err error) {
+	b, err := a.budgetNow(ctx)
+	if err != nil {
+		return 0, false, "", err
+	}
+	evictBytes, ok, why = b.Claim(n, p)
+	return evictBytes, ok, why, nil
+}
+
+// budgetNow is the cache's budget as it is now.
+func (a *Agent) budgetNow(ctx context.Context) (evict.Budget, error) {
 	cfg := a.Config()
 	a.mu.Lock()
 	f := a.fetcherLocked()
 	a.mu.Unlock()
 	entries, err := gc.Entries(a.gcOptions(cfg))
 	if err != nil {
-		return 0, false, "", err
+		return evict.Budget{}, err
 	}
-	b, err := a.budget(ctx, cfg, f, entries)
-	if err != nil {
-		return 0, false, "", err
-	}
-	evictBytes, ok, why = b.Claim(n, p)
-	return evictBytes, ok, why, nil
+	return a.budget(ctx, cfg, f, entries)
 }
 
 func (a *Agent) gcOptions(cfg Config) gc.Options {
@@ -420,6 +425,22 @@ func (a *Agent) makeRoom(ctx context.Context, dir string, need int64) (int64, st
 		return 0, ""
 	}
 	return a.evictNow(ctx, need, "fetch")
+}
+
+// prefetchRoom is the Fetcher's PrefetchRoom: a prefetch's claim of need
+// more bytes fits when the cache's budget at evict.Prefetch has room for
+// it (Room: below cache_low, beside every claim in the record). Only on
+// the cache's own filesystem, the one the budget is of: a Hugging Face
+// cache elsewhere (a filer) is not prefetched into.
+func (a *Agent) prefetchRoom(ctx context.Context, dir string, need int64) (bool, string) {
+	if !sameFilesystem(dir, a.Config().CacheDir) {
+		return false, dir + " is not on the cache's filesystem, the one whose budget a prefetch is held to"
+	}
+	_, ok, why, err := a.Room(ctx, need, evict.Prefetch)
+	if err != nil {
+		return false, "the cache's budget cannot be told: " + err.Error()
+	}
+	return ok, why
 }
 
 // sameFilesystem says whether a and b are on one filesystem.

@@ -131,6 +131,11 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 		a.prefetch.yield(req.Source)
 		a.prefetch.used(req.Source)
 	}
+	if kind == forPrefetch {
+		// Held to the cache's budget at prefetch priority, never evicting
+		// (fetch.Ahead).
+		ctx = fetch.Ahead(ctx)
+	}
 	a.mu.Lock()
 	cfg := a.cfg
 	f := a.fetcherLocked()

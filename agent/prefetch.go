@@ -13,6 +13,8 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/evict"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // Prefetches (issue 28). The coordinator hands the node, in the answer to
@@ -28,10 +30,16 @@ import (
 //     .part afterwards. A job that wants the very source a prefetch is
 //     fetching joins that fetch (one fetch per source per node), so it is
 //     never queued behind it; from then on the fetch is the job's.
-//   - No eviction, no one else's space. A prefetch starts only when the
-//     cache has room for what it still needs beside the fetches jobs have
-//     in flight and the cache's reserve (room, below), and it never
-//     deletes anything to make room.
+//   - No eviction, no one else's space. A prefetch is held to the cache's
+//     budget at prefetch priority (Agent.Room with evict.Prefetch: what is
+//     left below cache_low once the cache's entries and every claim in the
+//     node's space record are counted, the claims of the fetches jobs
+//     wait for included). It starts only when what it still needs fits
+//     there, its fetch claims its room against the same budget
+//     (fetch.Ahead, Fetcher.PrefetchRoom) and never has anything evicted
+//     for it. So prefetches fill the cache at most to where an eviction
+//     pass stops, never trigger one, and what they brought that no job
+//     has used is the first an eviction takes (agent/evict.go).
 //   - Cancelled, bytes kept. A source the list no longer names is
 //     cancelled; its .part stays, and a later ask or a job resumes it. A
 //     list that has not been renewed within its lease ends the same way.
@@ -47,14 +55,14 @@ const pfRetry = time.Minute
 // asked, so that none starts in the moment before its flight is recorded.
 const pfHold = 2 * time.Second
 
-// Room says how many more bytes a prefetch may write into the cache at dir
-// without evicting anything and without taking space a job's fetch in
-// flight will still write. The agent's own (roomOf) reads the free space
-// and subtracts the cache's reserve and what the job fetches in flight
-// still need; an eviction policy with watermarks plugs in here by
-// answering "high watermark less what is used", so a prefetch fills the
-// cache only up to where eviction would start.
-type Room func(dir string) (int64, error)
+// Room answers whether a claim of n more bytes at priority p fits in the
+// cache's budget without evicting anything, and why not: the agent's Room,
+// asked at evict.Prefetch.
+type Room func(ctx context.Context, n int64, p evict.Priority) (evictBytes int64, ok bool, why string, err error)
+
+// pfNoRoomRetry is how often a prefetch that found no room looks again:
+// the budget is a listing of the cache, not a statfs.
+const pfNoRoomRetry = 10 * time.Second
 
 type pfItem struct {
 	ask     api.PrefetchAsk
@@ -264,9 +272,15 @@ func (p *prefetcher) step(ctx context.Context, now time.Time) {
 		}
 		it.done = have
 		if need := it.ask.Size - have; need > 0 {
-			room, err := p.room(cfg.CacheDir)
-			if err != nil || need > room {
-				it.state = api.PrefetchNoRoom
+			if it.state == api.PrefetchNoRoom && now.Before(it.retryAt) {
+				continue
+			}
+			_, ok, why, err := p.room(ctx, need, evict.Prefetch)
+			if err != nil {
+				why = "the cache's budget cannot be told: " + err.Error()
+			}
+			if err != nil || !ok {
+				it.state, it.err, it.retryAt = api.PrefetchNoRoom, why, now.Add(pfNoRoomRetry)
 				continue
 			}
 		}
@@ -295,6 +309,11 @@ func (p *prefetcher) startLocked(ctx context.Context, it *pfItem) {
 			if it.state == api.PrefetchFetching {
 				it.state = api.PrefetchWaiting
 			}
+		case errors.Is(err, fetch.ErrNoSpace):
+			// The budget moved between the look and the claim (a job's
+			// fetch claimed, another tenant grew): no room, looked at again.
+			it.state, it.err, it.retryAt = api.PrefetchNoRoom, errString(err), time.Now().Add(pfNoRoomRetry)
+			log.WithError(err).Info("prefetch found no room in the cache's budget; waiting")
 		default:
 			it.state, it.err, it.retryAt = api.PrefetchFailed, errString(err), time.Now().Add(pfRetry)
 			if !errors.Is(err, context.Canceled) {

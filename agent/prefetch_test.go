@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/internal/loopfs"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/evict"
 )
 
 func prefetchState(a *Agent, source string) string {
@@ -162,7 +165,9 @@ func TestPrefetchCancelledWhenNoLongerAsked(t *testing.T) {
 func TestPrefetchNoRoomAndLease(t *testing.T) {
 	o := newOrigin(t, 1<<20)
 	a := newTestAgent(t, testConfig(t))
-	a.prefetch.room = func(string) (int64, error) { return 1000, nil }
+	a.prefetch.room = func(context.Context, int64, evict.Priority) (int64, bool, string, error) {
+		return 0, false, "a stand-in budget with no room", nil
+	}
 	start(t, a)
 	ask := askFor(o, "m", time.Now().Add(time.Minute))
 	a.prefetch.set(&api.PrefetchList{Asks: []api.PrefetchAsk{ask}, Lease: 2}, time.Now())
@@ -171,4 +176,55 @@ func TestPrefetchNoRoomAndLease(t *testing.T) {
 		t.Errorf("origin answered %d GETs for a prefetch without room", n)
 	}
 	waitUntil(t, "the lease to end the list", func() bool { return prefetchState(a, ask.Source) == "" })
+}
+
+// A prefetch is held to the cache's budget at prefetch priority (Room at
+// evict.Prefetch: the room below cache_low, counting what the cache
+// holds), on a real 120 MiB ext4 filesystem: one that the free space
+// would take but that would carry the cache past cache_low waits as
+// no-room, reads nothing from its origin and evicts nothing; a smaller
+// one goes. Before, the prefetch looked at the free space alone and took
+// the first.
+func TestPrefetchHeldToTheCacheBudget(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CacheDir = filepath.Join(loopfs.Mount(t, 120), "cache")
+	a := newTestAgent(t, cfg)
+	lc, _ := start(t, a)
+	held := newOrigin(t, 60<<20)
+	heldSrc := held.srv.URL + "/held.gguf"
+	if _, err := lc.Ensure(context.Background(), api.EnsureRequest{Source: heldSrc, Size: int64(len(held.data))}, nil); err != nil {
+		t.Fatalf("a job's fetch of 60 MiB: %v", err)
+	}
+	b, err := a.budgetNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, small := newOrigin(t, 30<<20), newOrigin(t, 8<<20)
+	if room := b.Room(evict.Prefetch); room >= int64(len(big.data)) || room < int64(len(small.data)) || b.Free-b.Reserve < int64(len(big.data)) {
+		t.Fatalf("the filesystem is not as the test needs it: %+v, room below cache_low %d", b, room)
+	}
+
+	ask := askFor(big, "big", time.Now().Add(time.Minute))
+	a.prefetch.set(&api.PrefetchList{Asks: []api.PrefetchAsk{ask}, Lease: 60}, time.Now())
+	waitUntil(t, "the prefetch to find no room", func() bool { return prefetchState(a, ask.Source) == api.PrefetchNoRoom })
+	sts, _ := a.prefetch.states()
+	if len(sts) != 1 || !strings.Contains(sts[0].Error, "cache_low") {
+		t.Errorf("the no-room prefetch's state %+v; want its error to name cache_low", sts)
+	}
+	if n := big.gets.Load(); n != 0 {
+		t.Errorf("the origin answered %d GETs for a prefetch the budget has no room for", n)
+	}
+	if _, err := os.Stat(catalog.CachePathFor(cfg.CacheDir, heldSrc)); err != nil {
+		t.Errorf("the job's file: %v; a prefetch evicts nothing", err)
+	}
+
+	ask2 := askFor(small, "small", time.Now().Add(2*time.Minute))
+	a.prefetch.set(&api.PrefetchList{Asks: []api.PrefetchAsk{ask, ask2}, Lease: 60}, time.Now())
+	waitUntil(t, "the prefetch that fits to be done", func() bool { return prefetchState(a, ask2.Source) == api.PrefetchDone })
+	if s := prefetchState(a, ask.Source); s != api.PrefetchNoRoom {
+		t.Errorf("the prefetch that does not fit: %q; want still %q", s, api.PrefetchNoRoom)
+	}
+	if _, err := os.Stat(catalog.CachePathFor(cfg.CacheDir, heldSrc)); err != nil {
+		t.Errorf("the job's file: %v; a prefetch evicts nothing", err)
+	}
 }

@@ -52,8 +52,10 @@ const (
 	// PrefetchPaused: stopped while a job's fetch of another source runs
 	// on the node, to resume after it.
 	PrefetchPaused = "paused"
-	// PrefetchNoRoom: the cache cannot take it without evicting, or
-	// without the space a job's fetch in flight will still write.
+	// PrefetchNoRoom: the cache's budget at prefetch priority has no room
+	// for it (a prefetch takes only what is left below cache_low, beside
+	// every claim of the fetches in flight, and evicts nothing); Error
+	// says how much.
 	PrefetchNoRoom = "no-room"
 	// PrefetchDone: the node holds the model.
 	PrefetchDone = "done"
