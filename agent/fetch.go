@@ -28,8 +28,10 @@ type flight struct {
 	waiters int
 	// prefetches are the waiters that are prefetches (issue 28): a flight
 	// whose every waiter is one is a prefetch, in the report and the
-	// metrics, and its bytes are counted as prefetched.
+	// metrics, and its bytes are counted as prefetched. jobJoined says a
+	// job waited on it at some point: then what it brings is the job's.
 	prefetches int
+	jobJoined  bool
 	subs       map[*subscriber]struct{}
 
 	// fetch is nil until bytes move: a source that is already present, a
@@ -155,6 +157,8 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 	fl.waiters++
 	if kind == forPrefetch {
 		fl.prefetches++
+	} else {
+		fl.jobJoined = true
 	}
 	if sub != nil {
 		fl.subs[sub] = struct{}{}
@@ -195,7 +199,7 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 		fl.prefetches--
 	}
 	delete(fl.subs, sub)
-	moved := fl.fetch != nil
+	moved, joined := fl.fetch != nil, fl.jobJoined
 	// Only a remote source is fetched; a missing path is the hook's news,
 	// not a failed fetch.
 	failed := err != nil && ctx.Err() == nil && !fl.counted && catalog.KindOf(req.Source) == catalog.KindRemote
@@ -208,8 +212,13 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 	}
 	a.mu.Unlock()
 
-	if err == nil {
+	switch {
+	case err == nil && kind == forJob:
 		a.noteUse(cfg, usedName(req))
+	case err == nil && moved && !joined:
+		// A prefetch is no use: what it brought is the first eviction
+		// takes within its class until a job uses it.
+		a.notePrefetched(cfg, usedName(req))
 	}
 	if failed {
 		a.metrics.fetchErrors.Inc()

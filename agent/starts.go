@@ -85,8 +85,10 @@ func (w *startWatch) take(runDir, job string) {
 	}
 	if rec.Path != "" {
 		// The job starts with the file: what prefetches fetched of it is
-		// used.
+		// used, and it is no longer the first eviction takes. Noted now:
+		// a short job's record is gone before the next eviction pass.
 		w.a.prefetch.used(rec.Source)
+		w.a.noteUse(w.a.Config(), recordEntry(rec))
 	}
 	warm := rec.Fast && rec.Error == ""
 	label := "cold"
