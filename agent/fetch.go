@@ -24,7 +24,10 @@ const rateWindow = 5 * time.Second
 // adds: the progress each waiting hook is streamed, and the entry in the
 // report's list of fetches in progress.
 type flight struct {
-	source  string
+	source string
+	// entry is the cache entry it fills (usedName): what prefetched bytes
+	// are counted against until a job uses them.
+	entry   string
 	waiters int
 	// prefetches are the waiters that are prefetches (issue 28): a flight
 	// whose every waiter is one is a prefetch, in the report and the
@@ -131,7 +134,7 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscriber, kind ensureKind) (string, error) {
 	if kind == forJob && catalog.KindOf(req.Source) == catalog.KindRemote {
 		a.prefetch.yield(req.Source)
-		a.prefetch.used(req.Source)
+		a.prefetch.used(usedName(req))
 	}
 	if kind == forPrefetch {
 		// Held to the cache's budget at prefetch priority, never evicting
@@ -143,7 +146,7 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 	f := a.fetcherLocked()
 	fl := a.flights[req.Source]
 	if fl == nil {
-		fl = &flight{source: req.Source, subs: map[*subscriber]struct{}{}}
+		fl = &flight{source: req.Source, entry: usedName(req), subs: map[*subscriber]struct{}{}}
 		if catalog.KindOf(req.Source) == catalog.KindRemote && req.Hub == nil {
 			target := catalog.CachePathFor(f.CacheDir, req.Source)
 			if req.Set != "" {
@@ -272,7 +275,7 @@ func (a *Agent) onProgress(p fetch.Progress) {
 		subs = append(subs, s)
 	}
 	started := len(fs.samples) == 1
-	prefetchOnly := fl.waiters > 0 && fl.waiters == fl.prefetches
+	prefetchOnly, entry := fl.waiters > 0 && fl.waiters == fl.prefetches, fl.entry
 	a.mu.Unlock()
 
 	if started {
@@ -284,7 +287,7 @@ func (a *Agent) onProgress(p fetch.Progress) {
 	if delta > 0 {
 		a.metrics.fetchedBytes.Add(float64(delta))
 		if prefetchOnly {
-			a.prefetch.fetched(p.Source, delta)
+			a.prefetch.fetched(entry, delta)
 		}
 	}
 	for _, s := range subs {

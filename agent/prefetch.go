@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -21,7 +20,9 @@ import (
 // each report, the whole list of models backfill's plans want here soon
 // (api.PrefetchList). The agent fetches them one at a time, earliest start
 // first, through the same ensure a Prolog uses (so through the fabric's
-// swarm: a fabric still reads the origin once), with these rules:
+// swarm: a fabric still reads the origin once): a model of one file as the
+// ask names it, a model of several files and a Hub repository as the
+// node's catalog copy has them (prefetchkinds.go), with these rules:
 //
 //   - Below every job. A job's ensure of a remote source stops the running
 //     prefetch of any other source before it starts (ensureAs calls yield),
@@ -65,13 +66,19 @@ type Room func(ctx context.Context, n int64, p evict.Priority) (evictBytes int64
 const pfNoRoomRetry = 10 * time.Second
 
 type pfItem struct {
-	ask     api.PrefetchAsk
+	ask api.PrefetchAsk
+	// model is the ask's model in the node's catalog copy, when that has
+	// it at the ask's source; it says a set or a Hub model from one file.
+	model   *catalog.Model
 	state   string
 	err     string
 	done    int64
 	cancel  context.CancelFunc
 	stopped chan struct{}
 	retryAt time.Time
+	// current is the source its ensure is fetching now: the ask's, or
+	// one file of a set's.
+	current string
 }
 
 // prefetcher is the agent's side of issue 28.
@@ -118,6 +125,7 @@ func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
 	asks := slices.Clone(l.Asks)
 	slices.SortStableFunc(asks, func(a, b api.PrefetchAsk) int { return a.Start.Compare(b.Start) })
 	named := map[string]bool{}
+	var cp *catalog.Copy
 	for _, ask := range asks {
 		if named[ask.Source] || catalog.KindOf(ask.Source) != catalog.KindRemote {
 			continue
@@ -127,6 +135,18 @@ func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
 		if it == nil {
 			it = &pfItem{state: api.PrefetchWaiting}
 			p.a.log.WithField("model", ask.Model).WithField("jobs", ask.Jobs).Info("prefetch asked")
+		}
+		if it.model == nil || it.model.Name != ask.Model {
+			// Read once per list that brings a new ask, after the report's
+			// catalog refresh: a new model is in the copy by then.
+			if cp == nil {
+				c, _ := catalog.ReadCopy(p.a.catalog.Path)
+				cp = &c
+			}
+			it.model = nil
+			if m, ok := cp.Lookup(ask.Model); ok && m.Source == ask.Source {
+				it.model = &m
+			}
 		}
 		it.ask = ask
 		keep = append(keep, it)
@@ -162,7 +182,7 @@ func (p *prefetcher) yield(source string) {
 	p.holdTo = time.Now().Add(pfHold)
 	it := p.running
 	var wait chan struct{}
-	if it != nil && it.ask.Source != source {
+	if it != nil && it.current != source {
 		p.stopLocked(it, api.PrefetchPaused)
 		wait = it.stopped
 	}
@@ -175,21 +195,22 @@ func (p *prefetcher) yield(source string) {
 	}
 }
 
-// fetched counts bytes a prefetch-only fetch of source brought.
-func (p *prefetcher) fetched(source string, n int64) {
+// fetched counts bytes a prefetch-only fetch brought into the cache entry
+// entry (usedName: a file, a set directory, a Hub snapshot).
+func (p *prefetcher) fetched(entry string, n int64) {
 	p.mu.Lock()
-	p.unused[source] += n
+	p.unused[entry] += n
 	p.fetchedN += n
 	p.mu.Unlock()
 	p.a.metrics.prefetchBytes.WithLabelValues("fetched").Add(float64(n))
 }
 
-// used says a job started with source: what prefetches fetched of it is
-// used.
-func (p *prefetcher) used(source string) {
+// used says a job started with the cache entry entry: what prefetches
+// fetched of it is used.
+func (p *prefetcher) used(entry string) {
 	p.mu.Lock()
-	n := p.unused[source]
-	delete(p.unused, source)
+	n := p.unused[entry]
+	delete(p.unused, entry)
 	p.usedN += n
 	p.mu.Unlock()
 	if n > 0 {
@@ -261,21 +282,21 @@ func (p *prefetcher) step(ctx context.Context, now time.Time) {
 				continue
 			}
 		}
-		target := catalog.CachePathFor(cfg.CacheDir, it.ask.Source)
-		if st, err := os.Stat(target); err == nil && (it.ask.Size <= 0 || st.Size() == it.ask.Size) {
-			it.state, it.done = api.PrefetchDone, st.Size()
+		if it.state == api.PrefetchNoRoom && now.Before(it.retryAt) {
 			continue
 		}
-		var have int64
-		if st, err := os.Stat(target + catalog.PartSuffix); err == nil {
-			have = st.Size()
+		ms := measure(cfg, it)
+		it.done = ms.have
+		switch {
+		case ms.present:
+			it.state = api.PrefetchDone
+			continue
+		case ms.why != "":
+			it.state, it.err, it.retryAt = api.PrefetchNoRoom, ms.why, now.Add(pfNoRoomRetry)
+			continue
 		}
-		it.done = have
-		if need := it.ask.Size - have; need > 0 {
-			if it.state == api.PrefetchNoRoom && now.Before(it.retryAt) {
-				continue
-			}
-			_, ok, why, err := p.room(ctx, need, evict.Prefetch)
+		if ms.need > 0 {
+			_, ok, why, err := p.room(ctx, ms.need, evict.Prefetch)
 			if err != nil {
 				why = "the cache's budget cannot be told: " + err.Error()
 			}
@@ -292,18 +313,18 @@ func (p *prefetcher) step(ctx context.Context, now time.Time) {
 func (p *prefetcher) startLocked(ctx context.Context, it *pfItem) {
 	fctx, cancel := context.WithCancel(ctx)
 	it.cancel, it.stopped, it.state, it.err = cancel, make(chan struct{}), api.PrefetchFetching, ""
+	it.current = it.ask.Source
 	p.running = it
-	req := api.EnsureRequest{Source: it.ask.Source, SHA256: it.ask.SHA256, Size: it.ask.Size}
 	log := p.a.log.WithField("model", it.ask.Model).WithField("source", it.ask.Source)
 	log.Info("prefetch started")
 	go func() {
-		_, err := p.a.ensureAs(fctx, req, nil, forPrefetch)
+		err := p.ensure(fctx, it)
 		cancelled := fctx.Err() != nil
 		cancel()
 		p.mu.Lock()
 		switch {
 		case err == nil:
-			it.state, it.done = api.PrefetchDone, it.ask.Size
+			it.state, it.done = api.PrefetchDone, max(it.ask.Size, it.done)
 			log.Info("prefetched")
 		case cancelled:
 			if it.state == api.PrefetchFetching {
@@ -343,6 +364,11 @@ func (p *prefetcher) states() ([]api.PrefetchState, *api.PrefetchBytes) {
 		s := api.PrefetchState{Model: it.ask.Model, Source: it.ask.Source, State: it.state, Done: it.done, Total: it.ask.Size, Error: it.err}
 		if f, ok := fetches[it.ask.Source]; ok {
 			s.Done = max(s.Done, f.Done)
+		}
+		if f, ok := fetches[it.current]; ok && it.current != it.ask.Source && it.state == api.PrefetchFetching {
+			// One file of a set: what the set held when it started, and
+			// what that file's fetch brought since.
+			s.Done = max(s.Done, it.done+f.Done)
 		}
 		out = append(out, s)
 	}

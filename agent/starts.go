@@ -87,8 +87,9 @@ func (w *startWatch) take(runDir, job string) {
 		// The job starts with the file: what prefetches fetched of it is
 		// used, and it is no longer the first eviction takes. Noted now:
 		// a short job's record is gone before the next eviction pass.
-		w.a.prefetch.used(rec.Source)
-		w.a.noteUse(w.a.Config(), recordEntry(rec))
+		entry := recordEntry(rec)
+		w.a.prefetch.used(entry)
+		w.a.noteUse(w.a.Config(), entry)
 	}
 	warm := rec.Fast && rec.Error == ""
 	label := "cold"

@@ -22,7 +22,7 @@ func TestJobStartsReported(t *testing.T) {
 	a := newTestAgent(t, cfg)
 	start(t, a)
 	fc.next(t, 5*time.Second, nil)
-	a.prefetch.fetched("http://o/m1.gguf", 1000)
+	a.prefetch.fetched(catalog.CacheName("http://o/m1.gguf"), 1000)
 	now := time.Now().UTC()
 	for _, r := range []catalog.JobRecord{
 		{Job: "41", Model: "m1", Source: "http://o/m1.gguf", Path: "/c/m1.gguf", Time: now, Fast: true},

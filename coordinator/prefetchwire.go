@@ -80,11 +80,17 @@ func (v prefetchView) Model(name string) (prefetch.Model, bool) {
 	}
 	m := s.view.cat.Models[i]
 	pm := prefetch.Model{Name: m.Name, Source: m.Source, SHA256: m.WantSHA256(), Size: m.Size}
-	// What a seed cannot fetch, a prefetch cannot either: both ask the
-	// agent to ensure one source as a Prolog would.
+	// A model of several files and a Hub repository are asked by name and
+	// source like any model; the agent fetches them as its catalog copy
+	// has them (agent/prefetchkinds.go). Their size is the whole model's,
+	// what prefetch_max_bytes counts.
 	switch {
+	case m.IsHub():
+		pm.SHA256, pm.Size = "", catalog.HubSize(*m.Hub)
 	case m.IsSet():
-		pm.Why = "a model of several files is not prefetched yet (an ask fetches one file)"
+		pm.SHA256, pm.Size = "", setSize(m)
+	}
+	switch {
 	case catalog.KindOf(m.Source) == catalog.KindPath:
 		pm.Why = "a path, which nodes see or not: never fetched"
 	case catalog.KindOf(m.Source) != catalog.KindRemote:
@@ -115,4 +121,18 @@ func (v prefetchView) Node(name string) (prefetch.Node, bool) {
 	n.Holds = func(model string) bool { return holds[model] }
 	n.Done = func(source string) int64 { return done[source] }
 	return n, true
+}
+
+// setSize is the bytes of every file of the set m, or 0 when the catalog
+// does not give one of them (the agent asks the origin when it claims the
+// set's room; prefetch_max_bytes cannot count what it does not know).
+func setSize(m catalog.Model) int64 {
+	var n int64
+	for _, f := range m.Files {
+		if f.Size <= 0 {
+			return 0
+		}
+		n += f.Size
+	}
+	return n
 }

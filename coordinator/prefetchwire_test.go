@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 type planSlurm struct{ jobs []slurm.PendingJob }
@@ -66,5 +68,55 @@ func TestPrefetchRidesOnReportAnswers(t *testing.T) {
 	}
 	if st, _ := e.anon.Status(ctx); st.Prefetch.WarmStarts != 1 || st.Prefetch.ColdStarts != 0 {
 		t.Errorf("starts: warm %d cold %d; want one warm", st.Prefetch.WarmStarts, st.Prefetch.ColdStarts)
+	}
+}
+
+// TestPrefetchAsksForSetsAndHubModels: a model of several files and a Hub
+// repository are asked of planned nodes like a model of one file, by name
+// and source, with the whole model's size (what prefetch_max_bytes
+// counts); a set whose sizes the catalog lacks is asked with none (and so
+// is cut by a prefetch_max_bytes). Before, a set was held back ("not
+// prefetched yet"); a Hub model was asked, and its agent failed it (see
+// agent's TestPrefetchAHubModelAndASet).
+func TestPrefetchAsksForSetsAndHubModels(t *testing.T) {
+	e, sn := seedEnv(t)
+	s := e.srv
+	ctx := context.Background()
+	hb := catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: strings.Repeat("c", 40), Files: []catalog.HubFile{
+		{Path: "config.json", Size: 2, Blob: strings.Repeat("b", 40)},
+		{Path: "model.safetensors", Size: 5000, SHA256: strings.Repeat("a", 64)},
+	}}
+	pair := api.Model{Name: "pair", Files: []api.File{{Source: "https://origin.example/m/p-00001-of-00002.gguf", Size: 300}, {Source: "https://origin.example/m/p-00002-of-00002.gguf", Size: 200}}}
+	for _, m := range []api.Model{pair, {Name: "tiny", Hub: &hb}} {
+		if _, err := e.admin.PutModel(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := seedT0.Add(5 * time.Minute)
+	ps := &planSlurm{jobs: []slurm.PendingJob{
+		{ID: "51", Model: "pair", Nodes: []string{"n2"}, NumNodes: 1, Start: start},
+		{ID: "52", Model: "tiny", Nodes: []string{"n2"}, NumNodes: 1, Start: start.Add(time.Minute)},
+		{ID: "53", Model: "split", Nodes: []string{"n2"}, NumNodes: 1, Start: start.Add(2 * time.Minute)},
+	}}
+	s.prefetch = prefetch.New(prefetch.Config{Interval: time.Second, ReportInterval: 30 * time.Second, MaxBytes: -1}, ps, prefetchView{s}, s.log, prometheus.NewRegistry())
+	s.prefetch.Read(ctx)
+	s.prefetch.Read(ctx)
+	ans := sn.post("n2", false)
+	if ans.Prefetch == nil {
+		t.Fatal("n2's answer carries no prefetch list")
+	}
+	got := map[string]api.PrefetchAsk{}
+	for _, a := range ans.Prefetch.Asks {
+		got[a.Model] = a
+	}
+	for name, want := range map[string]api.PrefetchAsk{
+		"pair":  {Source: pair.Files[0].Source, Size: 500},
+		"tiny":  {Source: catalog.HubSource(hb.Repo, hb.Commit), Size: 5002},
+		"split": {Source: "https://origin.example/m/s-00001-of-00002.gguf", Size: 0},
+	} {
+		a, ok := got[name]
+		if !ok || a.Source != want.Source || a.Size != want.Size || a.SHA256 != "" {
+			t.Errorf("n2's ask for %s: %+v (asked: %v); want source %s, size %d, no sha256", name, a, ok, want.Source, want.Size)
+		}
 	}
 }

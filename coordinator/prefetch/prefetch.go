@@ -92,7 +92,7 @@ type Model struct {
 	Name, Source, SHA256 string
 	Size                 int64
 	// Why is why no node can be asked to fetch it ("" when one can): a
-	// path, a model id, a model of several files.
+	// path, a model id.
 	Why string
 }
 
