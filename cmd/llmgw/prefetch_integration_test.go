@@ -311,14 +311,11 @@ func TestPrefetchWarmOnCluster(t *testing.T) {
 		st := status()
 		return st.Nodes.Total == len(devNodes) && st.Nodes.Stale == 0 && st.Prefetch != nil
 	})
-	// The hooks' fast path reads the configuration llmgw's slow path
-	// resolved for it (nodeconf.WriteResolved): a job's Epilog on n3 and n4
-	// hands off once and leaves it, as on a node that has run jobs before.
-	// Without it the first job with a model takes the slow path, and that
-	// is a cold start whatever the cache holds.
-	if j := e.wait(t, submitRoot(t, sl, "-w", "n[3-4]", "-N2", "-o", "/dev/null", "--wrap", "true")); j.State != "COMPLETED" {
-		t.Fatalf("the job before: %s", j.State)
-	}
+	// No job ran on n3 and n4 before: the hooks' fast path reads the
+	// resolved copy of agent.toml the agents left when they started
+	// (nodeconf.WriteResolved), so the job that waited starts warm on
+	// nodes that never ran a job. Before, only a hook's slow path wrote
+	// the copy, and this test ran a job first to have it.
 	// As a user: Slurm gives root no burst buffer (and llmgw's module
 	// then leaves root's job alone).
 	sb := exec.Command("runuser", "-u", "nobody", "--", "/usr/bin/sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp", "-N2",
