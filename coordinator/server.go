@@ -119,6 +119,10 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 		log = logrus.New()
 		log.SetOutput(io.Discard)
 	}
+	if cfg.FeatureSetsMax != 0 {
+		log.Warnf("feature_sets_max = %d is ignored: llmgw writes presence as ActiveFeatures, which adds no node config "+
+			"record, so no model is withheld any more; remove the setting", cfg.FeatureSetsMax)
+	}
 	s := &Server{
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
 		staleAfter: placement.StaleAfter(cfg.ReportInterval),

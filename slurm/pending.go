@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Backfill's plan for pending jobs (docs/slurm/behaviour.md §11). Only
+// Backfill's plan for pending jobs (docs/slurm/behaviour.md §12). Only
 // sched/backfill sets a pending job's SchedNodes and expected StartTime
 // (backfill.c, _attempt_backfill after _add_reservation); every cycle first
 // clears both for every pending job (_clear_job_estimates) and plans again,

@@ -19,6 +19,7 @@ var importRules = map[string]struct {
 	why string
 }{
 	"internal/fusetest":        {nil, "a test helper (bindfs mounts that stop answering) on the standard library alone, for any package's integration tests"},
+	"internal/slurmtest":       {nil, "a test helper (slurmctld's node config records, counted from its log) on the standard library alone, for any package's integration tests, package slurm's among them"},
 	"internal/jsonlite":        {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
 	"weights/catalog":          {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
 	"api":                      {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},

@@ -538,7 +538,8 @@ const (
 // not a failure.
 func nodeFeatures(t *testing.T, ctx context.Context) map[string]string {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "sinfo", "-N", "-h", "-o", "%N %f").Output()
+	// Active: presence; every node offers every catalog model (%f).
+	out, err := exec.CommandContext(ctx, "sinfo", "-N", "-h", "-o", "%N %b").Output()
 	if err != nil {
 		return map[string]string{"(sinfo failed)": err.Error()}
 	}

@@ -19,7 +19,7 @@ be asked. llmgw-warm.conf beside this script may set "coordinator = URL"
 environment), "llmgw = /path/to/llmgw" (default /usr/bin/llmgw), how llmgw
 proves who asks where the coordinator wants it ("munge_socket = PATH", by
 default munged's own socket; or "token_file = PATH", a read token) and
-"poll = SECONDS" (22.05's wait between questions, default 5). docs/slurm/behaviour.md §11
+"poll = SECONDS" (22.05's wait between questions, default 5). docs/slurm/behaviour.md §12
 says what each release calls:
   - 23.02 and later: slurm_bb_data_in returns at once, and Slurm polls
     slurm_bb_test_data_in every PollInterval while the job pends; it

@@ -303,6 +303,7 @@ func checkSlurm(v slurmView, o Options) []Finding {
 	fs = append(fs, checkJobSubmit(v)...)
 	fs = append(fs, checkPreferValidation(v)...)
 	fs = append(fs, checkBackfill(v)...)
+	fs = append(fs, checkNodeFeatures(v)...)
 	return fs
 }
 
