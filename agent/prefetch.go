@@ -68,8 +68,10 @@ const pfNoRoomRetry = 10 * time.Second
 type pfItem struct {
 	ask api.PrefetchAsk
 	// model is the ask's model in the node's catalog copy, when that has
-	// it at the ask's source; it says a set or a Hub model from one file.
+	// it at the ask's source (looked: the copy was read for it); it says a
+	// set or a Hub model from one file.
 	model   *catalog.Model
+	looked  bool
 	state   string
 	err     string
 	done    int64
@@ -111,6 +113,26 @@ func (p *prefetcher) poke() {
 // set takes the coordinator's list: new asks are added, those it no longer
 // names are cancelled.
 func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
+	// The node's catalog copy says what each model is: read (outside the
+	// lock a job's ensure takes) only when the list brings an ask not
+	// looked up yet, after the report's catalog refresh, so a model just
+	// added is in it.
+	p.mu.Lock()
+	looked := map[[2]string]bool{}
+	for _, it := range p.items {
+		if it.looked {
+			looked[[2]string{it.ask.Model, it.ask.Source}] = true
+		}
+	}
+	p.mu.Unlock()
+	var cp catalog.Copy
+	for _, ask := range l.Asks {
+		if !looked[[2]string{ask.Model, ask.Source}] {
+			cp, _ = catalog.ReadCopy(p.a.catalog.Path)
+			break
+		}
+	}
+
 	p.mu.Lock()
 	lease := time.Duration(l.Lease * float64(time.Second))
 	if lease <= 0 {
@@ -125,7 +147,6 @@ func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
 	asks := slices.Clone(l.Asks)
 	slices.SortStableFunc(asks, func(a, b api.PrefetchAsk) int { return a.Start.Compare(b.Start) })
 	named := map[string]bool{}
-	var cp *catalog.Copy
 	for _, ask := range asks {
 		if named[ask.Source] || catalog.KindOf(ask.Source) != catalog.KindRemote {
 			continue
@@ -136,14 +157,8 @@ func (p *prefetcher) set(l *api.PrefetchList, now time.Time) {
 			it = &pfItem{state: api.PrefetchWaiting}
 			p.a.log.WithField("model", ask.Model).WithField("jobs", ask.Jobs).Info("prefetch asked")
 		}
-		if it.model == nil || it.model.Name != ask.Model {
-			// Read once per list that brings a new ask, after the report's
-			// catalog refresh: a new model is in the copy by then.
-			if cp == nil {
-				c, _ := catalog.ReadCopy(p.a.catalog.Path)
-				cp = &c
-			}
-			it.model = nil
+		if !it.looked || it.ask.Model != ask.Model || it.ask.Source != ask.Source {
+			it.model, it.looked = nil, true
 			if m, ok := cp.Lookup(ask.Model); ok && m.Source == ask.Source {
 				it.model = &m
 			}
