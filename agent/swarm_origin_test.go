@@ -91,6 +91,10 @@ func TestSwarmOriginEdgesGiveOtherETags(t *testing.T) {
 	e.url = startCoordinator(t, realm, map[string]string{"n181": "127.0.0.181"}, faultChunk)
 	o := newEdgeOrigin(t, data, 3*faultChunk+100)
 	e.o = &fOrigin{e: e, url: o.url, byNode: map[string]int64{}}
+	// A catalog file, so the node gets a plan and is the swarm's seed;
+	// without it every plan is refused and the node reads the origin alone
+	// after 10 s, by another path than the one under test.
+	addCatalogFile(t, e.url, o.url, sum, int64(len(data)))
 	n := e.startNode(181)
 	n.fetch(t)
 	n.wait(t, 30*time.Second)
