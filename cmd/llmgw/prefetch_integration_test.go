@@ -398,6 +398,8 @@ func prefetchCoordinator(t *testing.T, bin, base string, flags ...string) coordP
 	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", devMungeSocket(t, conf, ""))), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The coordinator writes presence; the next test must not find it.
+	putFeaturesBack(t, &slurm.Runner{Timeout: time.Minute})
 	return startCoordinator(t, bin, base, append([]string{"--config", coordConf, "--report-interval", "1s", "--features",
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo}, flags...)...)
 }
