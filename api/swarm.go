@@ -75,6 +75,17 @@ type SwarmReport struct {
 	// second over the management network. A coordinator that does not
 	// know the field answers at once.
 	WaitMs int `json:"wait_ms,omitempty"`
+	// Mismatch, from a member whose file, every chunk verified, did not
+	// match the pin, is the digest list it verified the chunks it read
+	// from peers against, by chunk index ("" for a chunk it read from the
+	// origin itself, whose digest is its own). The coordinator knows who
+	// published each digest: a digest it still publishes on one origin
+	// reader's word is that reader's, which then loses its digests, the
+	// lease and its place as a reader and a peer in this swarm, so that
+	// the member's next read proceeds (a lease holder that made up its
+	// digests and served matching bytes passes every chunk check and
+	// fails only the whole file's). Sent until a plan answers it.
+	Mismatch []string `json:"mismatch,omitempty"`
 }
 
 // SwarmPlan is the coordinator's answer: what the member may read, and from

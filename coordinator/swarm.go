@@ -86,8 +86,9 @@ type swarmMember struct {
 	verified int
 	complete bool
 	gone     bool
-	// held says the member took this swarm's origin lease since this
-	// coordinator started: its digests are an origin reader's.
+	// held says the member published a digest under this swarm's origin
+	// lease since this coordinator started: its digests are an origin
+	// reader's.
 	held bool
 	// noLeaseUntil: a member that lost the lease for want of evidence is
 	// not given it again before then while another member can take it.
@@ -336,6 +337,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 		sw.bytes.add(in.fabric, 0, d)
 	}
 	sw.noteAccusations(g, m, rep, now, log)
+	sw.takeMismatch(s, g, m, rep, in.readable, now, log)
 
 	// The lease before the digests: a member that takes it now gives its
 	// digests as the holder (after a restart, the seed taking the lease

@@ -54,7 +54,7 @@ func (sw *swarms) peers(s *Server, g *swarm, m *swarmMember, now time.Time) ([]a
 			continue
 		}
 		members = append(members, api.SwarmMember{Node: n, Addrs: p.addrs})
-		if p == m || m.bad[n] || len(g.badBy[n]) >= badQuorum {
+		if p == m || m.bad[n] || len(g.badBy[n]) >= badQuorum || g.forged[n] {
 			continue
 		}
 		if t, ok := m.unreach[n]; ok && now.Sub(t) < unreachableFor {
