@@ -197,6 +197,9 @@ func TestSwarmSumsFromOriginReaders(t *testing.T) {
 	if st := swarmStatus(t, e, "ib-a"); st.Frozen != 1 {
 		t.Fatalf("status: %d frozen chunks, want 1", st.Frozen)
 	}
+	if got := gauge(e, "llmgw_coordinator_swarm_frozen_chunks", "ib-a"); got != 1 {
+		t.Errorf("llmgw_coordinator_swarm_frozen_chunks{fabric=\"ib-a\"} = %v, want 1", got)
+	}
 	// n2 takes the lease next and reads chunk 0: it agrees with n1.
 	r4.Gone = true
 	ask(t, e, r4)
@@ -499,4 +502,23 @@ func TestSwarmWaitAnswersOnNews(t *testing.T) {
 	if d := time.Since(start); d > 200*time.Millisecond {
 		t.Errorf("a member with a chunk to read waited %v", d)
 	}
+}
+
+// gauge is one of the coordinator's per-fabric gauges as a scrape reads
+// it, -1 when the fabric has no series.
+func gauge(e *testEnv, name, fabric string) float64 {
+	mfs, _ := e.srv.metrics.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "fabric" && l.GetValue() == fabric {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
