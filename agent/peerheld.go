@@ -122,6 +122,16 @@ func (h *held) mark(i int) {
 	h.mu.Unlock()
 }
 
+// unmark takes chunk i back: it was verified against a digest found false
+// (swarm.unland).
+func (h *held) unmark(i int) {
+	h.mu.Lock()
+	if i >= 0 && i/8 < len(h.have) {
+		h.have[i/8] &^= 1 << (i % 8)
+	}
+	h.mu.Unlock()
+}
+
 // holdings is the in-process registry the chunk server answers from: keyed
 // by sha256, never by a name from a request, so a request can only ever
 // reach a file this agent put in its cache directory itself.

@@ -128,6 +128,17 @@ type swarm struct {
 	waited     bool
 	answeredIn time.Duration
 
+	// A lease holder that made up digests and served bytes to match them
+	// (issue 24): every chunk passes its check and only the whole file
+	// fails the pin. ownRead are the chunks this run read from the origin
+	// itself, whose digests are its own; accuse, when set, is the
+	// Mismatch the run's reports carry until a plan answers one (the
+	// digests this node verified its peers' chunks against); mismatches
+	// counts this run's files that failed the pin. Under mu.
+	ownRead    map[int]bool
+	accuse     []string
+	mismatches int
+
 	// live is this member's stream of the chunk the lease holder is reading
 	// from the origin (liveFetch), nil when none runs; under mu.
 	live *liveFetch
@@ -176,6 +187,7 @@ func (s *swarm) run(ctx context.Context) error {
 	s.staleValidators = map[string]bool{}
 	s.verifiedc = make(chan struct{}, 1)
 	s.liveAtDigest = map[int]int64{}
+	s.ownRead = map[int]bool{}
 	defer s.dropLive()
 	if err := os.MkdirAll(filepath.Dir(s.target), 0o755); err != nil {
 		return err
@@ -236,6 +248,12 @@ func (s *swarm) run(ctx context.Context) error {
 		plan, err := s.coord.Swarm(ctx, rep)
 		s.answeredIn, s.waited = time.Since(asked), waitFor > 0
 		waitFor = 0
+		if err == nil && rep.Mismatch != nil {
+			// Heard: the next reports no longer carry it.
+			s.mu.Lock()
+			s.accuse = nil
+			s.mu.Unlock()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -267,7 +285,14 @@ func (s *swarm) run(ctx context.Context) error {
 			return err
 		}
 		if s.missing() < 0 {
-			break
+			again, err := s.checkWhole(ctx)
+			if err != nil {
+				return err
+			}
+			if !again {
+				break
+			}
+			continue
 		}
 		every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
 		until := time.Now().Add(every)
@@ -392,7 +417,7 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 	defer s.mu.Unlock()
 	r := api.SwarmReport{Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
 		Complete: complete, Gone: gone, FromOrigin: s.fromOrigin.Load(), FromPeers: s.fromPeers.Load(),
-		Unreachable: s.unreach, Validator: s.validator}
+		Unreachable: s.unreach, Validator: s.validator, Mismatch: s.accuse}
 	s.unreach = nil
 	for p := range s.bad {
 		r.Bad = append(r.Bad, p)
@@ -408,8 +433,16 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 
 func (s *swarm) takePlan(p api.SwarmPlan) {
 	s.h.setMembers(p)
+	// Chunks verified against a digest the plan withdrew or replaced are
+	// taken back once mu is released (deferred first, run last).
+	var dropped []int
+	defer func() { s.unland(dropped) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The same coordinator process: a digest it gave and no longer gives
+	// was withdrawn (frozen, or its reader refuted), where a new process
+	// knows none yet.
+	same := p.Instance != "" && p.Instance == s.instance
 	if p.Instance != "" && p.Instance != s.instance {
 		if s.instance != "" {
 			// Another coordinator process: it has none of the digests
@@ -442,6 +475,17 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 		s.sums = append(s.sums, make([]string, s.n-len(s.sums))...)
 	}
 	for i, v := range p.Sums {
+		if i < s.n && s.sums[i] != "" && s.sums[i] != v && (v != "" || same) && !s.ownRead[i] {
+			// A chunk verified against it is not verified any more: its
+			// bytes are a liar's, or another reader's of other bytes.
+			// Served on, it would be found bad by the peers that read it
+			// against the new digest, and accused.
+			if s.has(i) {
+				dropped = append(dropped, i)
+			}
+			s.sums[i] = v
+			continue
+		}
 		if i < s.n && v != "" {
 			if s.sums[i] == "" && s.live != nil && s.live.i == i {
 				s.liveAtDigest[i] = s.live.got.Load()

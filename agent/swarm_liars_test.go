@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,5 +283,51 @@ func TestSwarmCompleteLiarsDigests(t *testing.T) {
 			}
 		}
 		t.Logf("status: bad %+v, lease changes %d, refuted %v", g.Bad, g.LeaseChanges, g.Refuted)
+	}
+}
+
+// TestSwarmForgingHolder (the gap issue 24's first pass left): a lease
+// holder that publishes made-up digests before any list is recorded, and
+// serves bytes that match them. Its readers' chunk checks all pass; their
+// files fail the pin. Each says which digests it used; the coordinator
+// refutes the reader that published them (their digests withdrawn, the
+// lease passed on, the forger no reader, holder or peer again), and the
+// next read proceeds from the origin: every honest node ends with the
+// pinned file, the origin serves one copy, and status names the forger.
+//
+// Seen failing as it should before: the readers' fetches failed the pin
+// and the forger kept the lease with its digests published, so every
+// later fetch of the fabric read its bytes again.
+func TestSwarmForgingHolder(t *testing.T) {
+	e, liar := liarFabric(t, 16, 4<<20, 227, 225, 226)
+	liar.MadeUpSums, liar.Serve, liar.FakeOriginBytes = true, swarmtest.ServeForged, faultChunk
+	startLiar(t, liar)
+	if _, leases, _ := liar.Plans(); leases == 0 {
+		t.Fatal("the forger did not take the lease first")
+	}
+	a, b := e.nodes["n225"], e.nodes["n226"]
+	start := time.Now()
+	a.fetch(t)
+	b.fetch(t)
+	a.wait(t, 60*time.Second)
+	b.wait(t, 60*time.Second)
+	took := time.Since(start)
+	e.report(t)
+	size := int64(len(e.data))
+	t.Logf("both honest nodes had the pinned file %v after they began; the forger answered %v", took.Round(time.Millisecond), liar.Answers())
+	if liar.Answers()[http.StatusPartialContent] == 0 {
+		t.Fatal("nobody read the forger's chunks: the case did not happen")
+	}
+	if got := e.o.sent.Load(); got > size+2*faultChunk {
+		t.Errorf("the origin sent %d bytes for a %d-byte file (%.2f copies); want one copy", got, size, float64(got)/float64(size))
+	}
+	st := swarmStatusOf(t, e.url, e.sum)
+	if st == nil || !slices.Contains(st.Refuted, liar.Node) || !slices.Contains(st.LeaseRevoked, liar.Node) {
+		t.Errorf("status: %+v; want the forger refuted and its lease revoked", st)
+	}
+	for _, bad := range st.Bad {
+		if bad.Peer != liar.Node {
+			t.Errorf("honest %s accused by %v", bad.Peer, bad.By)
+		}
 	}
 }

@@ -133,6 +133,7 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		}
 		s.mu.Lock()
 		s.mine[i] = sum
+		s.ownRead[i] = true
 		known := s.sums[i]
 		if known == "" {
 			s.sums[i] = sum
