@@ -102,6 +102,7 @@ type Member struct {
 	leases  int
 	lastErr error
 	last    api.SwarmPlan
+	done    chan struct{}
 }
 
 // Update changes the member's behaviour while it runs: f is called with
@@ -130,25 +131,48 @@ func (m *Member) Run(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.answers = map[int]int{}
+	m.done = make(chan struct{})
 	m.mu.Unlock()
 	l, err := net.Listen("tcp", m.Addr)
 	if err != nil {
+		close(m.done)
 		return err
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(m.serveChunk), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
+	served := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		srv.Close()
+		defer close(served)
+		srv.Serve(l)
 	}()
 	now := time.Now()
 	if _, err := m.Coord.PostReport(ctx, &api.Report{ID: m.Node + "-liar", Seq: 1, Started: now, Time: now, Node: m.Node, Fabric: m.Fabric,
 		Looked: true, AgentVersion: "swarmtest", PeerAddr: m.Addr, Cache: api.Cache{Dir: "/nonexistent", FreeBytes: 1e12, TotalBytes: 2e12}}); err != nil {
 		srv.Close()
+		<-served
+		close(m.done)
 		return fmt.Errorf("%s's node report: %w", m.Node, err)
 	}
-	go m.report(ctx)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		m.report(ctx)
+	}()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+		<-served
+		<-reported
+		close(m.done)
+	}()
 	return nil
+}
+
+// Done is closed once a member whose Run's context ended has stopped: its
+// chunk server closed (its address free again) and its reports over.
+func (m *Member) Done() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.done
 }
 
 // claims is what the member says in a report, from its fields as they
