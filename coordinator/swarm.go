@@ -251,6 +251,12 @@ func (s *Server) swarmInput(ctx context.Context, rep *api.SwarmReport) (swarmIn,
 	}
 	file, err := s.swarmFile(rep)
 	if err != nil {
+		if rep.Gone {
+			// Leaving needs no catalog file: a holder withdraws a copy gc
+			// removed because the model was repinned or removed, and the
+			// swarm it is in must stop offering it all the same.
+			return s.leaving(fabric, rep), nil
+		}
 		return swarmIn{}, err
 	}
 	chunk := swarmChunk(file.size, s.cfg.SwarmMinChunk)
@@ -273,6 +279,21 @@ func (s *Server) swarmInput(ctx context.Context, rep *api.SwarmReport) (swarmIn,
 		}
 	}
 	return in, nil
+}
+
+// leaving is what a Gone report whose file the catalog no longer pins
+// needs to be applied: the swarm's own chunking when the coordinator keeps
+// it, and nothing of the report read (not readable).
+func (s *Server) leaving(fabric string, rep *api.SwarmReport) swarmIn {
+	in := swarmIn{fabric: fabric, chunkSize: rep.ChunkSize}
+	sw := s.swarms
+	sw.mu.Lock()
+	if g := sw.m[swarmKey{fabric, rep.Source, rep.SHA256}]; g != nil {
+		in.file = catalogFile{model: g.model, size: g.size, sha256: g.key.sha}
+		in.chunkSize, in.chunks = g.chunkSize, g.chunks
+	}
+	sw.mu.Unlock()
+	return in
 }
 
 // report applies one member's report to its swarm and returns its plan;

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http/httptest"
@@ -561,5 +562,54 @@ func TestSwarmHolderThatReadNothingIsNoReader(t *testing.T) {
 	}
 	if st := swarmStatus(t, e, "ib-a"); st.Frozen != 0 || !slices.Equal(st.LeaseRevoked, []string{"n1"}) {
 		t.Errorf("status: %d frozen, lease revoked %v; want none frozen, n1 revoked", st.Frozen, st.LeaseRevoked)
+	}
+}
+
+// TestSwarmGoneWhateverItsChunkSize: an agent withdraws a complete file
+// its chunk server dropped (gone or replaced) with the chunk size it knows,
+// which for a file a Fetcher fetched is the protocol's default, not the
+// swarm's; and by then the catalog may have moved on (the model repinned
+// or removed: gc removing the old copy is how the file went). The Gone is
+// taken whatever its chunk size, and whatever the catalog says now, for a
+// swarm the member is in: the coordinator stops offering it.
+func TestSwarmGoneWhateverItsChunkSize(t *testing.T) {
+	const chunk = 1 << 20
+	for _, then := range []string{"", "repinned", "removed"} {
+		t.Run("catalog "+cmp.Or(then, "as it was"), func(t *testing.T) {
+			e := newEnv(t, Config{ReportInterval: 30 * time.Second, StallAfter: time.Minute, SwarmMinChunk: chunk}, testTokens)
+			for _, n := range []string{"n1", "n2"} {
+				r := report(n, "ib-a", 1)
+				r.PeerAddr = "127.0.0.1:4000" + n[1:]
+				if _, err := e.agent.PostReport(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			addModel(t, e, api.Model{Name: "m", Source: swarmSource, SHA256: swarmSHA, Size: 4 * chunk})
+			held := api.SwarmReport{Node: "n1", Source: swarmSource, SHA256: swarmSHA, Size: 4 * chunk, ChunkSize: api.DefaultChunkSize, Complete: true}
+			ask(t, e, held)
+			if p := ask(t, e, api.SwarmReport{Node: "n2", Source: swarmSource, SHA256: swarmSHA, Size: 4 * chunk, ChunkSize: chunk}); fmt.Sprint(peerNames(p)) != "[n1]" {
+				t.Fatalf("n2's peers %v; want the complete holder n1", peerNames(p))
+			}
+			switch then {
+			case "repinned":
+				addModel(t, e, api.Model{Name: "m", Source: swarmSource, SHA256: strings.Repeat("c", 64), Size: 4 * chunk})
+			case "removed":
+				if err := e.admin.DeleteModel(context.Background(), "m"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gone := held
+			gone.Complete, gone.Gone = false, true
+			if _, err := e.agent.Swarm(context.Background(), gone); err != nil {
+				t.Fatalf("the withdrawal (chunk size %d, the swarm's %d): %v", gone.ChunkSize, chunk, err)
+			}
+			e.srv.swarms.mu.Lock()
+			g := e.srv.swarms.m[swarmKey{"ib-a", swarmSource, swarmSHA}]
+			in := g != nil && g.members["n1"] != nil
+			e.srv.swarms.mu.Unlock()
+			if in {
+				t.Errorf("n1 withdrew its copy and is still a member of the swarm")
+			}
+		})
 	}
 }
