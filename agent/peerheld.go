@@ -46,6 +46,9 @@ type held struct {
 	// plan of its swarm lists them (api.SwarmPlan.Members); nil before any
 	// plan: nobody (peermembers.go).
 	members *swarmMembers
+	// membersVersion is the version of the plan members came from,
+	// which reports give back (api.SwarmReport.MembersVersion).
+	membersVersion uint64
 	// refresh, when set, asks the coordinator for a plan now, and so for
 	// the members; refreshMu serialises the asks, and refreshed is when
 	// the last began.

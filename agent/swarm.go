@@ -412,10 +412,11 @@ func (s *swarm) withoutPlan(last *api.SwarmPlan, refused time.Time) (api.SwarmPl
 func (s *swarm) report(complete, gone bool) api.SwarmReport {
 	s.h.mu.Lock()
 	have := append([]byte(nil), s.h.have...)
+	mv := s.h.membersVersion
 	s.h.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := api.SwarmReport{Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
+	r := api.SwarmReport{MembersVersion: mv, Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
 		Complete: complete, Gone: gone, FromOrigin: s.fromOrigin.Load(), FromPeers: s.fromPeers.Load(),
 		Unreachable: s.unreach, Validator: s.validator, Mismatch: s.accuse}
 	s.unreach = nil

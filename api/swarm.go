@@ -86,6 +86,10 @@ type SwarmReport struct {
 	// digests and served matching bytes passes every chunk check and
 	// fails only the whole file's). Sent until a plan answers it.
 	Mismatch []string `json:"mismatch,omitempty"`
+	// MembersVersion is the SwarmPlan.MembersVersion of the Members this
+	// member holds (0: none): a plan leaves Members out when they are
+	// still those (docs/design.md "The swarm").
+	MembersVersion uint64 `json:"members_version,omitempty"`
 }
 
 // SwarmPlan is the coordinator's answer: what the member may read, and from
@@ -153,6 +157,12 @@ type SwarmPlan struct {
 	// list), the node name is all a chunk server can check, and
 	// `llmgw doctor` says so.
 	AddrsBound bool `json:"addrs_bound,omitempty"`
+	// MembersVersion names Members' content (a hash of the list): a
+	// report that gives it back (SwarmReport.MembersVersion) is answered
+	// without Members, which are then unchanged. The list goes out in
+	// every plan otherwise; a member that does not send the field (older)
+	// gets it every time.
+	MembersVersion uint64 `json:"members_version,omitempty"`
 }
 
 // SwarmMember is one member of a swarm as a chunk server checks it.

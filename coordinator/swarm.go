@@ -383,7 +383,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 	}
 	rec := sw.claim(g, m, in.readable)
 
-	plan := sw.plan(s, g, m, known, rep.Gone, now)
+	plan := sw.plan(s, g, m, known, rep, now)
 	if g.published != published0 || g.holder != holder0 || m.verified > verified0 || rep.Gone {
 		g.notify()
 	}
