@@ -51,6 +51,7 @@ var importRules = map[string]struct {
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
 	"scripts/bench/hub":    {[]string{"weights/hub/hubtest"}, "the Hub benchmark serves the tests' Hub stand-in, so it measures what the tests check"},
+	"scripts/bench/liar":   {[]string{"api", "internal/munge", "internal/swarmtest"}, "the liars benchmark's hostile node is the tests' hostile member: the protocol and its node's MUNGE alone, what root on that node can do"},
 }
 
 // onlyIn confines an import to the packages that own what it does.

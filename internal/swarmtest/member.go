@@ -84,6 +84,9 @@ type Member struct {
 
 	// Complete claims the whole file, verified against the pin.
 	Complete bool
+	// HaveNone claims no chunk verified (a lease holder that only says it
+	// reads); otherwise the member claims every chunk.
+	HaveNone bool
 	// MadeUpSums sends a digest for every chunk that matches no bytes
 	// of the file: random ones, or, serving ServeForged, those of its
 	// forged bytes.
@@ -101,6 +104,7 @@ type Member struct {
 	plans   int
 	leases  int
 	lastErr error
+	refused int
 	last    api.SwarmPlan
 	done    chan struct{}
 }
@@ -180,6 +184,7 @@ func (m *Member) Done() <-chan struct{} {
 type claims struct {
 	size, chunk int64
 	complete    bool
+	none        bool
 	madeUp      bool
 	forged      bool
 	have        []byte
@@ -188,10 +193,10 @@ type claims struct {
 
 func (m *Member) claimsNow(old *claims) *claims {
 	m.mu.Lock()
-	c := &claims{size: m.Size, chunk: m.ChunkSize, complete: m.Complete, madeUp: m.MadeUpSums, forged: m.Serve == ServeForged}
+	c := &claims{size: m.Size, chunk: m.ChunkSize, complete: m.Complete, none: m.HaveNone, madeUp: m.MadeUpSums, forged: m.Serve == ServeForged}
 	node := m.Node
 	m.mu.Unlock()
-	if old != nil && old.size == c.size && old.chunk == c.chunk && old.madeUp == c.madeUp && old.forged == c.forged {
+	if old != nil && old.size == c.size && old.chunk == c.chunk && old.none == c.none && old.madeUp == c.madeUp && old.forged == c.forged {
 		c.have, c.sums = old.have, old.sums
 		return c
 	}
@@ -200,7 +205,9 @@ func (m *Member) claimsNow(old *claims) *claims {
 		n = int((c.size + c.chunk - 1) / c.chunk)
 	}
 	for i := range n {
-		c.have = api.SetChunk(c.have, i)
+		if !c.none {
+			c.have = api.SetChunk(c.have, i)
+		}
 	}
 	if c.madeUp {
 		c.sums = map[int]string{}
@@ -235,6 +242,9 @@ func (m *Member) report(ctx context.Context) {
 		cancel()
 		m.mu.Lock()
 		m.lastErr = err
+		if err != nil {
+			m.refused++
+		}
 		if err == nil {
 			m.plans++
 			m.last = p
@@ -351,6 +361,14 @@ func (m *Member) Requests() int {
 		n += v
 	}
 	return n
+}
+
+// Refused is how many of the member's reports the coordinator refused (or
+// that failed).
+func (m *Member) Refused() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refused
 }
 
 // Plans returns how many plans the coordinator gave the member, how many
