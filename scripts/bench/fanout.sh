@@ -39,13 +39,32 @@
 #               again and their Prologs run again, as a requeued job's would;
 #               they resume from what they had verified.
 #
+#   liars       (--liars; issue 24) the same topology with one hostile
+#               member in each fabric, its last node: scripts/bench/liar,
+#               speaking the report, swarm and chunk protocols with that
+#               node's own munged (what root on that node can do, nothing
+#               more), started before the Prologs. Each opens with fake lease
+#               progress (the first to ask, it says it reads and publishes
+#               nothing), then cycles, each fabric from another point, through
+#               size and chunk-size squats, claiming the file complete with
+#               made-up digests while answering 503, claiming it with made-up
+#               digests while serving junk, and a slow reader on every upload
+#               slot of every honest peer. It is measured against the run
+#               "on" of the same honest nodes, the liars' nodes idle. Goals:
+#               every honest node ends with the pinned file; origin bytes per
+#               fabric <= 1.0 x S + 2 chunks; the last honest node within 1.25
+#               x the run without liars; each liar named in `llmgw status`
+#               and counted in the coordinator's /metrics (both sampled every
+#               second during the run).
+#
 # Counters: each node's eth0 and fab0 from /sys/class/net/*/statistics in
 # its namespace, the origin's body bytes per client (GET /_clients), and
 # each agent's llmgw_agent_swarm_received_bytes_total.
 #
 # Usage: scripts/bench/fanout.sh [--quick] [--small] [--size SIZE]
 #           [--fabrics N] [--per-fabric N] [--mgmt-mbit N] [--fabric-mbit N]
-#           [--no-peers-off] [--no-faults] [--results FILE] [--llmgw PATH]
+#           [--no-peers-off] [--no-faults] [--liars] [--results FILE]
+#           [--llmgw PATH]
 #   --quick          a 64 MiB model (peers off then takes about 80 s, not 322)
 #   --small          3 fabrics x 2 nodes, 32 MiB, peers on only, no faults:
 #                    the correctness case (cmd/llmgw TestFanoutSmall)
@@ -55,6 +74,9 @@
 #   --fabric-mbit N  each node's fabric link rate (default 800)
 #   --no-peers-off   skip the peers-off run (every node from the origin)
 #   --no-faults      skip the fault run
+#   --liars          the liars' runs (issue 24): "on" with each fabric's last
+#                    node idle, then "liars" with a liar there; no peers-off
+#                    and no fault run. With --small: one liar among 2 nodes
 #   --results FILE   also write the figures as KEY=VALUE lines to FILE
 #   --llmgw PATH     use this llmgw binary instead of building one
 # Needs root, ip, tc, munged (Debian's munge), setpriv, curl, sha256sum,
@@ -64,7 +86,7 @@
 # node; goals missed are printed in the table, not an exit status.
 set -euo pipefail
 
-SIZE=256M FABRICS=3 PER=4 MGMT_MBIT=80 FAB_MBIT=800 PEERS_OFF=1 FAULTS=1 RESULTS= BIN=
+SIZE=256M FABRICS=3 PER=4 MGMT_MBIT=80 FAB_MBIT=800 PEERS_OFF=1 FAULTS=1 LIARS=0 RESULTS= BIN=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) SIZE=64M; shift ;;
@@ -76,6 +98,7 @@ while [ $# -gt 0 ]; do
 	--fabric-mbit) FAB_MBIT=$2; shift 2 ;;
 	--no-peers-off) PEERS_OFF=0; shift ;;
 	--no-faults) FAULTS=0; shift ;;
+	--liars) LIARS=1; shift ;;
 	--results) RESULTS=$(realpath -m "$2"); shift 2 ;;
 	--llmgw) BIN=$(realpath "$2"); shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -88,10 +111,20 @@ cd "$(dirname "$0")/../.."
 . scripts/bench/origin/start.sh
 need_tools $me ip tc munged setpriv curl sha256sum numfmt bc base64 od
 id munge >/dev/null 2>&1 || { echo "$me: no munge user; apt-get install munge" >&2; exit 1; }
+if [ "$LIARS" = 1 ]; then
+	PEERS_OFF=0 FAULTS=0
+	[ "$PER" -ge 2 ] || { echo "$me: --liars needs 2 nodes a fabric or more (an honest one and the liar)" >&2; exit 2; }
+fi
 [ "$FAULTS" = 0 ] || [ "$PER" -ge 3 ] || { echo "$me: the fault run needs 3 nodes a fabric or more (a seed, a relay, a survivor); give --no-faults" >&2; exit 2; }
 [ "$FABRICS" -le 9 ] && [ $((FABRICS * PER)) -le 200 ] || { echo "$me: at most 9 fabrics and 200 nodes" >&2; exit 2; }
 S=$(numfmt --from=iec "$SIZE")
 N=$((FABRICS * PER))
+# With --liars each fabric's last node is a liar's (or idle, in the run
+# without liars): HONEST are the others, which run agents and Prologs.
+is_liar() { [ "$LIARS" = 1 ] && [ $(($1 % PER)) = 0 ]; }
+HONEST=()
+for k in $(seq "$N"); do is_liar "$k" || HONEST+=("$k"); done
+NH=${#HONEST[@]}
 CHUNK=$((16 << 20)) # api.DefaultChunkSize
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
@@ -149,6 +182,7 @@ mkdir -p "$W/bin"
 log "building llmgw and the origin ..."
 if [ -n "$BIN" ]; then cp "$BIN" "$W/bin/llmgw"; else go build -o "$W/bin/llmgw" ./cmd/llmgw; fi
 go build -o "$W/bin/origin" ./scripts/bench/origin
+[ "$LIARS" = 0 ] || go build -o "$W/bin/liar" ./scripts/bench/liar
 L=$W/bin/llmgw
 
 # ---- the model, on a tmpfs with the nodes' caches ----
@@ -383,39 +417,51 @@ run() {
 	R=$W/run-$mode
 	mkdir -p "$R"
 	rm -rf "$W/fs"/n*
-	log "== $mode: origin, coordinator, $N agents ..."
+	log "== $mode: origin, coordinator, $NH agents ..."
 	start_origin_ns
 	start_coordinator
 	nsx "$NS_M" env LLMGW_MUNGE_SOCKET="$W/munge/m/munge.socket" "$L" models add "$MODEL" "$URL" --size "$S" --sha256 "$WANT" \
 		--coordinator "$COORD" >/dev/null 2>"$R/models.log" || die "llmgw models add failed: $(cat "$R/models.log")"
-	for k in $(seq "$N"); do write_agent_conf "$k" "$peers"; start_agent "$k"; done
-	for k in $(seq "$N"); do
+	for k in "${HONEST[@]}"; do write_agent_conf "$k" "$peers"; start_agent "$k"; done
+	for k in "${HONEST[@]}"; do
 		for _ in $(seq 150); do agent_ready "$k" && break; sleep 0.2; done
 		agent_ready "$k" || die "agent n$k never reported; its log: $(tail -5 "$R/agent-n$k.log")"
 	done
+	[ "$mode" = liars ] && start_liars
 	declare -A before
 	for k in $(seq "$N"); do
 		before[m$k]=$(($(counter "$k" eth0 rx_bytes) + $(counter "$k" eth0 tx_bytes)))
 		before[f$k]=$(($(counter "$k" fab0 rx_bytes) + $(counter "$k" fab0 tx_bytes)))
 	done
-	log "== $mode: the Prolog of job $job on all $N nodes at once ..."
+	log "== $mode: the Prolog of job $job on all $NH nodes at once ..."
 	local t0 pids=()
 	t0=$(date +%s.%N)
-	for k in $(seq "$N"); do
+	for k in "${HONEST[@]}"; do
 		prolog "$k" "$job" &
 		pids+=($!)
 	done
 	# The origin's timeline, to tell the time the uplink was busy from the
 	# time before its first byte and after its last.
 	timeline "$t0" >"$R/timeline" &
-	local tl=$!
+	local tl=$! wl=
+	if [ "$mode" = liars ]; then
+		watch_liars &
+		wl=$!
+	fi
 	[ "$mode" = faults ] && faults "$t0"
 	for p in "${pids[@]}"; do wait "$p"; done
 	kill "$tl" 2>/dev/null || true
 	wait "$tl" 2>/dev/null || true
 	[ "$mode" = faults ] && rerun_killed "$job"
+	if [ -n "$wl" ]; then
+		# One more sample after the last Prolog, then the liars stop.
+		sleep 1.5
+		kill "$wl" 2>/dev/null || true
+		wait "$wl" 2>/dev/null || true
+		stop_liars
+	fi
 	local last=0 ok=0 e
-	for k in $(seq "$N"); do
+	for k in "${HONEST[@]}"; do
 		e=$(echo "$(cat "$R/done-n$k") - $t0" | bc -l)
 		[ "$(echo "$e > $last" | bc)" = 1 ] && last=$e
 		if check "$k" "$job"; then ok=$((ok + 1)); fi
@@ -425,10 +471,13 @@ run() {
 	local cl total=0 seeds nonseed_link nonseed_model a b m f
 	cl=$(clients)
 	echo "$cl" >"$R/clients"
+	declare -A fabric_origin
 	for k in $(seq "$N"); do
 		b=$(awk -v a="$(mgmt_ip "$k")" '$1 == a { print $2 } END { }' <<<"$cl")
 		b=${b:-0}
 		total=$((total + b))
+		fabric_origin[$(fabric_of "$k")]=$((${fabric_origin[$(fabric_of "$k")]:-0} + b))
+		is_liar "$k" && continue
 		m=$(($(counter "$k" eth0 rx_bytes) + $(counter "$k" eth0 tx_bytes) - ${before[m$k]}))
 		f=$(($(counter "$k" fab0 rx_bytes) + $(counter "$k" fab0 tx_bytes) - ${before[f$k]}))
 		a="n$k $(fabric_of "$k") origin=$b mgmt_link=$m fabric_link=$f from_origin=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="origin"}') from_peers=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer"}') peer_discarded=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer_discarded"}')"
@@ -443,6 +492,7 @@ run() {
 		index(seeds, " " $1 " ") == 0 { split($3, o, "="); split($4, m, "="); if (m[2] > ml) ml = m[2]; if (o[2] > om) om = o[2] }
 		END { print ml + 0, om + 0 }' "$R/nodes")
 	res "${mode}_origin_bytes" "$total"
+	for f in "${!fabric_origin[@]}"; do res "${mode}_origin_bytes_$f" "${fabric_origin[$f]}"; done
 	res "${mode}_seeds" "${seeds% }"
 	res "${mode}_nonseed_mgmt_bytes" "$nonseed_link"
 	res "${mode}_nonseed_origin_bytes" "$nonseed_model"
@@ -453,14 +503,73 @@ run() {
 	res "${mode}_origin_first_byte" "$first"
 	res "${mode}_origin_last_byte" "$done_at"
 	log "== $mode: the origin sent its first byte after $first s and its last by $done_at s (sampled every 0.2 s)"
-	log "== $mode: $ok of $N nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds: ${seeds}"
+	log "== $mode: $ok of $NH nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds: ${seeds}"
 	sed 's/^/    /' "$R/nodes" >&2
+	[ "$mode" = liars ] && liars_seen
 	# Stop this run's daemons (the next run starts its own).
-	for k in $(seq "$N"); do kill -TERM "${AGENT_PID[$k]}" 2>/dev/null || true; done
+	for k in "${HONEST[@]}"; do kill -TERM "${AGENT_PID[$k]}" 2>/dev/null || true; done
 	kill -TERM "$COORD_PID" "$ORIGIN_PID" 2>/dev/null || true
-	for k in $(seq "$N"); do wait "${AGENT_PID[$k]}" 2>/dev/null || true; done
+	for k in "${HONEST[@]}"; do wait "${AGENT_PID[$k]}" 2>/dev/null || true; done
 	wait "$COORD_PID" "$ORIGIN_PID" 2>/dev/null || true
-	[ "$ok" = "$N" ] || die "$mode: only $ok of $N nodes have the verified file (logs in $R, kept until exit)"
+	[ "$ok" = "$NH" ] || die "$mode: only $ok of $NH nodes have the verified file (logs in $R, kept until exit)"
+}
+
+# ---- the liars (--liars) ----
+declare -A LIAR_PID
+# start_liars: a liar on each fabric's last node, in its namespace, with its
+# munged; each starts its cycle at another behaviour. Returns once each has
+# had its first plan (it asked first: the lease is its).
+start_liars() {
+	local k i=0
+	for k in $(seq "$N"); do
+		is_liar "$k" || continue
+		ip netns exec "$(node_ns "$k")" "$W/bin/liar" --coordinator "$COORD" --munge-socket "$W/munge/n$k/munge.socket" \
+			--node "n$k" --fabric "$(fabric_of "$k")" --listen "$(fab_ip "$k"):8421" --source "$URL" --sha256 "$WANT" \
+			--size "$S" --chunk-size "$CHUNK" --offset "$i" --out "$R/liar-n$k" --ready "$R/liar-n$k.ready" >"$R/liar-n$k.log" 2>&1 &
+		LIAR_PID[$k]=$!
+		PIDS+=($!)
+		i=$((i + 1))
+	done
+	for k in "${!LIAR_PID[@]}"; do
+		for _ in $(seq 100); do [ -e "$R/liar-n$k.ready" ] && break; sleep 0.1; done
+		[ -e "$R/liar-n$k.ready" ] || die "the liar on n$k did not start: $(tail -3 "$R/liar-n$k.log")"
+	done
+	log "liars: ${!LIAR_PID[*]} (n$(printf '%s ' "${!LIAR_PID[@]}" | sed 's/ $//; s/ / n/g')) asked first"
+}
+stop_liars() {
+	local k
+	for k in "${!LIAR_PID[@]}"; do kill -TERM "${LIAR_PID[$k]}" 2>/dev/null || true; done
+	for k in "${!LIAR_PID[@]}"; do wait "${LIAR_PID[$k]}" 2>/dev/null || true; done
+}
+# watch_liars: every second, the swarm rows of `llmgw status` (what an admin
+# reads) and the coordinator's liar series, appended to $R/status.all and
+# $R/metrics.all.
+watch_liars() {
+	while :; do
+		nsx "$NS_M" env LLMGW_MUNGE_SOCKET="$W/munge/m/munge.socket" "$L" status --coordinator "$COORD" >>"$R/status.all" 2>/dev/null || true
+		nsx "$NS_M" curl -sf --max-time 2 "$COORD/metrics" 2>/dev/null |
+			grep -E '^llmgw_coordinator_swarm_(refuted_members|accused_peers|lease_revoked_members|frozen_chunks)\{' >>"$R/metrics.all" || true
+		sleep 1
+	done
+}
+# liars_seen: for each liar, what status said of it in its fabric's rows
+# (bad, unreachable, digests refuted, lease revoked), the most each of the
+# coordinator's liar series showed for its fabric, and what the liar did.
+liars_seen() {
+	local k f said series
+	for k in "${!LIAR_PID[@]}"; do
+		f=$(fabric_of "$k")
+		said=$(grep -E "^$f +" "$R/status.all" 2>/dev/null | grep -oE '(bad|unreachable|digests refuted|lease revoked) [a-z0-9,]+' |
+			awk -v n="n$k" '{ w = $NF; sub(" [^ ]*$", ""); split(w, x, ","); for (i in x) if (x[i] == n) print $0 }' | sort -u | paste -sd, -)
+		series=$(grep "fabric=\"$f\"" "$R/metrics.all" 2>/dev/null | awk '{ split($1, a, "{"); name = a[1]; sub("llmgw_coordinator_swarm_", "", name)
+			if (index($1, "why=\"bad\"")) name = name "_bad"; if (index($1, "why=\"unreachable\"")) name = name "_unreachable"
+			if ($2 > max[name]) max[name] = $2; seen[name] = 1 } END { for (n in seen) printf "%s=%d ", n, max[n] }' | tr ' ' '\n' | sort | paste -sd' ' -)
+		res "liar_n${k}_fabric" "$f"
+		res "liar_n${k}_status" "${said:-none}"
+		res "liar_n${k}_metrics" "${series:-none}"
+		[ -s "$R/liar-n$k" ] && res "liar_n${k}_did" "$(grep -E '^(behaviours|leases|refused_reports|chunk_answers|slow_reads_served|slow_reads_refused)=' "$R/liar-n$k" | paste -sd' ' -)"
+		log "liar n$k ($f): status said: ${said:-nothing}; metrics (most seen): ${series:-none}"
+	done
 }
 
 # faults T0: in the first fabric, kill a relay at half the file, then the
@@ -593,6 +702,7 @@ t_all=$SECONDS
 run on
 [ "$PEERS_OFF" = 1 ] && run off
 [ "$FAULTS" = 1 ] && run faults
+[ "$LIARS" = 1 ] && run liars
 
 # ---- the table ----
 fmt_b() { numfmt --to=iec --suffix=B --format=%.1f "$1"; }
@@ -636,6 +746,35 @@ printf '  peers on: the origin sent its first byte after %s s and its last by %s
 	"${RES[on_origin_first_byte]}" "${RES[on_origin_last_byte]}" "${RES[on_time]}"
 printf '  the uplink moves %d x S of TCP payload in %.1f s at MTU 1500 (1448 of each 1514 bytes on the wire): the floor with framing\n' \
 	"$FABRICS" "$(echo "$FLOOR * 1514 / 1448" | bc -l)"
+if [ "$LIARS" = 1 ]; then
+	# Side by side: the same honest nodes without liars and with them.
+	lrow() { printf '| %-44s | %-22s | %-44s | %-22s | %-6s |\n' "$@"; }
+	echo
+	printf 'liars (issue 24): %d honest nodes in %d fabrics, one liar each (scripts/bench/liar; opening: fake lease progress, then cycling squats, complete+503, made-up digests+junk, slow readers)\n' "$NH" "$FABRICS"
+	lrow figure "without liars" "with liars" goal goal?
+	lrow "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..22})" "------"
+	allok=MISSED
+	[ "${RES[on_nodes_ok]}" = "$NH" ] && [ "${RES[liars_nodes_ok]}" = "$NH" ] && allok=met
+	lrow "honest nodes with the pinned file" "${RES[on_nodes_ok]} of $NH" "${RES[liars_nodes_ok]} of $NH" "all" "$allok"
+	ratio=$(echo "scale=3; ${RES[liars_time]} / ${RES[on_time]}" | bc)
+	lrow "time until the last honest node" "${RES[on_time]} s" "${RES[liars_time]} s ($ratio x)" "<= 1.25 x" "$(mark "$ratio <= 1.25")"
+	for f in $(printf '%s\n' "${!RES[@]}" | sed -n 's/^liars_origin_bytes_//p' | sort); do
+		a=${RES[on_origin_bytes_$f]:-0} b=${RES[liars_origin_bytes_$f]:-0}
+		lrow "origin bytes, $f" "$(echo "scale=3; $a / $S" | bc) x S" "$(echo "scale=3; $b / $S" | bc) x S ($(fmt_b "$b"))" \
+			"<= 1.0 x S + 2 chunks" "$(mark "$b <= $S + 2 * $CHUNK")"
+	done
+	for k in $(seq "$N"); do
+		is_liar "$k" || continue
+		st=${RES[liar_n${k}_status]:-none} ms=${RES[liar_n${k}_metrics]:-none}
+		lrow "the liar n$k in llmgw status ($(fabric_of "$k"))" "-" "$st" "named" "$([ "$st" != none ] && echo met || echo MISSED)"
+		named=MISSED
+		for v in $ms; do case $v in *=0 | frozen_chunks=*) ;; *) named=met ;; esac; done
+		lrow "... in the coordinator's /metrics" "-" "$ms" "a series above 0" "$named"
+	done
+	for k in $(seq "$N"); do
+		is_liar "$k" && printf '  liar n%s: %s\n' "$k" "${RES[liar_n${k}_did]:-(no summary)}"
+	done
+fi
 if [ -n "$RESULTS" ]; then
 	{
 		echo "size=$S"
