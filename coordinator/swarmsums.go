@@ -373,6 +373,7 @@ func (sw *swarms) takeMismatch(s *Server, g *swarm, m *swarmMember, rep *api.Swa
 		return
 	}
 	g.accusations[m.node]++
+	var gone []byte // the chunks whose digests are withdrawn
 	for _, p := range sortedKeys(named) {
 		g.forged[p] = true
 		g.refuted[p]++
@@ -382,6 +383,7 @@ func (sw *swarms) takeMismatch(s *Server, g *swarm, m *swarmMember, rep *api.Swa
 				g.sums[i], g.by[i] = "", ""
 				g.published--
 				withdrawn++
+				gone = api.SetChunk(gone, i)
 			}
 		}
 		// Its offers go too; a chunk frozen between it and another reader
@@ -409,6 +411,27 @@ func (sw *swarms) takeMismatch(s *Server, g *swarm, m *swarmMember, rep *api.Swa
 		if h := g.members[p]; h != nil && g.holder == p {
 			sw.revoke(s, g, h, now, "its digests made a member's file fail the pin")
 		}
+	}
+	// What members verified against them is not verified: not offered as
+	// a peer's, and not what makes a member the furthest ahead, the
+	// lease's heir (the agents drop those chunks too, and say so in their
+	// next reports). A new slice, never the old one rewritten: plans
+	// handed out earlier still reference it.
+	for _, o := range g.members {
+		if o.complete || o == m {
+			continue
+		}
+		have := slices.Clone(o.have)
+		for i := range have {
+			if i < len(gone) {
+				have[i] &^= gone[i]
+			}
+		}
+		o.have, o.verified = have, countBits(have)
+	}
+	if h := g.members[g.holder]; h == nil && g.heir != "" {
+		// The heir was chosen before the members' chunks were taken back.
+		g.heir = sw.heirOf(s, g, "", now)
 	}
 	g.notify()
 }
