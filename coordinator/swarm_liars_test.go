@@ -183,6 +183,51 @@ func TestSwarmLeaseNeedsEvidence(t *testing.T) {
 	}
 }
 
+// TestSwarmLeaseNeedsAnOriginRate (6, what the first pass left): a holder
+// that says it reads, a little at a time (4 KiB every 200 ms), and
+// publishes nothing, loses the lease within the lease timeout: its count
+// grows slower than an origin read (a chunk in slowestChunk: 256 KiB/s
+// for these 16 MiB chunks). An honest holder reading at that floor keeps
+// it.
+//
+// Seen failing as it should before: two chunks of allowance at that pace
+// lasted over two hours, and the liar kept the lease for the whole 40 s
+// the test runs.
+func TestSwarmLeaseNeedsAnOriginRate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		step int64 // bytes a report, every 200 ms
+		keep bool
+	}{{"a liar's trickle", 4 << 10, false}, {"an honest read at the floor", int64(minOriginRate(DefaultSwarmMinChunk))/5 + 1<<10, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := swarmEnv(t)
+			h := sreport("n1")
+			if p := ask(t, e, h); !p.Lease {
+				t.Fatal("the first asker has no lease")
+			}
+			var lost time.Duration
+			for d := 200 * time.Millisecond; d <= 40*time.Second; d += 200 * time.Millisecond {
+				e.clock.set(t0.Add(d))
+				h.FromOrigin += c.step
+				if p := ask(t, e, h); !p.Lease {
+					lost = d
+					break
+				}
+				ask(t, e, sreport("n2"))
+				if c.keep && h.FromOrigin >= DefaultSwarmMinChunk {
+					break // an honest holder publishes the chunk's digest now
+				}
+			}
+			switch {
+			case c.keep && lost != 0:
+				t.Errorf("a holder reading at %d bytes/s lost the lease after %v", c.step*5, lost)
+			case !c.keep && (lost == 0 || lost > DefaultSwarmLeaseTimeout+time.Second):
+				t.Errorf("a holder counting 20 KiB/s and publishing nothing kept the lease %v; want it gone within the lease timeout (%v)", lost, DefaultSwarmLeaseTimeout)
+			}
+		})
+	}
+}
+
 // TestSwarmValidatorNotOneHoldersForLife (6): a holder's validator is the
 // swarm's only once it published a digest under its lease, and a later
 // holder's replaces it: a made-up ETag from a first holder that read

@@ -36,6 +36,13 @@ const (
 	// evidenceBan is how long a member that lost the lease for want of
 	// evidence is passed over for it.
 	evidenceBan = time.Minute
+	// slowestChunk is the longest a holder's count of origin bytes may take
+	// to grow by a chunk and still be progress: for 16 MiB chunks 256 KiB/s
+	// (2 Mbit/s), far below any uplink's share. Without a rate a liar
+	// adding a byte a report kept the lease for as long as its two chunks
+	// of allowance lasted at that pace (months); now for two slowestChunk
+	// at most, plus the lease timeout.
+	slowestChunk = 64 * time.Second
 )
 
 // lease is a swarm's origin lease.
@@ -48,6 +55,8 @@ type lease struct {
 	// origin, or took the lease; leaseAt when it took it.
 	progressAt time.Time
 	leaseAt    time.Time
+	// progressBytes is the holder's count of origin bytes at progressAt.
+	progressBytes int64
 	// orig0 is the holder's FromOrigin when it took the lease; evidenced
 	// the chunks whose digest it gave under this lease.
 	orig0     int64
@@ -73,6 +82,10 @@ func (sw *swarms) revoke(s *Server, g *swarm, h *swarmMember, now time.Time, why
 	sw.passLease(s, g, now, why)
 }
 
+// minOriginRate is the slowest origin read, in bytes a second, whose bytes
+// are progress for a swarm of chunks of chunk bytes.
+func minOriginRate(chunk int64) float64 { return float64(chunk) / slowestChunk.Seconds() }
+
 // evidence counts the holder's digest of chunk i, now published.
 func (g *swarm) evidence(i int, now time.Time) {
 	if g.evidenced[i] {
@@ -80,6 +93,9 @@ func (g *swarm) evidence(i int, now time.Time) {
 	}
 	g.evidenced[i] = true
 	g.progressAt = now
+	if h := g.members[g.holder]; h != nil {
+		g.progressBytes = h.fromOrig
+	}
 }
 
 // checkLease ends the holder's lease when it has been silent too long, is
@@ -89,8 +105,12 @@ func (g *swarm) evidence(i int, now time.Time) {
 // readable says rep's chunk indexes are the swarm's.
 func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.SwarmReport, readable bool, now time.Time, log *logrus.Entry) {
 	if g.holder == m.node {
-		if rep.FromOrigin > m.fromOrig && rep.FromOrigin-g.orig0 <= int64(len(g.evidenced)+originAllowance)*g.chunkSize {
-			g.progressAt = now
+		// Bytes count up to the allowance past the digests published, and
+		// only as fast as an origin read goes: a chunk in slowestChunk at
+		// least, since the last progress.
+		if rep.FromOrigin > m.fromOrig && rep.FromOrigin-g.orig0 <= int64(len(g.evidenced)+originAllowance)*g.chunkSize &&
+			float64(rep.FromOrigin-g.progressBytes) >= minOriginRate(g.chunkSize)*now.Sub(g.progressAt).Seconds() {
+			g.progressAt, g.progressBytes = now, rep.FromOrigin
 		}
 		for i, d := range rep.Sums {
 			switch {
@@ -101,7 +121,7 @@ func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.Swarm
 			case g.sums[i] == "":
 				// A digest for a chunk nobody published: takeSums counts
 				// it once taken; it is progress now.
-				g.progressAt = now
+				g.progressAt, g.progressBytes = now, rep.FromOrigin
 			}
 		}
 	}
@@ -164,7 +184,7 @@ func (sw *swarms) takeLease(s *Server, g *swarm, m *swarmMember, now time.Time, 
 	}
 	g.holder, g.heir = m.node, ""
 	g.progressAt, g.leaseAt = now, now
-	g.orig0 = m.fromOrig
+	g.orig0, g.progressBytes = m.fromOrig, m.fromOrig
 	g.evidenced = map[int]bool{}
 	g.leaseChanges++
 	log.Info("swarm: origin lease taken")
