@@ -34,7 +34,7 @@ func liarFabric(t *testing.T, chunks int, originRate int64, liar int, honest ...
 		e.startNode(k)
 	}
 	codec := realm.Start(fmt.Sprintf("127.0.0.%d", liar))
-	m := &swarmtest.Member{Node: nodeName(liar), Fabric: "ib-a", Addr: fmt.Sprintf("127.0.0.%d:31500", liar),
+	m := &swarmtest.Member{Node: nodeName(liar), Fabric: "ib-a", Addr: fmt.Sprintf("127.0.0.%d:0", liar),
 		Coord:  &api.Client{BaseURL: e.url, Auth: munge.Authenticator{Codec: codec}},
 		Source: e.o.url, SHA256: sum, Size: int64(len(data)), ChunkSize: faultChunk}
 	return e, m

@@ -259,7 +259,7 @@ func TestSwarmCompleteLiarsDigests(t *testing.T) {
 
 	// The liar claims the whole file with made-up digests, at every
 	// report, and serves random bytes for every range it is asked.
-	liar := &swarmtest.Member{Node: "n91", Fabric: "ib-a", Addr: "127.0.0.91:31501",
+	liar := &swarmtest.Member{Node: "n91", Fabric: "ib-a", Addr: "127.0.0.91:0",
 		Coord:  &api.Client{BaseURL: e.url, Auth: munge.Authenticator{Codec: realm.Start("127.0.0.91")}},
 		Source: e.o.url, SHA256: sum, Size: size, ChunkSize: faultChunk, Complete: true, MadeUpSums: true, Serve: swarmtest.ServeJunk}
 	startLiar(t, liar)

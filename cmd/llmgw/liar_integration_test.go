@@ -92,7 +92,7 @@ func TestSwarmLiarOnCluster(t *testing.T) {
 
 	// The liar on n4, with n4's munged, its chunk server on n4's address.
 	lctx, stop := context.WithCancel(ctx)
-	liar := &swarmtest.Member{Node: "n4", Fabric: "lab", Addr: "127.0.0.14:31399",
+	liar := &swarmtest.Member{Node: "n4", Fabric: "lab", Addr: "127.0.0.14:0",
 		Coord:  &api.Client{BaseURL: c.url, Auth: munge.Authenticator{Codec: munge.New(devMungeSocket(t, conf, "n4"))}},
 		Source: src, SHA256: sum, Size: size, ChunkSize: chunk, MadeUpSums: true, Serve: swarmtest.ServeForged, FakeOriginBytes: chunk}
 	if err := liar.Run(lctx); err != nil {

@@ -74,7 +74,7 @@ type Member struct {
 	Node, Fabric string
 	Coord        *api.Client
 	// Addr is the host:port its chunk server listens on and reports as
-	// its peer_addr.
+	// its peer_addr (port 0: any, and Addr is then the one it got).
 	Addr string
 
 	// The swarm it joins, and the chunk size and size it reports (a squat
@@ -142,6 +142,10 @@ func (m *Member) Run(ctx context.Context) error {
 		close(m.done)
 		return err
 	}
+	// Port 0 takes any: the one it got is what it reports.
+	m.mu.Lock()
+	m.Addr = l.Addr().String()
+	m.mu.Unlock()
 	srv := &http.Server{Handler: http.HandlerFunc(m.serveChunk), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {
