@@ -102,6 +102,35 @@ type swarmMember struct {
 	// bad and unreach are the peers this member accused.
 	bad     map[string]bool
 	unreach map[string]time.Time
+	// suspect are chunks this member held when their digests were
+	// withdrawn (takeMismatch): its claims of them are not taken until a
+	// report of it no longer makes them (it dropped them, as an agent
+	// does on seeing the digest withdrawn), since it verified them against
+	// a forger's digests.
+	suspect bitmap
+}
+
+// bitmap is a set of chunks, as api.SwarmReport.Have.
+type bitmap []byte
+
+// keep takes out of have the chunks of b it still marks, and returns those
+// (nil when none): a suspect chunk a member no longer claims is suspect no
+// more, and one it still claims is not counted.
+func (b bitmap) keep(have []byte) bitmap {
+	var out bitmap
+	for i := range b {
+		if i >= len(have) {
+			break
+		}
+		if x := b[i] & have[i]; x != 0 {
+			if out == nil {
+				out = make(bitmap, len(b))
+			}
+			out[i] = x
+			have[i] &^= x
+		}
+	}
+	return out
 }
 
 type swarm struct {
@@ -341,6 +370,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 		// earlier still reference the old one while they are encoded,
 		// after sw.mu is released.
 		m.have = append([]byte(nil), rep.Have...)
+		m.suspect = m.suspect.keep(m.have)
 		m.verified = countBits(m.have)
 	}
 	m.complete = rep.Complete

@@ -461,12 +461,6 @@ func TestSwarmForgedHolderRefuted(t *testing.T) {
 	if slices.ContainsFunc(p.Sums, func(s string) bool { return s != "" }) || slices.Contains(peerNames(p), "n1") || p.Holder == "n1" {
 		t.Fatalf("n2's plan after its mismatch: sums %q, peers %v, holder %q; want the digests withdrawn, and n1 neither peer nor holder", p.Sums, peerNames(p), p.Holder)
 	}
-	// n3's chunk 0 was verified against n1's digest: not offered.
-	for _, peer := range p.Peers {
-		if peer.Node == "n3" && api.HasChunk(peer.Have, 0) {
-			t.Errorf("n3 is offered with chunk 0, verified against a withdrawn digest")
-		}
-	}
 	// The lease goes to another member (the accuser, live and as far
 	// ahead as any now that n3's chunk 0 is taken back), never back to n1
 	// while one can take it; n1's digests are not taken again.
@@ -486,6 +480,25 @@ func TestSwarmForgedHolderRefuted(t *testing.T) {
 	if p := ask(t, e, liar); p.Lease || p.Sums[1] != "" {
 		t.Errorf("the forger again: lease %v, chunk 1 %q; want nothing", p.Lease, p.Sums[1])
 	}
+	// n3's chunk 0 was verified against n1's digest: not offered, nor
+	// counted, even in a report n3 sent before it saw the digest go; once
+	// n3 dropped it, a chunk 0 it verifies again counts.
+	offered := func(what string, want bool) {
+		t.Helper()
+		e.srv.swarms.mu.Lock()
+		g := e.srv.swarms.m[swarmKey{"ib-a", swarmSource, swarmSHA}]
+		got := api.HasChunk(g.members["n3"].have, 0)
+		e.srv.swarms.mu.Unlock()
+		if got != want {
+			t.Errorf("%s: n3's chunk 0 counted %v, want %v", what, got, want)
+		}
+	}
+	offered("after the mismatch", false)
+	ask(t, e, sreport("n3", 0))
+	offered("n3's report sent before it dropped the chunk", false)
+	ask(t, e, sreport("n3"))
+	ask(t, e, sreport("n3", 0))
+	offered("n3 verified chunk 0 again", true)
 	st := swarmStatus(t, e, "ib-a")
 	if !slices.Contains(st.Refuted, "n1") || !slices.Equal(st.LeaseRevoked, []string{"n1"}) {
 		t.Errorf("status: refuted %v, lease revoked %v; want n1 in both", st.Refuted, st.LeaseRevoked)

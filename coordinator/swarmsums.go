@@ -414,9 +414,11 @@ func (sw *swarms) takeMismatch(s *Server, g *swarm, m *swarmMember, rep *api.Swa
 	}
 	// What members verified against them is not verified: not offered as
 	// a peer's, and not what makes a member the furthest ahead, the
-	// lease's heir (the agents drop those chunks too, and say so in their
-	// next reports). A new slice, never the old one rewritten: plans
-	// handed out earlier still reference it.
+	// lease's heir, until a report of the member no longer claims it (the
+	// agents drop those chunks on seeing the digests withdrawn; a report
+	// sent before still claims them, and a member further ahead by them
+	// took the lease from the new holder mid-chunk). A new slice, never
+	// the old one rewritten: plans handed out earlier still reference it.
 	for _, o := range g.members {
 		if o.complete || o == m {
 			continue
@@ -424,7 +426,13 @@ func (sw *swarms) takeMismatch(s *Server, g *swarm, m *swarmMember, rep *api.Swa
 		have := slices.Clone(o.have)
 		for i := range have {
 			if i < len(gone) {
-				have[i] &^= gone[i]
+				if x := have[i] & gone[i]; x != 0 {
+					if o.suspect == nil {
+						o.suspect = make(bitmap, len(have))
+					}
+					o.suspect[i] |= x
+					have[i] &^= x
+				}
 			}
 		}
 		o.have, o.verified = have, countBits(have)
