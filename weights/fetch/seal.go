@@ -31,6 +31,17 @@ func SealHashed(ctx context.Context, fh *os.File, part, target string, want Want
 	if want.Size > 0 && fi.Size() != want.Size {
 		return fmt.Errorf("%s has %d bytes, expected %d", part, fi.Size(), want.Size)
 	}
+	if want.GitBlob != "" {
+		// A small file of a Hub repository: named by its git blob id,
+		// which is read here (the Hub keeps such files under 10 MB).
+		id, err := gitBlobFD(ctx, fh, fi.Size())
+		if err != nil {
+			return err
+		}
+		if id != want.GitBlob {
+			return fmt.Errorf("%s has git blob id %s, expected %s", part, id, want.GitBlob)
+		}
+	}
 	if want.SHA256 != "" {
 		if sum == "" {
 			if sum, err = hashFD(ctx, fh); err != nil {
