@@ -583,3 +583,188 @@ func TestSwarmHubRateLimited(t *testing.T) {
 		t.Errorf("the Hub served %d bytes for a %d-byte revision; one copy", served, x.size)
 	}
 }
+
+// setOrigin serves files by name over http, with ranges, counting what it
+// sends each client address.
+type setOrigin struct {
+	url   string
+	files map[string][]byte
+	mu    sync.Mutex
+	sent  map[string]int64
+}
+
+func newSetOrigin(t *testing.T, files map[string][]byte) *setOrigin {
+	o := &setOrigin{files: files, sent: map[string]int64{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: o}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	o.url = "http://" + l.Addr().String()
+	return o
+}
+
+func (o *setOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, ok := o.files[strings.TrimPrefix(r.URL.Path, "/")]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	w.Header().Set("ETag", `"v1"`)
+	http.ServeContent(&throttled{ResponseWriter: w, rate: 8 << 20, count: func(n int) {
+		o.mu.Lock()
+		o.sent[host] += int64(n)
+		o.mu.Unlock()
+	}}, r, "", time.Unix(1e9, 0), bytes.NewReader(b))
+}
+
+func (o *setOrigin) total() (n int64, by string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for h, b := range o.sent {
+		n += b
+		out = append(out, fmt.Sprintf("%s %d", h, b))
+	}
+	sort.Strings(out)
+	return n, strings.Join(out, ", ")
+}
+
+// TestSwarmSetModel: a model of several http(s) files, every one pinned,
+// fetched by three agents of a fabric through their Prologs' whole-set
+// ensure: one origin read for the fabric, each file verified against its
+// own pin and in the set directory under its own name. On main every
+// node read every file from its origin.
+func TestSwarmSetModel(t *testing.T) {
+	realm := mungetest.New(t)
+	names := []string{"qwen-00001-of-00003.gguf", "qwen-00002-of-00003.gguf", "qwen-00003-of-00003.gguf", "tokenizer.json"}
+	sizes := []int{3*revChunk/2 + 11, 2*revChunk - 3, revChunk/3 + 5, 40000}
+	files := map[string][]byte{}
+	for i, n := range names {
+		b := make([]byte, sizes[i])
+		rand.Read(b)
+		files[n] = b
+	}
+	o := newSetOrigin(t, files)
+	m := api.Model{Name: "qwen"}
+	var size int64
+	for _, n := range names {
+		s := sha256.Sum256(files[n])
+		m.Files = append(m.Files, api.File{Source: o.url + "/" + n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(s[:])})
+		size += int64(len(files[n]))
+	}
+	m.Source = m.Files[0].Source
+	ks := []int{171, 172, 173}
+	ips := map[string]string{}
+	for _, k := range ks {
+		ips[fmt.Sprintf("n%d", k)] = fmt.Sprintf("127.0.0.%d", k)
+	}
+	x := &hubFabric{t: t, e: emptyFabric(t, realm, nil, "", revChunk), cut: map[string]*atomic.Bool{}, stop: map[string]func(){}}
+	x.e.url = startCoordinator(t, realm, ips, revChunk)
+	x.hub = &hubtest.Hub{} // no Hub: the agents' hf_endpoint is unused
+	admin := &api.Client{BaseURL: x.e.url, Token: "admin-secret"}
+	if _, err := admin.PutModel(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	var agents []*Agent
+	for i, k := range ks {
+		agents = append(agents, x.agent(k, 31760+i, ""))
+	}
+	set := catalog.SetName(m)
+	var wg sync.WaitGroup
+	errs := make([]error, len(agents))
+	paths := make([]string, len(agents))
+	for i, a := range agents {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			paths[i], errs[i] = a.ensure(ctx, api.EnsureRequest{Source: m.Source, Set: set, Files: m.Files}, nil)
+		})
+	}
+	wg.Wait()
+	for i, a := range agents {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", a.cfg.Node, errs[i])
+		}
+		if want := catalog.SetDir(a.cfg.CacheDir, m); paths[i] != want {
+			t.Errorf("%s: ensure answered %s, want the set directory %s", a.cfg.Node, paths[i], want)
+		}
+		for _, n := range names {
+			p := filepath.Join(paths[i], n)
+			got, err := os.ReadFile(p)
+			if err != nil || !bytes.Equal(got, files[n]) {
+				t.Errorf("%s: %s is not the origin's file (%v)", a.cfg.Node, n, err)
+			}
+			if sum, _ := catalog.RecordedSHA256(p); sum == "" {
+				t.Errorf("%s: %s carries no recorded digest, as a sealed file does", a.cfg.Node, n)
+			}
+		}
+		ents, _ := os.ReadDir(paths[i])
+		for _, e := range ents {
+			if strings.Contains(e.Name(), ".part") {
+				t.Errorf("%s: %s left in the set directory", a.cfg.Node, e.Name())
+			}
+		}
+	}
+	got, by := o.total()
+	t.Logf("the origin served %d bytes for a %d-byte set (%.3f copies); by node: %s", got, size, float64(got)/float64(size), by)
+	if got > size {
+		t.Errorf("the origin served %d bytes, %.2f copies of the %d-byte set; one per fabric", got, float64(got)/float64(size), size)
+	}
+}
+
+// TestSwarmHFFile: one pinned hf: file, fetched by three agents of a
+// fabric: one read of the Hub (through its redirect to the CDN), the file
+// in each cache under its cache name. On main an hf: source was read from
+// the Hub by every node ("only http(s) sources are fetched through the
+// swarm").
+func TestSwarmHFFile(t *testing.T) {
+	x := newHubFabric(t, twelveFiles(), 181, 182, 183)
+	var f catalog.HubFile
+	for _, hf := range x.hb.Files {
+		if hf.Path == "model-00002-of-00004.safetensors" {
+			f = hf
+		}
+	}
+	src := "hf:org/twelve@" + x.hb.Commit + "/" + f.Path
+	admin := &api.Client{BaseURL: x.e.url, Token: "admin-secret"}
+	if _, err := admin.PutModel(context.Background(), api.Model{Name: "shard", Source: src, SHA256: f.SHA256, Size: f.Size}); err != nil {
+		t.Fatal(err)
+	}
+	base := x.hub.Served()
+	x.hub.Throttle(6 << 20)
+	var agents []*Agent
+	for i, k := range []int{181, 182, 183} {
+		agents = append(agents, x.agent(k, 31770+i, ""))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(agents))
+	paths := make([]string, len(agents))
+	for i, a := range agents {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			paths[i], errs[i] = a.ensure(ctx, api.EnsureRequest{Source: src, SHA256: f.SHA256, Size: f.Size}, nil)
+		})
+	}
+	wg.Wait()
+	for i, a := range agents {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", a.cfg.Node, errs[i])
+		}
+		if want := catalog.CachePathFor(a.cfg.CacheDir, src); paths[i] != want {
+			t.Errorf("%s: ensure answered %s, want %s", a.cfg.Node, paths[i], want)
+		}
+		if got, err := os.ReadFile(paths[i]); err != nil || !bytes.Equal(got, x.files[f.Path]) {
+			t.Errorf("%s: %s is not the Hub's file (%v)", a.cfg.Node, paths[i], err)
+		}
+	}
+	served := x.hub.Served() - base
+	t.Logf("the Hub served %d bytes for a %d-byte file (%.3f copies); by node: %s", served, f.Size, float64(served)/float64(f.Size), x.servedTo())
+	if served > f.Size {
+		t.Errorf("the Hub served %d bytes, %.2f copies of the file; one per fabric", served, float64(served)/float64(f.Size))
+	}
+}

@@ -78,6 +78,11 @@ func (a *Agent) whyNoSwarm(cfg Config, req api.EnsureRequest) string {
 		return "no munge_socket: peers know each other by MUNGE credentials, so this node fetches from the origin; set munge_socket in agent.toml"
 	case cfg.Coordinator == "":
 		return "no coordinator to plan the swarm: fetching from the origin"
+	case strings.HasPrefix(req.Source, "hf:"):
+		// A pinned hf: file goes through the swarm as a revision of one
+		// file (ensureHFFile), never this way: this swarm asks the origin
+		// for the source as a URL.
+		return "-"
 	}
 	return ""
 }
