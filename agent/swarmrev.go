@@ -263,7 +263,7 @@ func (r *revision) sealFile(f *revFile) error {
 	part := f.final + catalog.PartSuffix
 	if err := fetch.SealHashed(r.ctx, f.fh, part, f.final, want, sum); err != nil {
 		os.Remove(part)
-		err = fmt.Errorf("file %s: %w; every chunk of it matched the swarm's digests, so they are not the file's: nothing of this fetch is kept", f.name, err)
+		err = &badFileError{fmt.Errorf("file %s: %w; every chunk of it matched the swarm's digests, so they are not the file's: this file's bytes and the fetch's record of its chunks are dropped", f.name, err)}
 		r.fail(err)
 		return err
 	}
@@ -278,6 +278,12 @@ func (r *revision) sealFile(f *revFile) error {
 	r.s.log.WithField("file", f.name).Debug("swarm: file verified against its digest and named")
 	return nil
 }
+
+// badFileError is a file whose chunks all matched their digests and whose
+// whole did not match its own: the chunk digests were not the file's.
+type badFileError struct{ error }
+
+func (e *badFileError) Unwrap() error { return e.error }
 
 // finish is the run's end, once every chunk is verified: every file
 // hashed and sealed (what hashAhead left to the last call), and each

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -251,13 +253,17 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 	}()
 	held := make([]string, len(spec.files))
 	var need, largest int64
+	missing := 0
 	for i, fs := range spec.files {
 		if held[i] = fs.held(ctx); held[i] == "" {
-			need += fs.want.Size
+			missing++
+			// What a .part of an earlier attempt holds is on the disk
+			// already: the room to claim is what is still to be written.
+			need += fs.want.Size - min(fs.want.Size, allocated(fs.final+catalog.PartSuffix))
 			largest = max(largest, fs.want.Size)
 		}
 	}
-	if need == 0 {
+	if missing == 0 {
 		if err := spec.done(ctx); err != nil {
 			return err
 		}
@@ -317,10 +323,26 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 	if c := context.Cause(rctx); c != nil && !errors.Is(c, context.Canceled) {
 		err = c
 	}
+	var bad *badFileError
+	if errors.As(err, &bad) {
+		// The digests its chunks were checked against are not to be
+		// trusted: the sidecar that records them goes too.
+		os.Remove(spec.target + swarmSuffix)
+	}
 	if err != nil {
 		return err
 	}
 	return spec.done(ctx)
+}
+
+// allocated is the bytes the file at path occupies on its disk, 0 when
+// there is none.
+func allocated(path string) int64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
 }
 
 // revChunk is the chunk size the swarm of s cuts the revision in: its
