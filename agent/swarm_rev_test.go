@@ -768,3 +768,36 @@ func TestSwarmHFFile(t *testing.T) {
 		t.Errorf("the Hub served %d bytes, %.2f copies of the file; one per fabric", served, float64(served)/float64(f.Size))
 	}
 }
+
+// TestRevisionRetireWaitsForReaders: the descriptors of a revision's fetch
+// are closed only once no chunk server answer reads through them, and no
+// answer begins reading through them after the fetch ended. On the bench
+// (fanout.sh --hub) a chunk being served as its holder completed was cut
+// short when they were closed under it: the reader took the holder for
+// dead, the lease passed, and the heir read a chunk from the origin again
+// (3.25 copies for three fabrics).
+func TestRevisionRetireWaitsForReaders(t *testing.T) {
+	r := &revision{}
+	rd, err := r.open(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended atomic.Bool
+	r.retire(func() { ended.Store(true) })
+	if ended.Load() {
+		t.Fatal("the descriptors were closed while an answer read through them")
+	}
+	if _, err := r.open(false); err != errMoving {
+		t.Errorf("an answer after the fetch ended: %v, want errMoving (ask again: complete, or gone)", err)
+	}
+	rd.Close()
+	rd.Close()
+	if !ended.Load() {
+		t.Fatal("the descriptors were not closed after the last answer")
+	}
+	r2 := &revision{}
+	r2.retire(func() { ended.Store(false) })
+	if ended.Load() {
+		t.Error("with no answer reading, retire must close at once")
+	}
+}

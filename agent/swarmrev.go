@@ -44,6 +44,17 @@ type revision struct {
 	fail func(error)
 	// hmu serialises the hashing and sealing pass (hashAhead).
 	hmu sync.Mutex
+	// rmu guards readers, the chunk server's answers reading through the
+	// fetch's descriptors (open), and over: the fetch has ended, and its
+	// descriptors are closed (ending, run by retire) once the last of
+	// those answers is done. A read begun just before the revision was
+	// complete must not find them closed under it: cut short, it made the
+	// reader take its holder for dead (fanout.sh: a lease passed at every
+	// holder's end, and the heir read a chunk from the origin again).
+	rmu     sync.Mutex
+	readers int
+	over    bool
+	ending  func()
 }
 
 // revFile is one file of a revision on this node.
@@ -309,7 +320,15 @@ func (r *revision) finish(ctx context.Context) error {
 // replaced since, the revision is no longer served).
 func (r *revision) open(complete bool) (heldFile, error) {
 	if !complete {
-		return revReader{r: r}, nil
+		r.rmu.Lock()
+		defer r.rmu.Unlock()
+		if r.over {
+			// Ended without being complete (its entry is being dropped),
+			// or complete a moment ago: the reader asks again.
+			return nil, errMoving
+		}
+		r.readers++
+		return &revReader{r: r}, nil
 	}
 	if err := r.check(); err != nil {
 		return nil, err
@@ -328,11 +347,47 @@ func (r *revision) check() error {
 	return nil
 }
 
-// revReader reads a revision in progress; Close has nothing to close.
-type revReader struct{ r *revision }
+// retire runs end, which closes the fetch's descriptors, once no answer
+// reads through them: at once, or when the last one is done. No answer
+// reads through them after it is called.
+func (r *revision) retire(end func()) {
+	r.rmu.Lock()
+	r.over = true
+	if r.readers > 0 {
+		r.ending = end
+		r.rmu.Unlock()
+		return
+	}
+	r.rmu.Unlock()
+	end()
+}
 
-func (v revReader) ReadAt(p []byte, off int64) (int, error) { return v.r.ReadAt(p, off) }
-func (v revReader) Close() error                            { return nil }
+// revReader reads a revision in progress through the fetch's descriptors.
+type revReader struct {
+	r    *revision
+	once sync.Once
+}
+
+func (v *revReader) ReadAt(p []byte, off int64) (int, error) { return v.r.ReadAt(p, off) }
+
+func (v *revReader) Close() error {
+	v.once.Do(func() {
+		r := v.r
+		r.rmu.Lock()
+		r.readers--
+		end := r.ending
+		if r.readers == 0 {
+			r.ending = nil
+		} else {
+			end = nil
+		}
+		r.rmu.Unlock()
+		if end != nil {
+			end()
+		}
+	})
+	return nil
+}
 
 // revFiles reads a complete revision from its served files, opening each
 // as a read reaches it.

@@ -239,9 +239,10 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 	st := &a.swarm
 	r := &revision{size: spec.size}
 	// Each file written here is open under its locks until the end; the
-	// unlock closes it. A file held already is open for reading.
+	// unlock closes it. A file held already is open for reading. Both are
+	// closed once no chunk server answer reads through them (retire).
 	var unlocks []func()
-	defer func() {
+	defer r.retire(func() {
 		for _, rf := range r.files {
 			if rf.fh != nil && rf.done.Load() && rf.origin == nil {
 				rf.fh.Close()
@@ -250,7 +251,7 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 		for _, u := range unlocks {
 			u()
 		}
-	}()
+	})
 	held := make([]string, len(spec.files))
 	var need, largest int64
 	missing := 0
