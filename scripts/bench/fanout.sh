@@ -59,7 +59,7 @@
 #
 # Usage: scripts/bench/fanout.sh [--quick] [--small] [--hub] [--size SIZE]
 #           [--fabrics N] [--per-fabric N] [--mgmt-mbit N] [--fabric-mbit N]
-#           [--no-peers-off] [--no-faults] [--results FILE] [--llmgw PATH]
+#           [--no-peers-off] [--no-faults] [--results FILE] [--logs DIR] [--llmgw PATH]
 #   --quick          a 64 MiB model (peers off then takes about 80 s, not 322)
 #   --small          3 fabrics x 2 nodes, 32 MiB, peers on only, no faults:
 #                    the correctness case (cmd/llmgw TestFanoutSmall)
@@ -71,6 +71,7 @@
 #   --no-peers-off   skip the peers-off run (every node from the origin)
 #   --no-faults      skip the fault run
 #   --results FILE   also write the figures as KEY=VALUE lines to FILE
+#   --logs DIR       keep each run's logs (agents, coordinator, origin, Prologs) in DIR
 #   --llmgw PATH     use this llmgw binary instead of building one
 # Needs root, ip, tc, munged (Debian's munge), setpriv, curl, sha256sum,
 # numfmt, bc and go (to build). Everything it creates (namespaces, daemons,
@@ -79,7 +80,7 @@
 # node; goals missed are printed in the table, not an exit status.
 set -euo pipefail
 
-SIZE=256M FABRICS=3 PER=4 MGMT_MBIT=80 FAB_MBIT=800 PEERS_OFF=1 FAULTS=1 RESULTS= BIN= HUB=0
+SIZE=256M FABRICS=3 PER=4 MGMT_MBIT=80 FAB_MBIT=800 PEERS_OFF=1 FAULTS=1 RESULTS= BIN= HUB=0 LOGS=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) SIZE=64M; shift ;;
@@ -93,6 +94,7 @@ while [ $# -gt 0 ]; do
 	--no-peers-off) PEERS_OFF=0; shift ;;
 	--no-faults) FAULTS=0; shift ;;
 	--results) RESULTS=$(realpath -m "$2"); shift 2 ;;
+	--logs) LOGS=$(realpath -m "$2"); shift 2 ;;
 	--llmgw) BIN=$(realpath "$2"); shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "fanout.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -140,6 +142,10 @@ cleanup() {
 		for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
 		ip netns del "$ns" 2>/dev/null
 	done
+	if [ -n "$LOGS" ]; then
+		mkdir -p "$LOGS"
+		for r in "$W"/run-*; do [ -d "$r" ] && cp -r "$r" "$LOGS/"; done
+	fi
 	[ -n "$MOUNTED" ] && umount -l "$W/fs"
 	rm -rf "$W"
 }
