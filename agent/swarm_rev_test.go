@@ -209,7 +209,28 @@ func (x *hubFabric) kill(a *Agent, end func()) {
 
 // ensure runs a's ensure of the model, as its Prolog asks.
 func (x *hubFabric) ensure(ctx context.Context, a *Agent) (string, error) {
-	return a.ensure(ctx, api.EnsureRequest{Source: x.src, Hub: &x.hb}, nil)
+	return a.ensure(ctx, x.request(a), nil)
+}
+
+// request is the ensure of the model a Prolog sends.
+func (x *hubFabric) request(*Agent) api.EnsureRequest {
+	return api.EnsureRequest{Source: x.src, Hub: &x.hb}
+}
+
+// ensureAll runs each agent's ensure of its request at once, as the
+// Prologs of a job's nodes do, each within a minute.
+func ensureAll(agents []*Agent, request func(*Agent) api.EnsureRequest) (paths []string, errs []error) {
+	paths, errs = make([]string, len(agents)), make([]error, len(agents))
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			paths[i], errs[i] = a.ensure(ctx, request(a), nil)
+		})
+	}
+	wg.Wait()
+	return paths, errs
 }
 
 // reference is the snapshot as phase 1 writes it (EnsureHub, from the Hub,
@@ -321,17 +342,7 @@ func TestSwarmHubRepository(t *testing.T) {
 	for i, k := range []int{111, 112, 113} {
 		agents = append(agents, x.agent(k, 31700+i, ""))
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
-	paths := make([]string, len(agents))
-	for i, a := range agents {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			paths[i], errs[i] = x.ensure(ctx, a)
-		})
-	}
-	wg.Wait()
+	paths, errs := ensureAll(agents, x.request)
 	for i, a := range agents {
 		if errs[i] != nil {
 			t.Fatalf("%s: %v", a.cfg.Node, errs[i])
@@ -535,16 +546,7 @@ func TestSwarmHubGated(t *testing.T) {
 	x := newHubFabric(t, twelveFiles(), 151, 152)
 	x.hub.Gate("org/twelve", "hf_secret")
 	agents := []*Agent{x.agent(151, 31740, ""), x.agent(152, 31741, "")}
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
-	for i, a := range agents {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			_, errs[i] = x.ensure(ctx, a)
-		})
-	}
-	wg.Wait()
+	_, errs := ensureAll(agents, x.request)
 	for i, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "hf_token_file") {
 			t.Errorf("%s: %v; want the gated repository said, naming hf_token_file", agents[i].cfg.Node, err)
@@ -560,17 +562,8 @@ func TestSwarmHubRateLimited(t *testing.T) {
 	base := x.hub.Served()
 	agents := []*Agent{x.agent(161, 31750, ""), x.agent(162, 31751, "")}
 	x.hub.Limit(1, 1)
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
 	start := time.Now()
-	for i, a := range agents {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			_, errs[i] = x.ensure(ctx, a)
-		})
-	}
-	wg.Wait()
+	_, errs := ensureAll(agents, x.request)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("%s: %v", agents[i].cfg.Node, err)
@@ -674,17 +667,7 @@ func TestSwarmSetModel(t *testing.T) {
 		agents = append(agents, x.agent(k, 31760+i, ""))
 	}
 	set := catalog.SetName(m)
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
-	paths := make([]string, len(agents))
-	for i, a := range agents {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			paths[i], errs[i] = a.ensure(ctx, api.EnsureRequest{Source: m.Source, Set: set, Files: m.Files}, nil)
-		})
-	}
-	wg.Wait()
+	paths, errs := ensureAll(agents, func(*Agent) api.EnsureRequest { return api.EnsureRequest{Source: m.Source, Set: set, Files: m.Files} })
 	for i, a := range agents {
 		if errs[i] != nil {
 			t.Fatalf("%s: %v", a.cfg.Node, errs[i])
@@ -740,17 +723,7 @@ func TestSwarmHFFile(t *testing.T) {
 	for i, k := range []int{181, 182, 183} {
 		agents = append(agents, x.agent(k, 31770+i, ""))
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
-	paths := make([]string, len(agents))
-	for i, a := range agents {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			paths[i], errs[i] = a.ensure(ctx, api.EnsureRequest{Source: src, SHA256: f.SHA256, Size: f.Size}, nil)
-		})
-	}
-	wg.Wait()
+	paths, errs := ensureAll(agents, func(*Agent) api.EnsureRequest { return api.EnsureRequest{Source: src, SHA256: f.SHA256, Size: f.Size} })
 	for i, a := range agents {
 		if errs[i] != nil {
 			t.Fatalf("%s: %v", a.cfg.Node, errs[i])

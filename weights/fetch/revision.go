@@ -151,16 +151,7 @@ func CheckFile(ctx context.Context, path string, want Want) error {
 			return fmt.Errorf("%s has sha256 %s, expected %s", path, sum, want.SHA256)
 		}
 	}
-	if want.GitBlob != "" {
-		id, err := gitBlobFD(ctx, fh, fi.Size())
-		if err != nil {
-			return err
-		}
-		if id != want.GitBlob {
-			return fmt.Errorf("%s has git blob id %s, expected %s", path, id, want.GitBlob)
-		}
-	}
-	return nil
+	return checkGitBlob(ctx, fh, path, fi.Size(), want.GitBlob)
 }
 
 // ClaimRoom claims, before the first byte, the room a writer outside this
