@@ -774,3 +774,33 @@ func TestRevisionRetireWaitsForReaders(t *testing.T) {
 		t.Error("with no answer reading, retire must close at once")
 	}
 }
+
+// TestSwarmHubSameBlobTwice: a repository with two paths of the same bytes
+// (one blob, as the Hub names it) and empty files: the blob is written,
+// verified and named once, both paths link to it, and the fetch does not
+// wait on its own lock (it did, until its deadline: the blob's lock taken
+// once per path).
+func TestSwarmHubSameBlobTwice(t *testing.T) {
+	files := map[string][]byte{
+		"a/config.json":     []byte(`{"model_type":"llama"}`),
+		"b/config.json":     []byte(`{"model_type":"llama"}`),
+		"a/__init__.py":     {},
+		"b/__init__.py":     {},
+		"model.safetensors": safetensorsBytes(3*revChunk/2 + 7),
+	}
+	rand.Read(files["model.safetensors"][16:])
+	x := newHubFabric(t, files, 201, 202)
+	want := x.reference()
+	base := x.hub.Served()
+	agents := []*Agent{x.agent(201, 31790, ""), x.agent(202, 31791, "")}
+	_, errs := ensureAll(agents, x.request)
+	for i, a := range agents {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", a.cfg.Node, errs[i])
+		}
+		x.check(a, want)
+	}
+	if served := x.hub.Served() - base; served > x.size {
+		t.Errorf("the Hub served %d bytes for a %d-byte revision; one copy", served, x.size)
+	}
+}

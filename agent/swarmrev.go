@@ -86,6 +86,19 @@ type revFile struct {
 	id fileID
 	// origin is where the lease holder reads it (swarmrevorigin.go).
 	origin *fetch.Origin
+	// alias, when set, is the revision's first file of the same blob (two
+	// paths of a repository with the same bytes): this one's bytes land
+	// in that one's .part, which is verified and named once, for both.
+	alias *revFile
+}
+
+// isDone says whether f is verified and named (its alias's state, for an
+// alias).
+func (f *revFile) isDone() bool {
+	if f.alias != nil {
+		return f.alias.done.Load()
+	}
+	return f.done.Load()
 }
 
 // start is run's hook once the held entry exists: the chunks that lie
@@ -112,7 +125,7 @@ func (r *revision) heldRange(from, to int64) bool {
 		if f.off+f.size <= from || f.off > to || f.size == 0 {
 			continue
 		}
-		if !f.done.Load() {
+		if !f.isDone() {
 			return false
 		}
 	}
@@ -156,7 +169,7 @@ func (r *revision) ReadAt(p []byte, off int64) (int, error) {
 func (r *revision) WriteAt(p []byte, off int64) (int, error) {
 	n := 0
 	err := r.each(off, int64(len(p)), func(f *revFile, at, pos, m int64) error {
-		if f.done.Load() {
+		if f.isDone() {
 			n += int(m)
 			return nil
 		}
@@ -170,7 +183,7 @@ func (r *revision) WriteAt(p []byte, off int64) (int, error) {
 // Truncate sizes every .part to its file's size.
 func (r *revision) Truncate(int64) error {
 	for _, f := range r.files {
-		if !f.done.Load() {
+		if !f.isDone() && f.alias == nil {
 			if err := f.fh.Truncate(f.size); err != nil {
 				return err
 			}
@@ -199,7 +212,7 @@ func (r *revision) Stat() (os.FileInfo, error) {
 
 func (r *revision) syncRange(off, n int64) {
 	r.each(off, n, func(f *revFile, at, _, m int64) error {
-		if !f.done.Load() {
+		if !f.isDone() {
 			unix.SyncFileRange(int(f.fh.Fd()), at, m, unix.SYNC_FILE_RANGE_WRITE)
 		}
 		return nil
@@ -222,7 +235,8 @@ func (r *revision) hashLocked() error {
 	s := r.s
 	var buf []byte
 	for _, f := range r.files {
-		if f.done.Load() {
+		if f.isDone() || f.alias != nil {
+			// An alias is verified and named with its first file.
 			continue
 		}
 		for f.hashed < f.size {
@@ -306,7 +320,7 @@ func (r *revision) finish(ctx context.Context) error {
 		return err
 	}
 	for _, f := range r.files {
-		if !f.done.Load() {
+		if !f.isDone() {
 			return fmt.Errorf("file %s is not verified", f.name)
 		}
 		f.id = statID(f.serve)

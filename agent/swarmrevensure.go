@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -280,33 +281,69 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 	if err := os.MkdirAll(filepath.Dir(spec.target), 0o755); err != nil {
 		return err
 	}
+	// Each file to write is locked once (a blob two paths of a repository
+	// share is one file: locked twice, the fetch waited for itself), and
+	// in the order of the names: two fetches of revisions that share
+	// blobs take their locks in one order, never each waiting for the
+	// other.
+	type lockedFile struct {
+		spec revFileSpec
+		fh   *os.File
+		held string // finished by another process while this one waited
+	}
+	locked := map[string]*lockedFile{}
+	var names []string
+	for i, fs := range spec.files {
+		if held[i] == "" && locked[fs.final] == nil {
+			locked[fs.final] = &lockedFile{spec: fs}
+			names = append(names, fs.final)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		lf := locked[name]
+		fh, unlock, err := f.LockFile(ctx, name)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", lf.spec.name, err)
+		}
+		if lf.held = lf.spec.held(ctx); lf.held != "" {
+			unlock()
+			continue
+		}
+		unlocks = append(unlocks, unlock)
+		lf.fh = fh
+	}
+	first := map[string]*revFile{}
 	var off int64
 	for i, fs := range spec.files {
 		rf := newRevFile(fs, off)
 		off += fs.want.Size
 		r.files = append(r.files, rf)
-		if held[i] == "" {
-			fh, unlock, err := f.LockFile(ctx, fs.final)
-			if err != nil {
-				return fmt.Errorf("file %s: %w", fs.name, err)
-			}
-			// Another process may have finished it while this one waited.
-			if held[i] = fs.held(ctx); held[i] == "" {
-				unlocks = append(unlocks, unlock)
-				rf.fh = fh
-				if rf.origin, err = fs.origin(st.origin); err != nil {
-					return err
-				}
-				continue
-			}
-			unlock()
+		lf := locked[fs.final]
+		at := held[i]
+		if at == "" {
+			at = lf.held
 		}
-		fh, err := os.Open(held[i])
-		if err != nil {
+		if at != "" {
+			fh, err := os.Open(at)
+			if err != nil {
+				return err
+			}
+			rf.fh, rf.serve = fh, at
+			rf.done.Store(true)
+			continue
+		}
+		if rf.origin, err = fs.origin(st.origin); err != nil {
 			return err
 		}
-		rf.fh, rf.serve = fh, held[i]
-		rf.done.Store(true)
+		rf.fh = lf.fh
+		if p := first[fs.final]; p != nil {
+			// The same blob at another path: its bytes land in the same
+			// file, which is verified and named once.
+			rf.alias = p
+			continue
+		}
+		first[fs.final] = rf
 	}
 	rctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)

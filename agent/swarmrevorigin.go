@@ -85,7 +85,7 @@ func (b *revBody) counting(count func(int)) io.Reader {
 // disk when the file is held here.
 func (b *revBody) open(k int) (io.ReadCloser, bool, error) {
 	sg := b.segs[k]
-	if sg.f.done.Load() {
+	if sg.f.isDone() {
 		return io.NopCloser(io.NewSectionReader(sg.f.fh, sg.at, sg.n)), true, nil
 	}
 	body, err := sg.f.origin.Range(b.ctx, sg.at, sg.at+sg.n-1)
@@ -117,7 +117,7 @@ func (b *revBody) advance() error {
 // origin sends, or is within prefetchFloor.
 func (b *revBody) ahead() {
 	k := b.k + 1
-	if b.next != nil || k >= len(b.segs) || b.segs[k].f.done.Load() {
+	if b.next != nil || k >= len(b.segs) || b.segs[k].f.isDone() {
 		return
 	}
 	if !b.local {
