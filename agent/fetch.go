@@ -178,6 +178,9 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	}
 	a.mu.Unlock()
 
+	if err == nil {
+		a.noteUse(cfg, usedName(req))
+	}
 	if failed {
 		a.metrics.fetchErrors.Inc()
 		a.recordError("fetch " + errString(err))

@@ -42,7 +42,7 @@ func TestSwarmHubRoomClaimedWhole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := x.ensure(ctx, a)
-	if !errors.Is(err, fetch.ErrNoSpace) || !strings.Contains(err.Error(), "claimed whole before the first byte") {
+	if !errors.Is(err, fetch.ErrNoSpace) || !strings.Contains(err.Error(), "claimed whole before its first byte") {
 		t.Fatalf("ensure of a %d-byte revision on 6 MiB: %v; want refused for space, before the first byte", x.size, err)
 	}
 	if n := x.hub.Served() - base; n != 0 {

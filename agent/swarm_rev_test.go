@@ -804,3 +804,34 @@ func TestSwarmHubSameBlobTwice(t *testing.T) {
 		t.Errorf("the Hub served %d bytes for a %d-byte revision; one copy", served, x.size)
 	}
 }
+
+// TestSwarmHubClaimIsTheNodesBudget: while a revision comes through the
+// swarm, its missing bytes are claimed in the node's record of space, the
+// one every fetch and eviction reads (issue 27's budget), and the claim is
+// gone when the fetch ends.
+func TestSwarmHubClaimIsTheNodesBudget(t *testing.T) {
+	x := newHubFabric(t, twelveFiles(), 211)
+	x.hub.Throttle(4 << 20)
+	a := x.agent(211, 31795, "")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, err := x.ensure(ctx, a)
+		done <- err
+	}()
+	f := a.fetcherLocked()
+	blobs := filepath.Join(catalog.HubRepoDir(a.Config().HFCacheDir(), x.hb.Repo), "blobs")
+	var claimed int64
+	until(t, 20*time.Second, "the revision's room claimed in the node's record", func() bool {
+		claimed, _ = f.Claimed(context.Background(), blobs)
+		return claimed > x.size/2
+	})
+	t.Logf("claimed %d bytes of a %d-byte revision while it came", claimed, x.size)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.Claimed(context.Background(), blobs); n != 0 {
+		t.Errorf("%d bytes still claimed after the fetch ended", n)
+	}
+}

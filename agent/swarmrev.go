@@ -62,11 +62,11 @@ type revFile struct {
 	name      string
 	off, size int64
 	want      fetch.Want
-	// final is where the file gets its name when verified (the blob, its
-	// staging copy, the set's file), its .part beside it; publish, when
-	// set, moves it on from there (a Hugging Face cache on another
-	// filesystem); serve is where it is read from once the revision is
-	// complete.
+	// final is where the file gets its name when verified (a Hub blob's
+	// name in the staging directory, the set's file), its .part beside it;
+	// publish, when set, moves it on from there (a Hub blob into the
+	// Hugging Face cache); serve is where it is read from once the
+	// revision is complete.
 	final   string
 	publish func() error
 	serve   string

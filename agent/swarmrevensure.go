@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -37,9 +38,13 @@ type revSpec struct {
 	// (swarmSuffix); path is what the ensure answers.
 	target, path string
 	files        []revFileSpec
-	// stage is where Hub blobs are written before they move to a Hugging
-	// Face cache on another filesystem, "" when they are written in place.
-	stage string
+	// claim claims the room the missing files will take, whole, before
+	// the first byte, in the node's record of space (the Fetcher's
+	// budget, which evicts first when it does not fit), and returns its
+	// release; renew, when set, renews it (a claim of a set or a Hub
+	// model lapses unrenewed).
+	claim func(ctx context.Context) (func(), error)
+	renew func(ctx context.Context) error
 	// done runs once every file is verified and named (a Hub model's links
 	// and refs).
 	done func(ctx context.Context) error
@@ -47,11 +52,18 @@ type revSpec struct {
 
 // revFileSpec is one file of a revSpec.
 type revFileSpec struct {
-	name    string
-	want    fetch.Want
+	name string
+	want fetch.Want
+	// final is where the file is written (its .part beside it) and gets
+	// its name once verified; publish, when set, moves it on from there (a
+	// Hub blob into the Hugging Face cache); serve is where it is read
+	// from once the revision is complete.
 	final   string
 	publish func() error
 	serve   string
+	// lock takes the locks a Fetcher's fetch of the file holds, and
+	// returns its .part open read-write.
+	lock func(ctx context.Context) (*os.File, func(), error)
 	// held is where this node holds the file verified already, or "".
 	held   func(ctx context.Context) string
 	origin func(client *http.Client) (*fetch.Origin, error)
@@ -117,20 +129,28 @@ func hubSpec(f *fetch.Fetcher, hfCache string, h catalog.Hub) (revSpec, error) {
 	}
 	files := catalog.HubRevision(h)
 	spec := revSpec{source: catalog.HubSource(h.Repo, h.Commit), sum: catalog.RevisionDigest(files), size: catalog.RevisionSize(files),
-		path: catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit), stage: targets[0].StagingOf()}
-	// The sidecar beside the blobs being written, under a hidden name no
-	// blob has (gc and huggingface_hub pass over it).
+		path: catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit)}
+	// The sidecar beside the blobs being written, in the staging
+	// directory, under a hidden name no blob has (gc passes over it).
 	spec.target = filepath.Join(filepath.Dir(targets[0].Write), "."+spec.sum[:16]+".llmgw-revision")
 	for _, t := range targets {
-		fs := revFileSpec{name: t.File.Path, want: t.Want(h.Commit), final: t.Write, serve: t.Blob, held: t.Held,
-			origin: func(c *http.Client) (*fetch.Origin, error) { return f.HubOrigin(h, t.File, c) }}
-		if t.Write != t.Blob {
-			fs.publish = func() error { return fetch.PublishHub(t) }
-		}
-		spec.files = append(spec.files, fs)
+		spec.files = append(spec.files, revFileSpec{name: t.File.Path, want: t.Want(h.Commit), final: t.Write, serve: t.Blob, held: t.Held,
+			publish: func() error { return fetch.PublishHub(t) },
+			lock:    func(ctx context.Context) (*os.File, func(), error) { return f.LockHub(ctx, t) },
+			origin:  func(c *http.Client) (*fetch.Origin, error) { return f.HubOrigin(h, t.File, c) }})
 	}
-	spec.done = func(context.Context) error {
-		_, err := fetch.LinkHub(hfCache, h)
+	spec.renew = func(ctx context.Context) error { return f.ClaimHub(ctx, hfCache, h) }
+	spec.claim = func(ctx context.Context) (func(), error) {
+		if err := f.ClaimHub(ctx, hfCache, h); err != nil {
+			return nil, err
+		}
+		return func() { f.DropHubClaim(context.WithoutCancel(ctx), hfCache, h) }, nil
+	}
+	// Every blob verified and in: EnsureHub finds them all there, so it
+	// only links the snapshot and writes the refs, through the cache's
+	// directories held open as it always does.
+	spec.done = func(ctx context.Context) error {
+		_, err := f.EnsureHub(ctx, hfCache, h)
 		return err
 	}
 	return spec, nil
@@ -169,13 +189,20 @@ func (a *Agent) ensureSetModel(ctx context.Context, cfg Config, f *fetch.Fetcher
 	}
 	spec := revSpec{source: m.Source, sum: catalog.RevisionDigest(files), size: catalog.RevisionSize(files), path: dir,
 		target: filepath.Join(dir, "."+catalog.RevisionDigest(files)[:16]+".llmgw-revision"), done: func(context.Context) error { return nil }}
+	var claimed []fetch.SetFile
 	for _, file := range req.Files {
 		want := fetch.Want{SHA256: strings.ToLower(file.WantSHA256()), Size: file.Size}
 		final := catalog.SetFilePath(dir, file.Source)
 		spec.files = append(spec.files, revFileSpec{name: catalog.FileName(file.Source), want: want, final: final, serve: final,
 			held:   func(ctx context.Context) string { return heldAt(ctx, final, want) },
+			lock:   func(ctx context.Context) (*os.File, func(), error) { return f.LockFile(ctx, final) },
 			origin: func(c *http.Client) (*fetch.Origin, error) { return f.Origin(file.Source, want, c) }})
+		claimed = append(claimed, fetch.SetFile{Source: file.Source, Size: file.Size})
 	}
+	// The set's claim, as the Fetcher makes it: it shrinks as the
+	// directory fills, and lapses unrenewed or once the set is whole.
+	spec.renew = func(ctx context.Context) error { return f.ClaimSet(ctx, req.Set, claimed) }
+	spec.claim = func(ctx context.Context) (func(), error) { return func() {}, f.ClaimSet(ctx, req.Set, claimed) }
 	return a.ensureRev(ctx, cfg, f, spec)
 }
 
@@ -196,10 +223,18 @@ func (a *Agent) hfSwarmable(cfg Config, req api.EnsureRequest) bool {
 func (a *Agent) ensureHFFile(ctx context.Context, cfg Config, f *fetch.Fetcher, req api.EnsureRequest) (string, error) {
 	target := catalog.CachePathFor(f.CacheDir, req.Source)
 	want := fetch.Want{SHA256: strings.ToLower(req.SHA256), Size: req.Size}
+	part := target + catalog.PartSuffix
 	spec := revSpec{source: req.Source, sum: want.SHA256, size: want.Size, target: target, path: target,
 		done: func(context.Context) error { return nil },
+		claim: func(ctx context.Context) (func(), error) {
+			if err := os.MkdirAll(f.CacheDir, 0o755); err != nil {
+				return nil, err
+			}
+			return f.ClaimSpace(ctx, part, want.Size-min(want.Size, allocated(part)), want.Size)
+		},
 		files: []revFileSpec{{name: catalog.FileName(req.Source), want: want, final: target, serve: target,
 			held:   func(ctx context.Context) string { return heldAt(ctx, target, want) },
+			lock:   func(ctx context.Context) (*os.File, func(), error) { return f.LockFile(ctx, target) },
 			origin: func(c *http.Client) (*fetch.Origin, error) { return f.Origin(req.Source, want, c) }}}}
 	return a.ensureRev(ctx, cfg, f, spec)
 }
@@ -254,15 +289,10 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 		}
 	})
 	held := make([]string, len(spec.files))
-	var need, largest int64
 	missing := 0
 	for i, fs := range spec.files {
 		if held[i] = fs.held(ctx); held[i] == "" {
 			missing++
-			// What a .part of an earlier attempt holds is on the disk
-			// already: the room to claim is what is still to be written.
-			need += fs.want.Size - min(fs.want.Size, allocated(fs.final+catalog.PartSuffix))
-			largest = max(largest, fs.want.Size)
 		}
 	}
 	if missing == 0 {
@@ -272,12 +302,24 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 		a.holdRev(spec, held)
 		return nil
 	}
-	dir := filepath.Dir(spec.files[0].serve)
-	release, err := f.ClaimRoom(ctx, dir, spec.stage, need, largest)
+	release, err := spec.claim(ctx)
 	if err != nil {
-		return fmt.Errorf("%s of %s missing on this node, claimed whole before the first byte: %w", catalog.FormatBytes(need), catalog.FormatBytes(spec.size), err)
+		return err
 	}
 	defer release()
+	if spec.renew != nil {
+		// Renewed while the fetch runs: a claim lapses unrenewed, and a
+		// large model over a slow uplink takes longer than its life.
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			for sleep(rctx, claimRenew) == nil {
+				if err := spec.renew(rctx); err != nil && rctx.Err() == nil {
+					a.log.WithError(err).WithField("source", spec.source).Warn("swarm: renewing the model's claim of room failed")
+				}
+			}
+		}()
+	}
 	if err := os.MkdirAll(filepath.Dir(spec.target), 0o755); err != nil {
 		return err
 	}
@@ -302,7 +344,7 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 	sort.Strings(names)
 	for _, name := range names {
 		lf := locked[name]
-		fh, unlock, err := f.LockFile(ctx, name)
+		fh, unlock, err := lf.spec.lock(ctx)
 		if err != nil {
 			return fmt.Errorf("file %s: %w", lf.spec.name, err)
 		}
@@ -372,6 +414,10 @@ func (a *Agent) runRev(ctx context.Context, cfg Config, f *fetch.Fetcher, spec r
 	}
 	return spec.done(ctx)
 }
+
+// claimRenew is how often a revision's fetch renews its claim of room:
+// well within the ten minutes a set's or a Hub model's claim lasts.
+const claimRenew = 2 * time.Minute
 
 // allocated is the bytes the file at path occupies on its disk, 0 when
 // there is none.

@@ -120,10 +120,19 @@ type ReportResult struct {
 
 // CatalogStatus says how fresh the node-local catalog copy is.
 type CatalogStatus struct {
-	Path    string    `json:"path"`
+	Path string `json:"path"`
+	// Fetched is when the copy was last read from the coordinator;
+	// Checked when the coordinator last said, in its answer to a report,
+	// that the copy is its catalog (the copy is read again only when the
+	// catalog changed).
 	Fetched time.Time `json:"fetched,omitzero"`
+	Checked time.Time `json:"checked,omitzero"`
 	Models  int       `json:"models"`
 	Error   string    `json:"error,omitempty"`
+	// GCHeld says why gc removes nothing on this node (the catalog is not
+	// the one it trusts), since GCHeldSince; empty while it trusts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent

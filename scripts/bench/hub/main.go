@@ -82,12 +82,9 @@ func main() {
 	rng := rand.New(rand.NewPCG(25, 25))
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i, n)
-		b := make([]byte, *shard)
-		for j := range b {
-			b[j] = byte(rng.Uint32())
-		}
-		repo[name] = b
-		wm[fmt.Sprintf("layer.%d.weight", i)] = name
+		tensor := fmt.Sprintf("layer.%d.weight", i)
+		repo[name] = safetensors(tensor, *shard, rng)
+		wm[tensor] = name
 	}
 	index["weight_map"] = wm
 	repo["model.safetensors.index.json"], _ = json.Marshal(index)
@@ -145,12 +142,32 @@ func twelveFiles(total int64) (map[string][]byte, error) {
 		if n <= 16 || n%(16*mib) == 0 {
 			return nil, fmt.Errorf("--twelve %d: shard %d would be %d bytes; give a larger size", total, i+1, n)
 		}
-		b := random(n)
-		// A safetensors header the scanner accepts: 8 bytes of length, {}.
-		copy(b, []byte{8, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '})
-		repo[fmt.Sprintf("model-%05d-of-00004.safetensors", i+1)] = b
+		repo[fmt.Sprintf("model-%05d-of-00004.safetensors", i+1)] = safetensors(fmt.Sprintf("layer.%d.weight", i), int(n), rng)
 	}
 	return repo, nil
+}
+
+// safetensors is a safetensors file of size bytes holding one tensor of
+// random bytes: a shard the node's scan reads as whole, as it reads a real
+// one (its header, and the tensor's end at the file's).
+func safetensors(tensor string, size int, rng *rand.Rand) []byte {
+	hdr := ""
+	for data := size - 8; ; {
+		hdr = fmt.Sprintf(`{"%s":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}`, tensor, data, data)
+		hdr += strings.Repeat(" ", (8-len(hdr)%8)%8)
+		if d := size - 8 - len(hdr); d == data {
+			break
+		} else {
+			data = d
+		}
+	}
+	b := make([]byte, size)
+	binary.LittleEndian.PutUint64(b, uint64(len(hdr)))
+	copy(b[8:], hdr)
+	for j := 8 + len(hdr); j < size; j++ {
+		b[j] = byte(rng.Uint32())
+	}
+	return b
 }
 
 // serve answers the control address until killed.
