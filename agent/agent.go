@@ -77,7 +77,19 @@ type Agent struct {
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
 	gpu         gpuProbe
+	evict       evictState // evict.go; its own lock
+	scanMem     scan.Memory
 	hubs        string // the catalog's Hub models, as hubsOf says them
+	// catTag is the tag of the report answer the catalog copy was last
+	// read after (api.ReportAnswer.CatalogTag), catFrom the coordinator
+	// it came from, and catFiles the copy's two files as written then:
+	// while the answers carry the same tag and the files are those, the
+	// copy is the catalog, and is not read again.
+	catTag, catFrom string
+	catFiles        []os.FileInfo
+	// hfRoom is the Hugging Face cache's room as the last scan measured
+	// it, nil when it is on the cache's own filesystem or did not answer.
+	hfRoom *api.Cache
 }
 
 // kick is a request to one of the agent's loops.
@@ -134,6 +146,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
+		a.noteGCHeldLocked(cp)
+	}
 	if cfg.Coordinator != "" && cfg.TokenFile == "" && cfg.MungeSocket == "" {
 		log.Warn("no token file and no munge_socket configured: reports are sent without a token, which the coordinator refuses; install this node's own token ('llmgw nodes token NODE --out FILE') as token_file, or set munge_socket")
 	}
@@ -204,6 +219,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			HFEndpoint:   a.cfg.HFEndpoint,
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
+			MakeRoom:     a.makeRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}
@@ -264,7 +280,10 @@ func hubLists(cfg Config) map[string]catalog.Hub {
 func (a *Agent) scan(ctx context.Context) bool {
 	cfg := a.Config()
 	start := time.Now()
-	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg)})
+	// The memory carries sizes from scan to scan: a touch of a weight
+	// file does not make its model vanish for a scan interval.
+	inv := scan.Scan(ctx, scanDirs(cfg), scan.Options{DirTimeout: cfg.DirTimeout, Hub: hubLists(cfg), Memory: &a.scanMem})
+	hfRoom := hfCacheRoom(cfg)
 	took := time.Since(start)
 	fp := fingerprint(inv)
 
@@ -287,6 +306,7 @@ func (a *Agent) scan(ctx context.Context) bool {
 	a.mu.Lock()
 	changed := fp != a.invFP
 	a.inv, a.invFP, a.scanned, a.scanDur = inv, fp, time.Now().UTC(), took
+	a.hfRoom = hfRoom
 	a.mu.Unlock()
 	// The files the chunk server offers are checked as often as the cache
 	// is scanned: one removed by gc (an Epilog's, in another process) or
@@ -355,6 +375,10 @@ func (a *Agent) buildReport() *api.Report {
 	r.Node = cfg.Node
 	r.Fabric = cfg.Fabric
 	r.Cache = cache
+	if a.hubs != "" && a.hfRoom != nil {
+		hf := *a.hfRoom
+		r.HFCache = &hf
+	}
 	r.GPUMemory = gpu
 	r.Fetches = fetches
 	r.Errors = a.errs.strings(now)
@@ -364,6 +388,7 @@ func (a *Agent) buildReport() *api.Report {
 		// no address for the fabric's members to be sent to.
 		r.PeerAddr = a.swarm.addr
 	}
+	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
 	a.last = &r
 	return &r
 }
@@ -453,9 +478,11 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	}
 	if err == nil {
 		a.metrics.lastReportSuccess.SetToCurrentTime()
-		if cp, cerr := refreshCatalog(ctx, c, cfg); cerr != nil {
+		if a.catalogCurrent(cfg, ans.CatalogTag) {
+			a.catalogConfirmed()
+		} else if cp, cerr := refreshCatalog(ctx, c, cfg); cerr != nil {
 			a.catalogFailed(cerr)
-		} else if a.catalogOK(cp) {
+		} else if a.catalogOK(cp, cfg, ans.CatalogTag) {
 			// The scan judges Hub snapshots by the catalog's lists: a
 			// model added or repinned is seen held without waiting a
 			// scan interval.
@@ -473,12 +500,73 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 	return r, result, err
 }
 
-// catalogOK records a refreshed catalog copy and reports whether its Hub
+// catalogCurrent reports whether the node's catalog copy is the catalog
+// the coordinator named in its answer to a report (tag): the copy was read
+// after an answer with the same tag, from the same coordinator, and is
+// still on disk. Then it need not be read again: every node reading the
+// whole catalog after every report is, for a catalog of Hub models with
+// their file lists, tens of megabytes a second at ten thousand nodes. A
+// coordinator older than tags answers none, and the catalog is read each
+// time, as it always was.
+func (a *Agent) catalogCurrent(cfg Config, tag string) bool {
+	a.mu.Lock()
+	same := tag != "" && tag == a.catTag && cfg.Coordinator == a.catFrom && a.catalog.Error == ""
+	files := a.catFiles
+	a.mu.Unlock()
+	if !same {
+		return false
+	}
+	// The files must be the ones written then: a state directory wiped
+	// leaves the hooks nothing to resolve with, and a Prolog that read
+	// the catalog itself may have replaced the copy with what it read,
+	// which a slow answer can make older than this one.
+	now := copyFiles(cfg)
+	if len(now) != len(files) {
+		return false
+	}
+	for i := range now {
+		if !os.SameFile(now[i], files[i]) || !now[i].ModTime().Equal(files[i].ModTime()) {
+			return false
+		}
+	}
+	return true
+}
+
+// copyFiles are the catalog copy's two files as they are now, or nil when
+// one is missing. The copy is written by a rename of a new file, so a
+// rewritten copy is another file.
+func copyFiles(cfg Config) []os.FileInfo {
+	var out []os.FileInfo
+	for _, p := range []string{cfg.CatalogCopyPath(), catalog.PrivateCopyPath(cfg.CatalogCopyPath())} {
+		st, err := os.Stat(p)
+		if err != nil || !st.Mode().IsRegular() {
+			return nil
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// catalogConfirmed records that the coordinator confirmed the copy is
+// the catalog, without it being read again.
+func (a *Agent) catalogConfirmed() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.catalog.Checked = time.Now().UTC()
+}
+
+// catalogOK records a catalog copy just read from cfg's coordinator, after
+// a report answer naming the catalog tag, and reports whether its Hub
 // models changed since the last one.
-func (a *Agent) catalogOK(cp catalog.Copy) bool {
+func (a *Agent) catalogOK(cp catalog.Copy, cfg Config, tag string) bool {
+	a.metrics.catalogReads.Inc()
+	files, from := copyFiles(cfg), cfg.Coordinator
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.catalog.Fetched, a.catalog.Models, a.catalog.Error = cp.Fetched, len(cp.Models), ""
+	a.catalog.Checked = cp.Fetched
+	a.catTag, a.catFrom, a.catFiles = tag, from, files
+	a.noteGCHeldLocked(cp)
 	if a.catalogFail != "" {
 		a.log.Info("catalog copy up to date again")
 	}
@@ -499,6 +587,26 @@ func hubsOf(models []catalog.Model) string {
 		}
 	}
 	return b.String()
+}
+
+// noteGCHeldLocked keeps whether the catalog copy cp holds this node's
+// gc, for the report, the socket's status and the metric; a change is
+// logged once. a.mu is held.
+func (a *Agent) noteGCHeldLocked(cp catalog.Copy) {
+	why := cp.Distrust()
+	if why != a.catalog.GCHeld {
+		if why != "" {
+			a.log.WithField("since", cp.DistrustSince).Warn("gc held: " + why + "; 'llmgw gc --trust' adopts the current catalog")
+		} else if a.catalog.GCHeld != "" {
+			a.log.Info("gc no longer held: this node trusts the catalog again")
+		}
+	}
+	a.catalog.GCHeld, a.catalog.GCHeldSince = why, cp.DistrustSince
+	if why != "" {
+		a.metrics.gcHeld.Set(1)
+	} else {
+		a.metrics.gcHeld.Set(0)
+	}
 }
 
 func (a *Agent) catalogFailed(err error) {
@@ -566,6 +674,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
 		a.mu.Lock()
 		a.catalog.Fetched, a.catalog.Models = cp.Fetched, len(cp.Models)
+		a.hubs = hubsOf(cp.Models)
 		a.mu.Unlock()
 	}
 	a.log.WithFields(logrus.Fields{
@@ -650,6 +759,8 @@ func (a *Agent) loop(ctx context.Context) {
 		if a.scan(ctx) {
 			soon()
 		}
+		// Above cache_high, down to cache_low; a removal kicks a scan.
+		a.evictIfHigh(ctx)
 		scanT.Reset(a.Config().ScanInterval)
 	}
 	for {

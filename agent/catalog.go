@@ -24,7 +24,8 @@ func refreshCatalog(ctx context.Context, c *api.Client, cfg Config) (catalog.Cop
 	// identity, or older than one this node saw, is used to resolve models
 	// but gc does not collect against it (catalog.Copy.Distrust).
 	cp, err := catalog.UpdateCopy(cfg.CatalogCopyPath(), catalog.Copy{Coordinator: cfg.Coordinator, Fetched: time.Now().UTC(),
-		Models: cat.Models, CatalogID: cat.CatalogID, Generation: cat.Generation})
+		Models: cat.Models, CatalogID: cat.CatalogID, Generation: cat.Generation,
+		History: cat.History, Superseded: cat.Superseded, Adopted: cat.Trusted, AdoptedAt: cat.TrustedAt})
 	if err != nil {
 		return catalog.Copy{}, fmt.Errorf("catalog copy: %w", err)
 	}

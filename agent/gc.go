@@ -18,6 +18,16 @@ import (
 // `llmgw gc` names this node as not answering, and the next gc asks again.
 func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api.GCAsk) {
 	cp, cerr := catalog.ReadCopy(a.catalog.Path)
+	if ask.Trust && cerr == nil && cp.Distrust() != "" {
+		// An admin adopted the catalog as it stands (llmgw gc --trust):
+		// trusted from now on, and this gc runs under every other guard.
+		cp = cp.Trusted()
+		if err := catalog.WriteCopy(a.catalog.Path, cp); err != nil {
+			a.log.WithError(err).Warn("gc --trust: the catalog copy could not be marked trusted")
+		} else {
+			a.log.WithField("catalog_id", cp.CatalogID).Info("gc --trust: this node trusts the current catalog")
+		}
+	}
 	only := ask.Remove
 	if only == nil {
 		// Asked nothing is not "everything": a coordinator must name what
@@ -34,7 +44,26 @@ func (a *Agent) answerGC(ctx context.Context, c *api.Client, cfg Config, ask api
 			a.log.WithError(err).Warn("gc: forced, but the catalog copy could not be marked trusted")
 		}
 	}
+	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
+		// --trust or --force may have moved the anchor.
+		a.mu.Lock()
+		a.noteGCHeldLocked(cp)
+		a.mu.Unlock()
+	}
 	ans := gcAnswer(cfg.Node, res)
+	// What eviction did lately, and what it would do now: the operator's
+	// one place to see why the cache holds what it holds.
+	// A name gc already answered about is gc's: it is listed once.
+	seen := make(map[string]bool, len(ans.Files))
+	for _, f := range ans.Files {
+		seen[f.Name] = true
+	}
+	for _, f := range a.evictionListing(ctx, cfg) {
+		if !seen[f.Name] {
+			seen[f.Name] = true
+			ans.Files = append(ans.Files, f)
+		}
+	}
 	log := a.log.WithFields(logrus.Fields{"gc": ask.ID, "collect": ask.Collect, "asked": len(ask.Remove),
 		"removed": res.Count(gc.Removed), "refused": res.Count(gc.Refused), "kept": res.Count(gc.Kept), "freed_bytes": res.Freed})
 	if res.Held != "" {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,4 +99,65 @@ func safetensorsBytes(n int) []byte {
 	b[0] = 8
 	copy(b[8:], "{}      ")
 	return b
+}
+
+// TestReportHFCacheRoom: an agent whose Hugging Face cache is on another
+// filesystem than its cache reports that cache's room, for placement to
+// check a Hub model's fetch against; only while its catalog holds a Hub
+// model (a coordinator older than them decodes reports strictly and knows
+// no such field), and never when the two share a filesystem.
+func TestReportHFCacheRoom(t *testing.T) {
+	other, err := os.MkdirTemp("/dev/shm", "llmgw-hf-")
+	if err != nil {
+		t.Skipf("no /dev/shm for a second filesystem: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	cfg := testConfig(t)
+	os.MkdirAll(cfg.CacheDir, 0o755)
+	if sameDev(t, other, cfg.CacheDir) {
+		t.Skip("/dev/shm is on the same filesystem as the test's cache")
+	}
+	fc := newFakeCoord(t)
+	cfg.Coordinator = fc.srv.URL
+	cfg.HFCache = filepath.Join(other, "hub") // not made yet: its filesystem is its parent's
+	a := newTestAgent(t, cfg)
+	ctx := context.Background()
+	send := func() api.Report {
+		t.Helper()
+		a.scan(ctx)
+		if _, _, err := a.report(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return fc.next(t, 5*time.Second, nil)
+	}
+	if r := send(); r.HFCache != nil {
+		t.Errorf("reported hf_cache %+v with no Hub model in the catalog", r.HFCache)
+	}
+	commit := strings.Repeat("c", 40)
+	hb := catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: commit, Files: []catalog.HubFile{{Path: "model.safetensors", Size: 10, SHA256: strings.Repeat("a", 64)}}}
+	fc.mu.Lock()
+	fc.models = []api.Model{{Name: "tiny", Source: catalog.HubSource(hb.Repo, commit), Hub: &hb}}
+	fc.mu.Unlock()
+	send() // reads the catalog after it
+	r := send()
+	if r.HFCache == nil || r.HFCache.Dir != cfg.HFCache || r.HFCache.TotalBytes <= 0 || r.HFCache.TotalBytes == r.Cache.TotalBytes && r.HFCache.FreeBytes == r.Cache.FreeBytes {
+		t.Errorf("hf_cache reported as %+v beside cache %+v; want %s's own room", r.HFCache, r.Cache, cfg.HFCache)
+	}
+
+	// The default, inside the cache: its room is the cache's.
+	cfg.HFCache = ""
+	a = newTestAgent(t, cfg)
+	send()
+	if r := send(); r.HFCache != nil {
+		t.Errorf("reported hf_cache %+v for a Hugging Face cache inside the cache", r.HFCache)
+	}
+}
+
+func sameDev(t *testing.T, a, b string) bool {
+	t.Helper()
+	var sa, sb syscall.Stat_t
+	if syscall.Stat(a, &sa) != nil || syscall.Stat(b, &sb) != nil {
+		t.Fatalf("stat %s, %s", a, b)
+	}
+	return sa.Dev == sb.Dev
 }

@@ -35,9 +35,14 @@ type metrics struct {
 	peerServerUp      prometheus.Gauge
 	fetchErrors       prometheus.Counter
 	reports           *prometheus.CounterVec
+	catalogReads      prometheus.Counter
 	lastReportSuccess prometheus.Gauge
 	lastScanSuccess   prometheus.Gauge
 	info              *prometheus.GaugeVec
+	evictions         *prometheus.CounterVec
+	evictedBytes      *prometheus.CounterVec
+	evictHeld         prometheus.Gauge
+	gcHeld            prometheus.Gauge
 }
 
 func newMetrics(version string, fetchesInProgress func() float64) *metrics {
@@ -82,6 +87,10 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "reports_total",
 			Help: "Attempts to report to the coordinator, by result.",
 		}, []string{"result"}),
+		catalogReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "catalog_reads_total",
+			Help: "Times the catalog was read from the coordinator after a report: only when the report's answer names another catalog than the node's copy (every report, from a coordinator older than that).",
+		}),
 		lastReportSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "last_report_success_timestamp_seconds",
 			Help: "When the coordinator last accepted a report, as a Unix time.",
@@ -94,6 +103,28 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "info",
 			Help: "The agent's version; the value is always 1.",
 		}, []string{"version"}),
+	}
+	m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "evictions_total",
+		Help: "Cache entries evicted under pressure, by class (unwanted, superseded, wanted) and trigger (watermark: above cache_high; fetch: a fetch that did not fit).",
+	}, []string{"class", "trigger"})
+	m.evictedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "evicted_bytes_total",
+		Help: "Bytes freed by eviction, by class.",
+	}, []string{"class"})
+	m.evictHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "evict_short_bytes",
+		Help: "Bytes the last eviction pass could not free: what jobs, fetches and fabrics' last copies hold (0 when it freed what it needed).",
+	})
+	m.gcHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "gc_held",
+		Help: "1 while this node's gc is held by a catalog it does not trust (another identity, an older state): 'llmgw gc --trust' adopts it.",
+	})
+	for _, c := range []string{"unwanted", "superseded", "wanted"} {
+		m.evictedBytes.WithLabelValues(c)
+		for _, tr := range []string{"watermark", "fetch"} {
+			m.evictions.WithLabelValues(c, tr)
+		}
 	}
 	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fetches_in_progress",
@@ -114,8 +145,8 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 		m.swarmPeerFailures.WithLabelValues(why)
 	}
 	m.info.WithLabelValues(version).Set(1)
-	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports,
-		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress,
+	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports, m.catalogReads,
+		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.evictions, m.evictedBytes, m.evictHeld, m.gcHeld,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -55,6 +56,15 @@ type held struct {
 	refresh   func(context.Context) error
 	refreshMu sync.Mutex
 	refreshed time.Time
+	// rev, when set, is a revision of several files (swarmrev.go): what
+	// open reads and check checks instead of path.
+	rev *revision
+}
+
+// heldFile is what an answer reads a held file's bytes from.
+type heldFile interface {
+	io.ReaderAt
+	io.Closer
 }
 
 // liveChunk is one chunk as it arrives from the origin: buf[:n] has come,
@@ -260,7 +270,10 @@ func (h *held) same(id, got fileID, complete bool) bool {
 // at: a file fetched again at the same pin). A complete file that is gone
 // or is other bytes is an error: the caller drops the entry. A .part that
 // is gone is errMoving: its fetch renamed it, or will drop the entry.
-func (h *held) open(sum string) (*os.File, error) {
+func (h *held) open(sum string) (heldFile, error) {
+	if h.rev != nil {
+		return h.rev.open(h.isComplete())
+	}
 	for try := 0; ; try++ {
 		h.mu.Lock()
 		path, id, complete := h.path, h.id, h.complete

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/fetch"
@@ -74,6 +77,60 @@ func fingerprint(inv scan.Inventory) string {
 func cacheRoom(dir string) (api.Cache, error) {
 	r, err := fetch.RoomFor(dir)
 	return api.Cache{Dir: dir, FreeBytes: r.Free, TotalBytes: r.Total}, err
+}
+
+// hfCacheRoom is the room of cfg's Hugging Face cache when it is on
+// another filesystem than the cache (a filer's, typically), else nil: the
+// cache's room is then its room too. A filer that does not answer within
+// the scan's directory timeout gives nil as well, and placement checks
+// the cache's room, as for an agent older than this; the scan reports
+// the directory as not answering.
+func hfCacheRoom(cfg Config) *api.Cache {
+	hf := cfg.HFCacheDir()
+	if hf == "" || hf == cfg.CacheDir || strings.HasPrefix(hf, filepath.Clean(cfg.CacheDir)+"/") {
+		return nil
+	}
+	type answer struct {
+		room *api.Cache
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		// Where each directory is, or would be once made: its nearest
+		// existing ancestor.
+		dev := func(p string) (uint64, bool) {
+			for {
+				var st unix.Stat_t
+				err := unix.Stat(p, &st)
+				if err == nil {
+					return uint64(st.Dev), true
+				}
+				if !errors.Is(err, unix.ENOENT) || filepath.Dir(p) == p {
+					return 0, false
+				}
+				p = filepath.Dir(p)
+			}
+		}
+		a, okA := dev(hf)
+		b, okB := dev(cfg.CacheDir)
+		if !okA || !okB || a == b {
+			ch <- answer{}
+			return
+		}
+		c, err := cacheRoom(hf)
+		if err != nil {
+			ch <- answer{}
+			return
+		}
+		ch <- answer{&c}
+	}()
+	t := time.NewTimer(cfg.FSTimeout())
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.room
+	case <-t.C:
+		return nil
+	}
 }
 
 // errorRing keeps the agent's recent errors, newest last. The same message

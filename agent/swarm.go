@@ -63,9 +63,17 @@ type swarm struct {
 	chunk int64
 	n     int
 	// fh is the .part; set before run by a caller that opened it under the
-	// Fetcher's locks (fetch.LockFile), else run opens it.
-	fh *os.File
+	// Fetcher's locks (fetch.LockFile), else run opens it. For a revision
+	// of several files it is rev, which lands each chunk's bytes in their
+	// files.
+	fh swarmFile
 	h  *held
+	// rev, when set, is the revision of several files (or one hf: file)
+	// this swarm fetches (swarmrev.go): its files laid end to end are the
+	// swarm's bytes, each verified against its own digest and named as
+	// soon as its last chunk lands, where a single file is sealed at the
+	// end against the pin.
+	rev *revision
 
 	mu      sync.Mutex
 	sums    []string       // known digests, by chunk
@@ -226,6 +234,9 @@ func (s *swarm) run(ctx context.Context) error {
 	// reads the origin with none.
 	s.sums = make([]string, s.n)
 	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source, refresh: s.refreshMembers}
+	if s.rev != nil {
+		s.rev.start(s)
+	}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -326,16 +337,8 @@ func (s *swarm) run(ctx context.Context) error {
 			return err
 		}
 	}
-	sum, err := s.digest()
-	if err != nil {
-		return fmt.Errorf("swarm fetch of %s: hashing %s: %w", s.source, s.part, err)
-	}
-	if err := fetch.SealHashed(ctx, fh, s.part, s.target, fetch.Want{SHA256: s.sum, Size: s.size}, sum); err != nil {
-		// Every chunk matched its digest and the whole does not: a digest
-		// list from a bad origin read. Nothing of it can be trusted.
-		os.Remove(s.part)
-		os.Remove(s.target + swarmSuffix)
-		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
+	if err := s.seal(ctx); err != nil {
+		return err
 	}
 	os.Remove(s.target + swarmSuffix)
 	s.h.completeAt(s.target)
@@ -344,6 +347,31 @@ func (s *swarm) run(ctx context.Context) error {
 	defer cancel()
 	if p, err := s.coord.Swarm(cctx, s.report(true, false)); err == nil {
 		s.h.setMembers(p)
+	}
+	return nil
+}
+
+// seal verifies the whole file against the pin and renames it into place;
+// a revision's files, each verified against its own digest as its last
+// chunk landed, are checked to be all there (revision.finish).
+func (s *swarm) seal(ctx context.Context) error {
+	if s.rev != nil {
+		if err := s.rev.finish(ctx); err != nil {
+			os.Remove(s.target + swarmSuffix)
+			return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
+		}
+		return nil
+	}
+	sum, err := s.digest()
+	if err != nil {
+		return fmt.Errorf("swarm fetch of %s: hashing %s: %w", s.source, s.part, err)
+	}
+	if err := fetch.SealHashed(ctx, s.fh.(*os.File), s.part, s.target, fetch.Want{SHA256: s.sum, Size: s.size}, sum); err != nil {
+		// Every chunk matched its digest and the whole does not: a digest
+		// list from a bad origin read. Nothing of it can be trusted.
+		os.Remove(s.part)
+		os.Remove(s.target + swarmSuffix)
+		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
 	}
 	return nil
 }

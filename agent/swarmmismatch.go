@@ -33,6 +33,14 @@ const wholeAttempts = 3
 // seal that follows fails with the Fetcher's message, and the Gone the
 // fetch sends as it ends still names the digests it used.
 func (s *swarm) checkWhole(ctx context.Context) (again bool, err error) {
+	if s.rev != nil {
+		// A revision has no whole-file digest: its key is the digest of
+		// its file list, not of its bytes end to end. Each file was
+		// checked against its own digest as its last chunk landed
+		// (revision.sealFile), and one that failed ended the run naming
+		// the digests it used (accuseRange).
+		return false, nil
+	}
 	sum, err := s.digest()
 	if err != nil {
 		return false, nil // the caller's digest says it
@@ -82,6 +90,35 @@ func (s *swarm) checkWhole(ctx context.Context) (again bool, err error) {
 	s.mu.Unlock()
 	s.unland(drop)
 	return true, ctx.Err()
+}
+
+// accuseRange is a revision's checkWhole for one of its files, bytes
+// from..to of the revision: every chunk of it matched its digest and the
+// file does not match its own, so the digests of its chunks this node read
+// from peers are false. The reports the run sends as it ends (its Gone)
+// name them (api.SwarmReport.Mismatch), and the coordinator refutes the
+// reader that published them, so that the fetch asked again reads the
+// file from an honest holder or the origin. Chunks read from the origin
+// here are this node's own word and name nobody. It says how many chunks
+// it named.
+func (s *swarm) accuseRange(from, to int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	named := 0
+	for i := range s.n {
+		f, t := s.bounds(i)
+		if t < from || f > to || s.ownRead[i] || i >= len(s.sums) || s.sums[i] == "" {
+			continue
+		}
+		// Added to what an earlier file of the run named, not in place
+		// of it (a file and its aliases, or a second bad file).
+		if len(s.accuse) != s.n {
+			s.accuse = make([]string, s.n)
+		}
+		s.accuse[i] = s.sums[i]
+		named++
+	}
+	return named
 }
 
 // unland takes back chunks that were verified against digests found false:

@@ -44,7 +44,14 @@ type Report struct {
 	Weights []Weight    `json:"weights"`
 	Dirs    []DirStatus `json:"dirs,omitempty"`
 	Cache   Cache       `json:"cache"`
-	Fetches []Fetch     `json:"fetches,omitempty"`
+	// HFCache is the node's Hugging Face cache (agent.toml's hf_cache),
+	// where Hub models are fetched, when it is on another filesystem than
+	// Cache (a site's shared cache on a filer): placement checks a Hub
+	// model's fetch against its room, not the cache's. An agent sends it
+	// only while its catalog holds a Hub model, so a coordinator older
+	// than Hub models (which decodes strictly) never receives it.
+	HFCache *Cache  `json:"hf_cache,omitempty"`
+	Fetches []Fetch `json:"fetches,omitempty"`
 	// GPUMemory is the node's total GPU memory in bytes (all its GPUs), from
 	// the agent's gpu_memory setting, else nvidia-smi; 0 when unknown, and
 	// placement then skips the memory check for the node.
@@ -53,6 +60,12 @@ type Report struct {
 	// last, already bounded by the agent.
 	Errors       []string `json:"errors,omitempty"`
 	AgentVersion string   `json:"agent_version"`
+	// GCHeld says why this node's gc removes nothing: its catalog copy is
+	// not the catalog it trusts (another identity, or one that does not
+	// descend from it); GCHeldSince is since when. Empty while it trusts
+	// the catalog. 'llmgw gc --trust' lifts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 	// PeerAddr is host:port of the node's chunk server on its fabric
 	// (agent.toml peer_interface or peer_addr), empty when it serves none.
 	// The coordinator gives it only to nodes of the same fabric.
@@ -122,4 +135,19 @@ type Models struct {
 	// empty from a coordinator older than them.
 	CatalogID  string `json:"catalog_id,omitempty"`
 	Generation int64  `json:"generation,omitempty"`
+	// History are the ids of the catalog's recent changes, newest first:
+	// a node trusts a catalog whose history holds the change it last
+	// trusted (a restored database cannot show the changes made after its
+	// backup, however many it makes since). Empty from an older
+	// coordinator, whose generation alone is then compared.
+	History []string `json:"history,omitempty"`
+	// Superseded are cache names an admin's own change dropped from a
+	// model (models add over an entry, models rm), with that model: nodes
+	// remove them without counting them against gc_max_share.
+	Superseded map[string]string `json:"superseded,omitempty"`
+	// Trusted, when set, is the change an admin adopted with `llmgw gc
+	// --trust`, at TrustedAt: a node that distrusts the catalog adopts it
+	// when its distrust began before TrustedAt.
+	Trusted   string    `json:"trusted_change,omitempty"`
+	TrustedAt time.Time `json:"trusted_at,omitzero"`
 }

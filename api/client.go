@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 )
 
 // Client speaks to the coordinator's HTTP API.
@@ -31,6 +32,11 @@ type Client struct {
 	// httpClient); ignored when HTTP is set.
 	TLSCA string
 }
+
+// longCall, a context key, carries a longer timeout for one call than the
+// client's own (a feature sync of thousands of nodes takes longer than the
+// 30 s an ordinary request gets).
+type longCall struct{}
 
 // ReadToken reads a bearer token from a file, trimming surrounding space.
 // A file others may read is refused (CheckPrivate).
@@ -91,6 +97,20 @@ func (c *Client) DeleteModel(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/models/"+url.PathEscape(name), nil, nil)
 }
 
+// RenameModel gives the catalog entry old the name new (admin): its
+// sources, pins and holders follow it, and no node ever sees its files
+// unwanted.
+func (c *Client) RenameModel(ctx context.Context, old, new string) (Model, error) {
+	var m Model
+	err := c.Do(ctx, http.MethodPost, "/v1/models/"+url.PathEscape(old)+"/rename", ModelRename{Name: new}, &m)
+	return m, err
+}
+
+// ModelRename is the body of POST /v1/models/{name}/rename.
+type ModelRename struct {
+	Name string `json:"name"`
+}
+
 // DeleteNode makes the coordinator forget a node (admin).
 func (c *Client) DeleteNode(ctx context.Context, name string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil)
@@ -148,6 +168,11 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	hc, err := c.httpClient()
 	if err != nil {
 		return err
+	}
+	if d, ok := ctx.Value(longCall{}).(time.Duration); ok && hc.Timeout > 0 && hc.Timeout < d {
+		long := *hc
+		long.Timeout = d
+		hc = &long
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -27,6 +27,17 @@ type ReportAnswer struct {
 	// (llmgw seed): the agent ensures each as a job's Prolog would, through
 	// its fabric's swarm.
 	Seed []SeedAsk `json:"seed,omitempty"`
+	// CatalogTag names the catalog as the coordinator serves it now (GET
+	// /v1/models): its identity, its generation and a digest of the whole
+	// answer, in one opaque string that changes whenever anything a node
+	// reads from the catalog does (an entry added, changed or removed, a
+	// pin taken or forgotten, the history, the names an admin's change
+	// dropped, an admin's adoption by gc --trust). An agent that last read the catalog after
+	// an answer with the same tag has it already and does not read it
+	// again: a catalog of Hub models is megabytes a node would otherwise
+	// download after every report. Empty from a coordinator older than it,
+	// whose agents read the catalog after every report, as they always did.
+	CatalogTag string `json:"catalog_tag,omitempty"`
 }
 
 // SeedAsk is one model a node is asked to fetch ahead of the jobs.
@@ -47,6 +58,11 @@ type GCRequest struct {
 	// not trust (another identity, an older generation) and beyond
 	// gc_max_share of their cache, and trust that catalog from then on.
 	Force bool `json:"force,omitempty"`
+	// Trust has every node adopt the catalog as it stands as the one it
+	// trusts (the coordinator records the adoption, so a node down now
+	// adopts it when it next reads the catalog), without lifting any other
+	// guard: gc_max_share still holds.
+	Trust bool `json:"trust,omitempty"`
 }
 
 // GCAsk is what the coordinator asks one node, in the answer to its report.
@@ -59,14 +75,21 @@ type GCAsk struct {
 	Remove []string `json:"remove"`
 	// Force: see GCRequest.Force.
 	Force bool `json:"force,omitempty"`
+	// Trust: see GCRequest.Trust.
+	Trust bool `json:"trust,omitempty"`
 }
 
 // GCFile is what a node did with one file (see weights/gc.File).
 type GCFile struct {
-	Name   string `json:"name"`
-	Path   string `json:"path,omitempty"`
-	Asked  bool   `json:"asked,omitempty"`
-	Action string `json:"action"` // listed, removed, kept, refused, failed
+	Name  string `json:"name"`
+	Path  string `json:"path,omitempty"`
+	Asked bool   `json:"asked,omitempty"`
+	// Action is listed, removed, kept, refused, failed, or evicted: removed
+	// by the agent's eviction under pressure before this request (Reason
+	// says when, why, and what triggered it). Eviction's plan, when the
+	// cache is above cache_high, shows as listed and kept files whose
+	// Reason begins "eviction".
+	Action string `json:"action"`
 	Reason string `json:"reason"`
 	Size   int64  `json:"size_bytes,omitempty"`
 }
@@ -91,6 +114,7 @@ type GCStatus struct {
 	Collect bool      `json:"collect"`
 	Node    string    `json:"node,omitempty"`
 	Force   bool      `json:"force,omitempty"`
+	Trust   bool      `json:"trust,omitempty"`
 	Created time.Time `json:"created"`
 	// Deadline is when the request stops being handed to nodes: two report
 	// intervals after Created. A node that has not reported by then never

@@ -50,6 +50,14 @@ type EnsureRequest struct {
 	// refuses the request (it decodes strictly) rather than fetch the file
 	// where no engine would find its siblings.
 	Set string `json:"set,omitempty"`
+	// Files, with Set, asks for every file of a model of several at once
+	// (the catalog entry's files, in order), and the answer's path is the
+	// set directory: the agent fetches them through the fabric's swarm as
+	// one revision when every file is pinned (issue 25), else one by one.
+	// Source is then the first file's. An agent older than this field
+	// refuses the request (it decodes strictly), and the Prolog then asks
+	// for each file in turn.
+	Files []catalog.File `json:"files,omitempty"`
 	// Hub, when set, asks for a Hugging Face repository at one commit
 	// (catalog.Hub): every file of it in the node's Hugging Face cache, in
 	// huggingface_hub's layout (weights/fetch/hub.go), and the answer's
@@ -112,10 +120,19 @@ type ReportResult struct {
 
 // CatalogStatus says how fresh the node-local catalog copy is.
 type CatalogStatus struct {
-	Path    string    `json:"path"`
+	Path string `json:"path"`
+	// Fetched is when the copy was last read from the coordinator;
+	// Checked when the coordinator last said, in its answer to a report,
+	// that the copy is its catalog (the copy is read again only when the
+	// catalog changed).
 	Fetched time.Time `json:"fetched,omitzero"`
+	Checked time.Time `json:"checked,omitzero"`
 	Models  int       `json:"models"`
 	Error   string    `json:"error,omitempty"`
+	// GCHeld says why gc removes nothing on this node (the catalog is not
+	// the one it trusts), since GCHeldSince; empty while it trusts it.
+	GCHeld      string    `json:"gc_held,omitempty"`
+	GCHeldSince time.Time `json:"gc_held_since,omitzero"`
 }
 
 // ErrNoAgent reports that nothing answered on the agent's socket: the agent

@@ -46,6 +46,23 @@ type Status struct {
 	// Seeds are the seed requests still asking nodes (llmgw seed), oldest
 	// first, each with only the nodes still asked.
 	Seeds []SeedStatus `json:"seeds,omitempty"`
+	// GCHeld groups the fresh nodes whose gc is held by a catalog they do
+	// not trust, by reason, largest group first: a coordinator restored or
+	// moved makes every node refuse to collect, and that must not be
+	// silent. 'llmgw gc --trust' lifts it.
+	GCHeld []GCHeldGroup `json:"gc_held,omitempty"`
+}
+
+// GCHeldGroup is the nodes whose gc is held for one reason.
+type GCHeldGroup struct {
+	// Why is the reason as the nodes gave it, with the node-specific parts
+	// (the coordinator's URL, identities) left as the first node said.
+	Why string `json:"why"`
+	// Since is when the first of them began to hold.
+	Since time.Time `json:"since"`
+	// Nodes is their hostlist, Count their number.
+	Nodes string `json:"nodes"`
+	Count int    `json:"count"`
 }
 
 // Where nodes' fabrics come from (Status.FabricsFrom).
@@ -168,7 +185,9 @@ type NodePresence struct {
 	// Incomplete is set when the node sees only an incomplete copy (a
 	// missing shard), with the agent's reason; it does not count as held.
 	Incomplete string `json:"incomplete,omitempty"`
-	// CacheFree and CacheTotal are the node's fetch cache room in bytes.
+	// CacheFree and CacheTotal are the room in bytes where the node
+	// fetches this model: its fetch cache, or a Hub model's Hugging Face
+	// cache when that is on a filesystem of its own (a filer's).
 	CacheFree  int64 `json:"cache_free_bytes"`
 	CacheTotal int64 `json:"cache_total_bytes"`
 	// LastReport is when the coordinator last heard from the node (its

@@ -29,7 +29,10 @@ type SwarmReport struct {
 	Source string `json:"source"`
 	// SHA256 is the pinned digest of the whole file: the swarm's key with
 	// the node's fabric and the source. A member never joins a swarm for a
-	// source without one.
+	// source without one. For a model of several files (a Hub model, a set
+	// of pinned files) fetched as one revision, Source is the model's and
+	// SHA256 and Size are its revision's (catalog.RevisionDigest, the sum
+	// of its files' sizes): its files end to end are the swarm's bytes.
 	SHA256    string `json:"sha256"`
 	Size      int64  `json:"size_bytes"`
 	ChunkSize int64  `json:"chunk_size"`

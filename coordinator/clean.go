@@ -11,6 +11,7 @@ import "github.com/llmgw/llmgw/api"
 func stripReportText(r *api.Report) {
 	r.ID = api.StripControl(r.ID)
 	r.AgentVersion = api.StripControl(r.AgentVersion)
+	r.GCHeld = clip(api.StripControl(r.GCHeld), maxErrorText)
 	for i := range r.Errors {
 		r.Errors[i] = api.StripControl(r.Errors[i])
 	}

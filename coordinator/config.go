@@ -102,10 +102,10 @@ type Config struct {
 	// and current features (the site's and llmgw's) for job_submit.lua (default
 	// DefaultFeatureFile); slurmctld's user must be able to read it.
 	FeatureFile string `toml:"feature_file"`
-	// FeatureSetsMax bounds the distinct feature sets the reconciler leaves
-	// on the nodes (default DefaultFeatureSetsMax; negative: no bound):
-	// each is a node config record slurmctld's scheduler walks for every
-	// job. Past it, the least-held models get no feature.
+	// FeatureSetsMax is read and ignored, with a warning: it bounded the
+	// distinct feature sets, each a node config record, by withholding
+	// models' features. Presence is ActiveFeatures now, which adds no
+	// record, so nothing is withheld (docs/slurm/behaviour.md §11).
 	FeatureSetsMax int `toml:"feature_sets_max"`
 	// Scontrol and Sinfo are the absolute paths of Slurm's commands
 	// (default /usr/bin/scontrol, /usr/bin/sinfo).
@@ -192,7 +192,6 @@ const DefaultForgetAfter = 24 * time.Hour
 const (
 	DefaultFeatureInterval = 30 * time.Second
 	DefaultFeatureFile     = "/var/lib/llmgw/features"
-	DefaultFeatureSetsMax  = 64
 	DefaultScontrol        = "/usr/bin/scontrol"
 	DefaultSinfo           = "/usr/bin/sinfo"
 )
@@ -230,9 +229,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FeatureFile == "" {
 		c.FeatureFile = DefaultFeatureFile
-	}
-	if c.FeatureSetsMax == 0 {
-		c.FeatureSetsMax = DefaultFeatureSetsMax
 	}
 	if c.Scontrol == "" {
 		c.Scontrol = DefaultScontrol

@@ -21,6 +21,7 @@ import (
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/internal/slurmtest"
 	"github.com/llmgw/llmgw/placement"
 	"github.com/llmgw/llmgw/slurm"
 )
@@ -46,6 +47,12 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	// slurm.conf's features back, whatever the test left.
 	t.Cleanup(func() { reconfigureQuietly(t, run) })
 
+	// The records as slurm.conf makes them: a test before this one may
+	// have split them with a feature write of its own to one node of a
+	// record (24.11 and 26.05 make n[1-2] one record), which only a
+	// reconfigure undoes.
+	reconfigureQuietly(t, run)
+	recordsBefore := slurmtest.ConfigRecords(t, run, "debug")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "features")
 	const interval = 3 * time.Second
@@ -117,9 +124,11 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 			if !ok {
 				continue
 			}
+			// Presence active; every model offered on every node.
+			offered := slices.Sorted(slices.Values([]string{fabric[n.Name], "llmgw.llama", "llmgw.qwen"}))
 			a, b := slices.Sorted(slices.Values(n.Active)), slices.Sorted(slices.Values(n.Available))
-			if !slices.Equal(a, w) || !slices.Equal(b, w) {
-				bad = append(bad, n.Name+" has "+strings.Join(a, ",")+" want "+strings.Join(w, ","))
+			if !slices.Equal(a, w) || !slices.Equal(b, offered) {
+				bad = append(bad, n.Name+" has "+strings.Join(a, ",")+" of "+strings.Join(b, ",")+", want "+strings.Join(w, ",")+" of "+strings.Join(offered, ","))
 			}
 		}
 		return bad
@@ -148,10 +157,21 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 	if err != nil || res.Error != "" || res.Calls != 0 || len(res.Commands) != 0 || res.Unchanged != 4 {
 		t.Fatalf("sync in step: %+v, %v", res, err)
 	}
-	if calls := testutil.ToFloat64(srv.features.m.calls); calls != 3 {
-		t.Errorf("%v calls to set n1, n2 and n3 (three distinct sets, n4 unchanged), want 3", calls)
+	// One AvailableFeatures write per group of records (n[1-2], whose
+	// string is ib-a, and n[3-4]), whatever reports the first run had;
+	// then one call per active set a record write left wrong, at least
+	// n2's and n3's.
+	if records := testutil.ToFloat64(srv.features.m.records); records != 2 {
+		t.Errorf("%v record writes, want 2 (n[1-2] and n[3-4])", records)
 	}
-	wantFile := "n1 debug ib-a,llmgw.llama\nn2 debug ib-a,llmgw.llama,llmgw.qwen\nn3 debug ib-b,llmgw.qwen\nn4 debug ib-b\n"
+	if calls := testutil.ToFloat64(srv.features.m.calls); calls < 4 || calls > 6 {
+		t.Errorf("%v calls, want 4 to 6: 2 record writes, and n2's and n3's presence (n1's too, if the first run had no report of n2's)", calls)
+	}
+	if after := slurmtest.ConfigRecords(t, run, "debug"); after != recordsBefore {
+		t.Errorf("slurmctld has %d node config records after the reconciler wrote its features, %d before", after, recordsBefore)
+	}
+	wantFile := "#c 2 debug ib-a\n#c 2 debug ib-b\n#h llmgw.llama 1:2\n#h llmgw.qwen 1:1,2:1\n" +
+		"n1 debug ib-a,llmgw.llama\nn2 debug ib-a,llmgw.llama,llmgw.qwen\nn3 debug ib-b,llmgw.qwen\nn4 debug ib-b\n"
 	got, err := os.ReadFile(file)
 	head, body, _ := strings.Cut(string(got), "\n")
 	if err != nil || body != wantFile || !strings.HasPrefix(head, FeatureFileHeader+" synced=") {
@@ -225,6 +245,9 @@ func TestFeatureReconcilerOnCluster(t *testing.T) {
 		t.Fatalf("features not back %s after scontrol reconfigure (interval %s): %s (%s)", time.Since(wiped).Round(time.Millisecond), interval, bad, last)
 	}
 	t.Logf("features back %.1f s after scontrol reconfigure (interval %s)", time.Since(wiped).Seconds(), interval)
+	if after := slurmtest.ConfigRecords(t, run, "debug"); after != recordsBefore {
+		t.Errorf("slurmctld has %d node config records after the reconciler wrote its features again after a reconfigure, %d before", after, recordsBefore)
+	}
 
 	// A drained node keeps its features; its state is recorded.
 	if _, err := run.Run(ctx, "scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=llmgw-test"); err != nil {

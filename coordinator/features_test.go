@@ -54,22 +54,26 @@ func TestDesiredFeatures(t *testing.T) {
 		"n2":  {"llmgw.llama", "llmgw.qwen"},
 		"n10": {"llmgw.qwen"},
 	}
-	if got := e.srv.desiredFeatures(now, t0); !reflect.DeepEqual(got, want) {
+	if got, _ := e.srv.desiredFeatures(now, t0); !reflect.DeepEqual(got, want) {
 		t.Errorf("desiredFeatures =\n  %v\nwant\n  %v", got, want)
 	}
 	// A reconciler that started after old's last report gives it three
 	// intervals from its start before calling it stale.
 	want["old"] = []string{"llmgw.llama"}
-	if got := e.srv.desiredFeatures(now, t0.Add(time.Minute)); !reflect.DeepEqual(got, want) {
+	if got, _ := e.srv.desiredFeatures(now, t0.Add(time.Minute)); !reflect.DeepEqual(got, want) {
 		t.Errorf("desiredFeatures with a late start =\n  %v\nwant\n  %v", got, want)
 	}
 	// Removing a model from the catalog removes its feature.
 	if err := e.admin.DeleteModel(ctx, "qwen"); err != nil {
 		t.Fatal(err)
 	}
-	got := e.srv.desiredFeatures(now, t0)
+	got, models := e.srv.desiredFeatures(now, t0)
 	if want := map[string][]string{"n1": {"llmgw.llama"}, "n2": {"llmgw.llama"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("after deleting qwen: %v, want %v", got, want)
+	}
+	// The catalog, whose every model is offered (AvailableFeatures).
+	if !reflect.DeepEqual(models, []string{"llama", "remote"}) {
+		t.Errorf("after deleting qwen the catalog is %v, want [llama remote]", models)
 	}
 }
 
@@ -83,6 +87,13 @@ func TestFeatureFile(t *testing.T) {
 	}
 	synced := time.Unix(1796288377, 900e6) // the header keeps whole seconds, rounded down
 	want := FeatureFileHeader + " synced=1796288377 interval=30 features=all lines=<digest>\n" +
+		// The classes (slurm.WriteFeatureClasses), in the nodes' order.
+		"#c 1 - -\n" +
+		"#c 1 debug,gpu ib-a\n" +
+		"#c 1 debug ib-b\n" +
+		"#c 1 gpu -\n" +
+		"#h llmgw.llama 1:1,2:1\n" +
+		"#h llmgw.qwen 2:1\n" +
 		"n1 - llmgw.llama\n" +
 		"n2 debug,gpu ib-a,llmgw.llama,llmgw.qwen\n" +
 		"n10 debug ib-b\n" +
@@ -97,7 +108,7 @@ func TestFeatureFile(t *testing.T) {
 		t.Errorf("FeatureFile(nil) = %q, want %q", got, want)
 	}
 
-	// The digest follows the node lines and nothing else: job_submit.lua
+	// The digest follows the lines after the header and nothing else: job_submit.lua
 	// keeps its parsed index while it stays the same.
 	digest := func(b []byte) string { return linesDigest.FindStringSubmatch(string(b))[1] }
 	same := digest(FeatureFile(nodes, synced.Add(time.Hour), time.Minute, false))
@@ -139,7 +150,7 @@ func TestFeatureFileRewrittenEverySync(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(file)
-		want := fmt.Sprintf("%s synced=%d interval=30 features=all lines=<digest>\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
+		want := fmt.Sprintf("%s synced=%d interval=30 features=all lines=<digest>\n#c 1 debug -\n#h llmgw.m1 1:1\nn1 debug llmgw.m1\n", FeatureFileHeader, at)
 		if err != nil || withoutDigest(string(got)) != want {
 			t.Errorf("after the run at %d: %q, %v; want %q", at, got, err, want)
 		}
@@ -299,5 +310,53 @@ func TestFeaturesPokedOnChange(t *testing.T) {
 	e.clock.set(t0.Add(time.Minute))
 	if !post(llama) {
 		t.Error("a node back from stale did not poke the reconciler")
+	}
+}
+
+// TestFeaturesUnderNodeFeaturesPlugin: where slurmctld runs a NodeFeatures
+// plugin an ActiveFeatures update is rewritten by the plugin (helpers keeps
+// every active feature it does not manage), so the reconciler writes
+// nothing, says why, and still publishes what Slurm has. Scripts stand in
+// for Slurm; what the plugin does was read in Slurm's source
+// (docs/slurm/behaviour.md §11).
+func TestFeaturesUnderNodeFeaturesPlugin(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "scontrol-calls")
+	fixture, _ := filepath.Abs(filepath.Join("..", "slurm", "testdata", "22.05", "sinfo-json-features.json"))
+	conf, _ := filepath.Abs(filepath.Join("..", "slurm", "testdata", "22.05", "scontrol-show-config.txt"))
+	for name, body := range map[string]string{
+		"sinfo": `case "$*" in *--json*) exec cat '` + fixture + `';; *%P*) echo 'debug*';; esac`,
+		"scontrol": `echo "$*" >>'` + calls + `'
+case "$*" in "show config") sed 's|^NodeFeaturesPlugins .*|NodeFeaturesPlugins     = node_features/helpers|' '` + conf + `';; esac`,
+		"squeue": `exit 0`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(dir, "features")
+	e := newEnv(t, Config{Features: true, Sinfo: filepath.Join(dir, "sinfo"), Scontrol: filepath.Join(dir, "scontrol"),
+		FeatureFile: file, FeatureInterval: time.Minute}, testTokens)
+	if _, err := e.admin.PutModel(ctx, api.Model{Name: "llama", Source: "/models/llama"}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.set(t0)
+	if _, err := e.agent.PostReport(ctx, report("n1", "ib-a", 1, api.Weight{Path: "/models/llama", Complete: true, Size: 1})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.admin.SyncFeatures(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Error, "NodeFeaturesPlugins=node_features/helpers") || res.Calls != 0 || len(res.Commands) != 0 {
+		t.Errorf("sync under a NodeFeatures plugin: %+v; want no call and the plugin named", res)
+	}
+	got, _ := os.ReadFile(calls)
+	if strings.Contains(string(got), "update") {
+		t.Errorf("scontrol was asked to update under a NodeFeatures plugin:\n%s", got)
+	}
+	if data, err := os.ReadFile(file); err != nil || !strings.Contains(string(data), "\nn1 ") {
+		t.Errorf("feature file: %v\n%s; want what Slurm has, published", err, data)
 	}
 }

@@ -48,12 +48,13 @@ type pendingGC struct {
 	id       string
 	collect  bool
 	force    bool
+	trust    bool
 	deadline time.Time
 	nodes    map[string]bool
 }
 
 func (p *gcPending) add(st api.GCStatus) {
-	pg := &pendingGC{id: st.ID, collect: st.Collect, force: st.Force, deadline: st.Deadline, nodes: map[string]bool{}}
+	pg := &pendingGC{id: st.ID, collect: st.Collect, force: st.Force, trust: st.Trust, deadline: st.Deadline, nodes: map[string]bool{}}
 	for _, n := range st.Nodes {
 		pg.nodes[n.Node] = true
 	}
@@ -119,7 +120,7 @@ func (s *Server) postGC(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeInvalid, "force without collect: a listing removes nothing, so there is nothing to force; ask for collect and force together")
 	}
 	now := s.now().UTC()
-	st := api.GCStatus{ID: uuid.NewString(), Collect: req.Collect, Node: req.Node, Force: req.Force, Created: now,
+	st := api.GCStatus{ID: uuid.NewString(), Collect: req.Collect, Node: req.Node, Force: req.Force, Trust: req.Trust, Created: now,
 		Deadline: now.Add(gcWaitIntervals * s.cfg.ReportInterval), Nodes: []api.GCNode{}}
 	s.view.mu.RLock()
 	if req.Node != "" {
@@ -142,6 +143,14 @@ func (s *Server) postGC(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 	defer cancel()
+	if req.Trust {
+		// Recorded with the catalog, not only handed to the nodes that
+		// report in the next two intervals: a node down now adopts it when
+		// it next reads the catalog.
+		if err := s.trustCatalog(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.db.CreateGC(ctx, st); err != nil {
 		s.metrics.dbErrors.WithLabelValues("gc").Inc()
 		return api.Errorf(api.CodeUnavailable, "the gc request could not be stored (database: %v)", err)
@@ -149,6 +158,23 @@ func (s *Server) postGC(w http.ResponseWriter, r *http.Request) error {
 	s.gc.add(st)
 	s.log.WithFields(map[string]any{"gc": st.ID, "collect": st.Collect, "nodes": len(st.Nodes)}).Info("gc requested")
 	writeJSON(w, http.StatusCreated, st)
+	return nil
+}
+
+// trustCatalog records an admin's adoption of the catalog as it stands
+// (llmgw gc --trust) and reloads the view, whose catalog answer carries it.
+func (s *Server) trustCatalog(ctx context.Context) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	change, err := s.db.TrustCatalog(ctx, s.now())
+	if err != nil {
+		s.metrics.dbErrors.WithLabelValues("gc").Inc()
+		return api.Errorf(api.CodeUnavailable, "the catalog's adoption could not be stored (database: %v)", err)
+	}
+	if err := s.view.load(ctx, s.db); err != nil {
+		return api.Errorf(api.CodeUnavailable, "the catalog's adoption was stored, but reading the state back failed: %v", err)
+	}
+	s.log.WithField("change", change).Info("catalog adopted by an admin (gc --trust): nodes that distrust it trust it from their next catalog read")
 	return nil
 }
 
@@ -234,9 +260,9 @@ func validGCAnswer(a *api.GCAnswer) error {
 	for i := range a.Files {
 		f := &a.Files[i]
 		switch f.Action {
-		case "listed", "removed", "kept", "refused", "failed":
+		case "listed", "removed", "kept", "refused", "failed", "evicted":
 		default:
-			return bad("files[%d]: action %q is not listed, removed, kept, refused or failed", i, f.Action)
+			return bad("files[%d]: action %q is not listed, removed, kept, refused, failed or evicted", i, f.Action)
 		}
 		f.Name, f.Path = clip(f.Name, MaxPath), clip(f.Path, MaxPath)
 		f.Reason = clip(f.Reason, maxErrorText)
@@ -278,7 +304,7 @@ func (s *Server) gcAsk(ctx context.Context, node string) *api.GCAsk {
 		return nil
 	}
 	log.WithField("asked", len(names)).Info("gc handed to node")
-	return &api.GCAsk{ID: pg.id, Collect: pg.collect, Force: pg.force, Remove: names}
+	return &api.GCAsk{ID: pg.id, Collect: pg.collect, Force: pg.force, Trust: pg.trust, Remove: names}
 }
 
 // unwanted lists the cache names node last reported in its cache directory

@@ -17,8 +17,11 @@ import (
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	// The view's copy is current: catalog writes reload it before they
 	// answer, so a client that just wrote reads its own write.
+	// It is what the catalog tag digests (catalogTag), so that a node
+	// whose answers carry the same tag holds all of it.
 	s.view.mu.RLock()
-	out := api.Models{Models: append([]api.Model{}, s.view.cat.Models...), CatalogID: s.view.catID, Generation: s.view.catGen}
+	out := s.view.catalogLocked()
+	out.Models = append([]api.Model{}, out.Models...)
 	s.view.mu.RUnlock()
 	if !s.mayFetch(r) {
 		for i := range out.Models {
@@ -27,6 +30,13 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// catalogTag is the catalog's tag as GET /v1/models serves it now.
+func (s *Server) catalogTag() string {
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	return s.view.catTag
 }
 
 // mayFetch reports whether r comes from a caller trusted to fetch the
@@ -191,6 +201,35 @@ func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.WithField("model", name).Info("catalog entry removed")
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) renameModel(w http.ResponseWriter, r *http.Request) error {
+	old := r.PathValue("name")
+	if err := catalog.ValidModelName(old); err != nil {
+		return api.Errorf(api.CodeInvalid, "%v", err)
+	}
+	var req api.ModelRename
+	if err := decode(w, r, MaxModelBytes, "model rename", &req); err != nil {
+		return err
+	}
+	if err := catalog.ValidModelName(req.Name); err != nil {
+		return api.Errorf(api.CodeInvalid, "new name: %v", err)
+	}
+	if req.Name == old {
+		return api.Errorf(api.CodeInvalid, "model %s is already called that", old)
+	}
+	var m api.Model
+	err := s.changeCatalog(r.Context(), func(ctx context.Context) error {
+		var err error
+		m, err = s.db.RenameModel(ctx, old, req.Name, s.now())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.log.WithFields(map[string]any{"model": req.Name, "was": old}).Info("catalog entry renamed")
+	writeJSON(w, http.StatusOK, m)
 	return nil
 }
 

@@ -84,11 +84,11 @@ func TestFeaturesAfterPause(t *testing.T) {
 	if paused != 40*time.Second {
 		t.Errorf("paused %v, want 40s", paused)
 	}
-	if got := e.srv.desiredFeatures(woke, since); len(got["n1"]) != 1 {
+	if got, _ := e.srv.desiredFeatures(woke, since); len(got["n1"]) != 1 {
 		t.Errorf("at the wake: %v; n1 reported just before the pause and keeps llmgw.llama", got)
 	}
 	// What the run would have done without the pause seen: n1 is 50 s old.
-	if got := e.srv.desiredFeatures(woke, t0); len(got["n1"]) != 0 {
+	if got, _ := e.srv.desiredFeatures(woke, t0); len(got["n1"]) != 0 {
 		t.Errorf("the test proves nothing: n1 keeps %v without the grace", got["n1"])
 	}
 	// Still quiet one stale window after the wake: stale.
@@ -99,7 +99,7 @@ func TestFeaturesAfterPause(t *testing.T) {
 	if since, _ = h.since(later); !since.Equal(woke) {
 		t.Fatalf("hearing began %v, want the wake", since)
 	}
-	if got := e.srv.desiredFeatures(later, since); len(got["n1"]) != 0 {
+	if got, _ := e.srv.desiredFeatures(later, since); len(got["n1"]) != 0 {
 		t.Errorf("one stale window after the wake, n1 still has %v", got["n1"])
 	}
 }

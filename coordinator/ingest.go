@@ -82,6 +82,14 @@ func validReport(r *api.Report) error {
 	if r.Cache.FreeBytes < 0 || r.Cache.TotalBytes < 0 {
 		return bad("cache sizes are negative")
 	}
+	if hf := r.HFCache; hf != nil {
+		if err := catalog.CheckAbsPath("hf_cache", hf.Dir); err != nil {
+			return bad("%v", err)
+		}
+		if hf.FreeBytes < 0 || hf.TotalBytes < 0 {
+			return bad("hf_cache sizes are negative")
+		}
+	}
 	if r.GPUMemory < 0 {
 		return bad("gpu_memory_bytes is negative; send 0 when unknown")
 	}
@@ -389,7 +397,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 		if res.err != nil {
 			return res.err
 		}
-		ans := ReportAnswer{Result: "stored"}
+		ans := ReportAnswer{Result: "stored", CatalogTag: s.catalogTag()}
 		if !res.stored {
 			ans.Result = "dropped"
 		} else {

@@ -42,6 +42,9 @@ var (
 	stalledDesc = prometheus.NewDesc("llmgw_coordinator_fetches_stalled",
 		"Fetches in progress that have made no progress for longer than the stall threshold.",
 		nil, nil)
+	gcHeldDesc = prometheus.NewDesc("llmgw_coordinator_nodes_gc_held",
+		"Fresh nodes whose gc removes nothing because they do not trust the catalog (a coordinator restored or moved): 'llmgw gc --trust' adopts it.",
+		nil, nil)
 )
 
 func newMetrics(s *Server) *metrics {
@@ -87,6 +90,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- holdersDesc
 	ch <- fetchesDesc
 	ch <- stalledDesc
+	ch <- gcHeldDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -126,6 +130,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(fetchesDesc, prometheus.GaugeValue, float64(fetching))
 	ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, float64(stalled))
+	held := 0
+	for _, g := range s.gcHeld(now) {
+		held += g.Count
+	}
+	ch <- prometheus.MustNewConstMetric(gcHeldDesc, prometheus.GaugeValue, float64(held))
 }
 
 // MaxFabricLabels bounds the fabric label's values: a cluster has a handful

@@ -130,11 +130,11 @@ func TestPlacement(t *testing.T) {
 
 	// The reconciler's view of the same state: features follow presence,
 	// drained or not; a stale node carries none.
-	feats := e.srv.desiredFeatures(e.clock.now(), time.Time{})
+	feats, _ := e.srv.desiredFeatures(e.clock.now(), time.Time{})
 	if strings.Join(feats["n1"], ",") != "llmgw.llama" || strings.Join(feats["n4"], ",") != "llmgw.llama" || len(feats["n2"]) != 0 {
 		t.Errorf("features = %v", feats)
 	}
-	if feats := e.srv.desiredFeatures(e.clock.now().Add(time.Hour), time.Time{}); len(feats["n1"]) != 0 {
+	if feats, _ := e.srv.desiredFeatures(e.clock.now().Add(time.Hour), time.Time{}); len(feats["n1"]) != 0 {
 		t.Errorf("an hour later n1 is stale and still carries %v", feats["n1"])
 	}
 

@@ -61,6 +61,8 @@ type Server struct {
 	gc gcPending
 	// seeds holds the seed requests still asking nodes (seed.go).
 	seeds seedPending
+	// grants are the copies granted for eviction (evict.go).
+	grants grants
 	// swarms are the fabrics' swarms (swarm.go).
 	swarms *swarms
 	// dbOK is false after a write failed, until one succeeds: readiness
@@ -110,6 +112,10 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	if log == nil {
 		log = logrus.New()
 		log.SetOutput(io.Discard)
+	}
+	if cfg.FeatureSetsMax != 0 {
+		log.Warnf("feature_sets_max = %d is ignored: llmgw writes presence as ActiveFeatures, which adds no node config "+
+			"record, so no model is withheld any more; remove the setting", cfg.FeatureSetsMax)
 	}
 	s := &Server{
 		cfg: cfg, tokens: tokens, db: db, log: log, view: newView(),
@@ -179,11 +185,13 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "GET /v1/models", roleRead, s.getModels)
 	s.route(mux, "PUT /v1/models/{name}", roleAdmin, s.putModel)
 	s.route(mux, "DELETE /v1/models/{name}", roleAdmin, s.deleteModel)
+	s.route(mux, "POST /v1/models/{name}/rename", roleAdmin, s.renameModel)
 	s.route(mux, "GET /v1/status", roleRead, s.getStatus)
 	s.route(mux, "GET /v1/status/{model}", roleRead, s.getModelStatus)
 	s.route(mux, "POST /v1/gc", roleAdmin, s.postGC)
 	s.route(mux, "GET /v1/gc/{id}", roleRead, s.getGC)
 	s.route(mux, "POST /v1/gc/{id}/answers", roleAgent, s.postGCAnswer)
+	s.route(mux, "POST /v1/evict", roleAgent, s.postEvict)
 	s.route(mux, "POST /v1/seed", roleAdmin, s.postSeed)
 	s.route(mux, "GET /v1/seed/{id}", roleRead, s.getSeed)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
@@ -526,15 +534,18 @@ func (*readBodyBuf) Close() error { return nil }
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.db.Ping(ctx); err != nil {
-		s.metrics.dbErrors.WithLabelValues("ping").Inc()
-		s.log.WithError(err).Error("database unusable")
-		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
-	}
+	// The write first: it looks at the files before sqlite does, and a
+	// read of a database gone read-only is what can crash the process
+	// (store/freeze.go).
 	if err := s.db.CanWrite(ctx); err != nil {
 		s.metrics.dbErrors.WithLabelValues("ping").Inc()
 		s.log.WithError(err).Error("database read-only")
 		return api.Errorf(api.CodeUnavailable, "%v; reports and catalog changes would fail", err)
+	}
+	if err := s.db.Ping(ctx); err != nil {
+		s.metrics.dbErrors.WithLabelValues("ping").Inc()
+		s.log.WithError(err).Error("database unusable")
+		return api.Errorf(api.CodeUnavailable, "database unusable: %v", err)
 	}
 	if !s.dbOK.Load() {
 		return api.Errorf(api.CodeUnavailable, "the last database write failed; see the coordinator's log")

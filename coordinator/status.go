@@ -3,6 +3,8 @@ package coordinator
 import (
 	"math"
 	"runtime"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +60,46 @@ func (s *Server) presence(f *placement.Fold, mi int, fabric string, now time.Tim
 	return out
 }
 
+// gcHeld groups the fresh nodes whose gc is held, by the kind of reason
+// (its first clause: "another coordinator database", "does not descend",
+// "older generation"), largest group first. The caller holds s.view.mu.
+func (s *Server) gcHeld(now time.Time) []api.GCHeldGroup {
+	groups := map[string]*api.GCHeldGroup{}
+	names := map[string][]string{}
+	for n := range s.view.all() {
+		vn := s.view.nodes[n.Name]
+		if vn == nil || vn.gcHeld == "" || n.State(now, s.staleAfter) == placement.StateStale {
+			continue
+		}
+		kind := vn.gcHeld
+		if i := strings.Index(kind, ":"); i > 0 {
+			kind = kind[:i]
+		}
+		g := groups[kind]
+		if g == nil {
+			g = &api.GCHeldGroup{Why: vn.gcHeld, Since: vn.gcHeldSince}
+			groups[kind] = g
+		}
+		if !vn.gcHeldSince.IsZero() && (g.Since.IsZero() || vn.gcHeldSince.Before(g.Since)) {
+			g.Since = vn.gcHeldSince
+		}
+		g.Count++
+		names[kind] = append(names[kind], n.Name)
+	}
+	out := make([]api.GCHeldGroup, 0, len(groups))
+	for kind, g := range groups {
+		g.Nodes = slurm.Compress(names[kind])
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Why < out[j].Why
+	})
+	return out
+}
+
 func (s *Server) header() (interval, staleAfter, stallAfter float64) {
 	return s.cfg.ReportInterval.Seconds(), s.staleAfter.Seconds(), s.cfg.StallAfter.Seconds()
 }
@@ -77,6 +119,7 @@ func (s *Server) Status(now time.Time) *api.Status {
 	st.ReportInterval, st.StaleAfter, st.StallAfter = s.header()
 	st.Features = s.features.status()
 	st.FabricsFrom = s.fabricsFrom()
+	st.GCHeld = s.gcHeld(now)
 	fabrics := f.FabricNames()
 	for _, name := range fabrics {
 		fa := f.Fabrics[name]
@@ -129,10 +172,11 @@ func (s *Server) ModelStatus(name string, now time.Time) (_ *api.ModelNodes, ok 
 	for _, nodeName := range s.view.names {
 		n := s.view.nodes[nodeName]
 		h := n.Holding(name)
+		free, total, _ := n.Room(m)
 		np := api.NodePresence{
 			Node: n.Name, Fabric: n.Fabric, State: string(n.State(now, s.staleAfter)), Holds: string(h.Hold),
 			Path: h.Path, Size: h.Size, Incomplete: h.Incomplete,
-			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, LastReport: n.Received,
+			CacheFree: free, CacheTotal: total, LastReport: n.Received,
 			Age: round(now.Sub(n.Received).Seconds()), AgentVersion: n.agentVersion, Errors: lastErrors(n.errors),
 		}
 		if fe := n.FindModelFetch(m); fe != nil {

@@ -37,7 +37,7 @@ func catalogFiles(models []api.Model) map[string]catalogFile {
 			}
 			continue
 		}
-		if catalog.KindOf(m.Source) == catalog.KindRemote {
+		if catalog.KindOf(m.Source) == catalog.KindRemote && !m.IsHub() {
 			out[m.Source] = catalogFile{model: m.Name, size: m.Size, sha256: strings.ToLower(m.WantSHA256())}
 		}
 	}
@@ -50,6 +50,10 @@ func catalogFiles(models []api.Model) map[string]catalogFile {
 func (s *Server) swarmFile(r *api.SwarmReport) (catalogFile, error) {
 	s.view.mu.RLock()
 	f, ok := s.view.files[r.Source]
+	if rv, isRev := s.view.revisions[r.Source]; isRev && (!ok || f.sha256 != r.SHA256) {
+		// A model of several files, as one revision (swarmrev.go).
+		f, ok = rv, true
+	}
 	s.view.mu.RUnlock()
 	src := api.RedactSource(r.Source)
 	switch {

@@ -2,6 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -9,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/placement"
 )
@@ -36,11 +41,23 @@ type view struct {
 	// files indexes cat's fetched files by source, for the swarms
 	// (swarmcheck.go).
 	files map[string]catalogFile
+	// revisions indexes its models of several files by source, each as
+	// one revision (swarmrev.go).
+	revisions map[string]catalogFile
 	// catID and catGen are the catalog's identity and generation, read
 	// with cat, so that GET /v1/models never pairs models with another
 	// generation's number.
 	catID  string
 	catGen int64
+	// catTag names the catalog as served (api.ReportAnswer.CatalogTag):
+	// made once per load, from the same models.
+	catTag string
+	// catHistory, catDropped, catTrusted and catTrustedAt are the
+	// catalog's history (store/history.go), read with it.
+	catHistory   []string
+	catDropped   map[string]string
+	catTrusted   string
+	catTrustedAt time.Time
 	// slurm is each node's Slurm state as last read from sinfo (see
 	// setSlurmStates); it survives reloads and new reports, which say
 	// nothing of Slurm.
@@ -52,6 +69,9 @@ type viewNode struct {
 	placement.Node
 	agentVersion string
 	errors       []string
+	// gcHeld and gcHeldSince are the node's gc hold (api.Report.GCHeld).
+	gcHeld      string
+	gcHeldSince time.Time
 	// cacheDir is where the node fetches to; gc asks about the cache
 	// names it reported there.
 	cacheDir string
@@ -66,10 +86,13 @@ func presenceNode(n *store.Node) *viewNode {
 	vn := &viewNode{
 		Node: placement.Node{
 			Name: n.Name, Fabric: n.Fabric, Looked: n.Looked, Received: n.Received, ReportTime: n.ReportTime,
-			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, GPUMemory: n.GPUMemory, Holdings: n.Holdings,
+			CacheFree: n.CacheFree, CacheTotal: n.CacheTotal, HFCacheFree: n.HFCacheFree, HFCacheTotal: n.HFCacheTotal,
+			GPUMemory: n.GPUMemory, Holdings: n.Holdings,
 		},
 		agentVersion: n.AgentVersion,
 		errors:       n.Errors,
+		gcHeld:       n.GCHeld,
+		gcHeldSince:  n.GCHeldSince,
 		cacheDir:     n.CacheDir,
 		peerAddr:     n.PeerAddr,
 	}
@@ -98,6 +121,10 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	if err != nil {
 		return err
 	}
+	history, dropped, trusted, trustedAt, err := db.CatalogHistory(ctx)
+	if err != nil {
+		return err
+	}
 	nodes, err := db.Nodes(ctx)
 	if err != nil {
 		return err
@@ -118,8 +145,39 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
 	v.files = catalogFiles(models)
+	v.revisions = catalogRevisions(models)
 	v.catID, v.catGen = catID, catGen
+	v.catHistory, v.catDropped, v.catTrusted, v.catTrustedAt = history, dropped, trusted, trustedAt
+	v.catTag = catalogTag(v.catalogLocked())
 	return nil
+}
+
+// catalogLocked is the catalog's answer (GET /v1/models) as an agent reads
+// it, its sources unredacted; its Models are the view's own, not to be
+// changed. The caller holds v.mu.
+func (v *view) catalogLocked() api.Models {
+	return api.Models{Models: v.cat.Models, CatalogID: v.catID, Generation: v.catGen,
+		History: v.catHistory, Superseded: v.catDropped, Trusted: v.catTrusted, TrustedAt: v.catTrustedAt}
+}
+
+// catalogTag names a catalog as agents read it, for ReportAnswer.CatalogTag:
+// the identity and generation, and a digest of the whole answer an agent
+// keeps in its copy: the entries, since a pin taken or forgotten changes
+// one without a new generation, and a database restored from a backup can
+// reach a generation it had before with other entries; and the history,
+// the names an admin's change dropped and an admin's adoption (gc
+// --trust), none of which raises the generation either: an agent that
+// missed an adoption would go on holding its gc on a catalog an admin
+// trusted. Made once per catalog change; every report answer carries it.
+func catalogTag(ans api.Models) string {
+	b, err := json.Marshal(ans)
+	if err != nil {
+		// Never for these types; an empty tag has agents read the
+		// catalog after every report, which is always correct.
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return fmt.Sprintf("%s/%d/%s", ans.CatalogID, ans.Generation, hex.EncodeToString(sum[:12]))
 }
 
 // all yields every node in name order. The caller holds v.mu.

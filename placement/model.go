@@ -81,6 +81,12 @@ type Node struct {
 	// CacheTotal 0 means unknown (the agent could not tell).
 	CacheFree  int64
 	CacheTotal int64
+	// HFCacheFree and HFCacheTotal are the room of the node's Hugging
+	// Face cache, where Hub models are fetched, when it is on another
+	// filesystem than the fetch cache; HFCacheTotal 0 means it is not
+	// (or the agent did not say), and the cache's room is its room.
+	HFCacheFree  int64
+	HFCacheTotal int64
 	// GPUMemory is the node's total GPU memory in bytes, 0 when unknown.
 	GPUMemory int64
 	// Holdings are the reported weights that are catalog models, complete
@@ -92,6 +98,17 @@ type Node struct {
 	// "drained", "down*"...), set by the coordinator when it reads Slurm;
 	// "" when unknown, which counts as schedulable.
 	SlurmState string
+}
+
+// Room is the room a fetch of m has on n, in bytes (total 0: unknown),
+// and where that is: a Hub model's Hugging Face cache when the node
+// reported it on a filesystem of its own (a filer's), else the fetch
+// cache.
+func (n *Node) Room(m catalog.Model) (free, total int64, where string) {
+	if m.IsHub() && n.HFCacheTotal > 0 {
+		return n.HFCacheFree, n.HFCacheTotal, "Hugging Face cache"
+	}
+	return n.CacheFree, n.CacheTotal, "cache"
 }
 
 // Holding is one reported weight that is a catalog model.

@@ -366,20 +366,22 @@ func diskCheck(req Request, n *Node, holds, reported, stale bool, fetch *Fetch) 
 	case req.FetchBytes <= 0:
 		c.Reason = fmt.Sprintf("disk not checked: the size of %s is unknown (no catalog size, no copy seen)", m.Name)
 		return c
-	case n.CacheTotal <= 0:
-		c.Reason = "disk not checked: its cache room is unknown"
+	}
+	free, total, where := n.Room(m)
+	if total <= 0 {
+		c.Reason = "disk not checked: its " + where + " room is unknown"
 		return c
 	}
-	c.Need, c.Have = req.FetchBytes, n.CacheFree
+	c.Need, c.Have = req.FetchBytes, free
 	if fetch != nil {
 		c.Need = max(req.FetchBytes-fetch.Done, 0)
 	}
-	if n.CacheFree >= c.Need {
+	if free >= c.Need {
 		c.Result = Pass
-		c.Reason = fmt.Sprintf("a fetch needs %s, its cache has %s free", catalog.FormatBytes(c.Need), catalog.FormatBytes(n.CacheFree))
+		c.Reason = fmt.Sprintf("a fetch needs %s, its %s has %s free", catalog.FormatBytes(c.Need), where, catalog.FormatBytes(free))
 	} else {
 		c.Result = Fail
-		c.Reason = fmt.Sprintf("a fetch needs %s but its cache has only %s free", catalog.FormatBytes(c.Need), catalog.FormatBytes(n.CacheFree))
+		c.Reason = fmt.Sprintf("a fetch needs %s but its %s has only %s free", catalog.FormatBytes(c.Need), where, catalog.FormatBytes(free))
 	}
 	return c
 }

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmgw/llmgw/agent/nodeconf"
@@ -110,20 +111,26 @@ var ErrNotPresent = errors.New("not present on this node")
 //     snapshot in the Hugging Face cache hfCache, of its size, and its
 //     refs naming the commit (see presentHub); the path is the snapshot.
 func Present(cacheDir, hfCache string, m catalog.Model) (string, error) {
+	return present(cacheDir, hfCache, m, nil)
+}
+
+// present is Present, each filesystem operation announced to w (nil: not
+// watched).
+func present(cacheDir, hfCache string, m catalog.Model, w *watch) (string, error) {
 	if m.IsHub() {
-		return presentHub(hfCache, *m.Hub)
+		return presentHub(hfCache, *m.Hub, w)
 	}
 	if m.IsSet() {
-		return presentSet(cacheDir, m)
+		return presentSet(cacheDir, m, w)
 	}
 	switch catalog.KindOf(m.Source) {
 	case catalog.KindModelID:
 		return m.Source, nil
 	case catalog.KindPath:
-		return m.Source, checkPath(m.Source, m.Size)
+		return m.Source, checkPath(m.Source, m.Size, w)
 	case catalog.KindRemote:
 		p := catalog.CachePathFor(cacheDir, m.Source)
-		_, err := presentFile(p, m.Size, m.WantSHA256())
+		_, err := presentFile(p, m.Size, m.WantSHA256(), w)
 		return p, err
 	}
 	return "", fmt.Errorf("source %q: not a path, an hf:/http(s) source or a model id", m.Source)
@@ -132,8 +139,10 @@ func Present(cacheDir, hfCache string, m catalog.Model) (string, error) {
 // presentFile checks a fetched file at p: regular, of size when one is
 // given, and, when want is set, tagged with want (or on a filesystem that
 // keeps no tags); it returns the file's size.
-func presentFile(p string, size int64, want string) (int64, error) {
+func presentFile(p string, size int64, want string, w *watch) (int64, error) {
+	w.begin("stat", p)
 	st, err := os.Stat(p)
+	w.end()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("cache file %s: %w (%v)", p, ErrNotPresent, err)
@@ -148,10 +157,14 @@ func presentFile(p string, size int64, want string) (int64, error) {
 	// filesystem keeps them (copied in by hand: nothing says it is the
 	// pinned bytes): the slow path fetches or hashes, and verifies.
 	if want != "" {
-		switch sum, tagged := catalog.RecordedSHA256(p); {
+		w.begin("read the digest tag of", p)
+		sum, tagged := catalog.RecordedSHA256(p)
+		untagged := !tagged && catalog.Untagged(p)
+		w.end()
+		switch {
 		case tagged && sum != want:
 			return 0, fmt.Errorf("cache file %s is tagged with sha256 %q, the catalog wants %s: %w", p, sum, want, ErrNotPresent)
-		case !tagged && catalog.Untagged(p):
+		case untagged:
 			return 0, fmt.Errorf("cache file %s carries no recorded sha256, and the catalog pins %s: %w", p, want, ErrNotPresent)
 		}
 	}
@@ -163,12 +176,12 @@ func presentFile(p string, size int64, want string) (int64, error) {
 // so the fast path stays a handful of system calls however many parts.
 // A set missing any file is not present, and the slow path fetches what
 // is missing. m.Size, when the files give none, is checked as their sum.
-func presentSet(cacheDir string, m catalog.Model) (string, error) {
+func presentSet(cacheDir string, m catalog.Model, w *watch) (string, error) {
 	dir := catalog.SetDir(cacheDir, m)
 	var total int64
 	sized := true
 	for _, f := range m.Files {
-		n, err := presentFile(catalog.SetFilePath(dir, f.Source), f.Size, f.WantSHA256())
+		n, err := presentFile(catalog.SetFilePath(dir, f.Source), f.Size, f.WantSHA256(), w)
 		if err != nil {
 			return "", err
 		}
@@ -187,11 +200,15 @@ func presentSet(cacheDir string, m catalog.Model) (string, error) {
 // writes naming the commit, since that is what an engine given the bare
 // repository id reads. A ref naming another commit (a repin, another
 // download into a shared cache) sends the job to the slow path, which
-// points it back.
-func presentHub(hfCache string, h catalog.Hub) (string, error) {
+// points it back. Each stat and ref read is one operation announced to
+// w: a Hugging Face cache on a filer that stops answering is bounded by
+// hook_fs_timeout like any other weights.
+func presentHub(hfCache string, h catalog.Hub, w *watch) (string, error) {
 	for _, f := range h.Files {
 		p := catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path)
+		w.begin("stat", p)
 		st, err := os.Stat(p)
+		w.end()
 		switch {
 		case err != nil:
 			return "", fmt.Errorf("%s of %s at %s: %w (%v)", f.Path, h.Repo, h.Commit, ErrNotPresent, err)
@@ -201,48 +218,151 @@ func presentHub(hfCache string, h catalog.Hub) (string, error) {
 	}
 	for _, ref := range catalog.HubRefs(h) {
 		p := catalog.HubRefPath(hfCache, h.Repo, ref)
-		if b, err := catalog.ReadRegular(p); err != nil || string(b) != h.Commit {
+		w.begin("read", p)
+		got, err := catalog.ReadHubRef(p)
+		w.end()
+		if err != nil || got != h.Commit {
 			return "", fmt.Errorf("%s does not name commit %s, so an engine given %s would not find it: %w", p, h.Commit, h.Repo, ErrNotPresent)
 		}
 	}
 	return catalog.HubPath(hfCache, h), nil
 }
 
-// HungError is returned by PresentWithin when the weights did not answer
-// in time: a stuck FUSE or NFS mount, whose stat blocks in the kernel.
+// HungError is returned by PresentWithin when one filesystem operation on
+// the weights got no answer within hook_fs_timeout: a stuck FUSE or NFS
+// mount, whose stat blocks in the kernel. A filer that answers each
+// operation, however slowly, is slow, not hung (SlowError).
 type HungError struct {
 	Path  string
+	Op    string // what was asked: "stat", "list", ...
 	After time.Duration
+	// Answered is how many operations on the weights had answered before.
+	Answered int
 }
 
 func (e *HungError) Error() string {
-	return fmt.Sprintf("the weights at %s did not answer within %s s (a hung mount?)", e.Path, strconv.FormatFloat(e.After.Seconds(), 'f', -1, 64))
+	op := e.Op
+	if op == "" {
+		op = "stat"
+	}
+	return fmt.Sprintf("no answer to a %s of %s within hook_fs_timeout (%s s; %d earlier operations answered): the filesystem is not answering (a hung mount?)",
+		op, e.Path, strconv.FormatFloat(e.After.Seconds(), 'f', -1, 64), e.Answered)
 }
 
-// PresentWithin is Present bounded by d. A stat on a hung mount blocks in
-// the kernel and nothing can interrupt it, while slurmd kills a Prolog
-// that outlives PrologEpilogTimeout and drains the node; so the check runs
-// on its own goroutine and is given up on after d with a *HungError. The
-// goroutine stays blocked until the mount answers, at the latest until the
-// hook's process exits (FUSE and NFS waits are killable), which it does
-// right after.
-func PresentWithin(cacheDir, hfCache string, m catalog.Model, d time.Duration) (string, error) {
+// SlowError is returned by PresentWithin when every operation on the
+// weights answered within hook_fs_timeout, but the whole look outlasted the
+// hook's budget (the Prolog's fetch_deadline).
+type SlowError struct {
+	Path     string
+	Budget   time.Duration
+	Answered int
+	Slowest  time.Duration
+}
+
+func (e *SlowError) Error() string {
+	return fmt.Sprintf("the weights at %s answer, but slowly: %d operations in the %s the Prolog may take (fetch_deadline), the slowest %s s; a slow filer, not a hung one",
+		e.Path, e.Answered, e.Budget, strconv.FormatFloat(e.Slowest.Seconds(), 'f', 1, 64))
+}
+
+// watch is what PresentWithin knows of the look under way: the operation
+// outstanding, since when, and how many answered.
+type watch struct {
+	mu       sync.Mutex
+	op, path string
+	since    time.Time // zero: none outstanding
+	answered int
+	slowest  time.Duration
+	where    string // the weights being looked at, for a SlowError
+}
+
+// at says the look now is at the weights where (a Hugging Face cache's
+// snapshot, when several are looked in).
+func (w *watch) at(where string) {
+	w.mu.Lock()
+	w.where = where
+	w.mu.Unlock()
+}
+
+func (w *watch) begin(op, path string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.op, w.path, w.since = op, path, time.Now()
+	w.mu.Unlock()
+}
+
+func (w *watch) end() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if d := time.Since(w.since); d > w.slowest {
+		w.slowest = d
+	}
+	w.answered++
+	w.since = time.Time{}
+	w.mu.Unlock()
+}
+
+// PresentWithin is Present with each filesystem operation bounded by op
+// (hook_fs_timeout) and the whole look by budget (the Prolog's deadline).
+// A stat on a hung mount blocks in the kernel and nothing can interrupt
+// it, while slurmd kills a Prolog that outlives PrologEpilogTimeout and
+// drains the node; so the check runs on its own goroutine, and is given up
+// on with a *HungError when one operation has had no answer for op, or
+// with a *SlowError when the operations answer but the look outlasts
+// budget. Bounding the whole look by one number failed jobs on a filer
+// that answered each stat in 4 s as if it were hung. The goroutine stays
+// blocked until the mount answers, at the latest until the hook's process
+// exits (FUSE and NFS waits are killable), which it does right after.
+func PresentWithin(cacheDir, hfCache string, m catalog.Model, op, budget time.Duration) (string, error) {
+	p, _, err := lookWithin(op, budget, func(w *watch) (string, string, error) {
+		w.at(weightsPath(cacheDir, hfCache, m))
+		p, err := present(cacheDir, hfCache, m, w)
+		return p, "", err
+	})
+	return p, err
+}
+
+// lookWithin runs look on its own goroutine, handing it the watch its
+// filesystem operations announce themselves to, and gives up on it as
+// PresentWithin says: a *HungError when one operation has had no answer
+// for op, a *SlowError when the look outlasts budget. look's second result
+// is what it found besides the path (the Hugging Face cache, for
+// PresentOnNode).
+func lookWithin(op, budget time.Duration, look func(*watch) (string, string, error)) (string, string, error) {
 	type result struct {
-		path string
-		err  error
+		path, found string
+		err         error
 	}
 	ch := make(chan result, 1)
+	w := &watch{}
+	start := time.Now()
 	go func() {
-		p, err := Present(cacheDir, hfCache, m)
-		ch <- result{p, err}
+		p, found, err := look(w)
+		ch <- result{p, found, err}
 	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.path, r.err
-	case <-t.C:
-		return "", &HungError{Path: weightsPath(cacheDir, hfCache, m), After: d}
+	tick := time.NewTicker(max(min(op/20, 100*time.Millisecond), time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-ch:
+			return r.path, r.found, r.err
+		case now := <-tick.C:
+			w.mu.Lock()
+			hung := !w.since.IsZero() && now.Sub(w.since) >= op
+			h := &HungError{Path: w.path, Op: w.op, After: op, Answered: w.answered}
+			slow := budget > 0 && now.Sub(start) >= budget
+			sl := &SlowError{Path: w.where, Budget: budget, Answered: w.answered, Slowest: max(w.slowest, now.Sub(w.since))}
+			w.mu.Unlock()
+			switch {
+			case hung:
+				return "", "", h
+			case slow:
+				return "", "", sl
+			}
+		}
 	}
 }
 
@@ -260,8 +380,10 @@ func weightsPath(cacheDir, hfCache string, m catalog.Model) string {
 	return m.Source
 }
 
-func checkPath(p string, size int64) error {
+func checkPath(p string, size int64, w *watch) error {
+	w.begin("stat", p)
 	st, err := os.Stat(p)
+	w.end()
 	if err != nil {
 		return fmt.Errorf("path %s: %w (%v)", p, ErrNotPresent, err)
 	}
@@ -277,7 +399,9 @@ func checkPath(p string, size int64) error {
 	if !st.IsDir() {
 		return fmt.Errorf("path %s is neither a file nor a directory: %w", p, ErrNotPresent)
 	}
+	w.begin("list", p)
 	ents, err := os.ReadDir(p)
+	w.end()
 	if err != nil {
 		return fmt.Errorf("path %s: %w (%v)", p, ErrNotPresent, err)
 	}
@@ -310,9 +434,10 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("model %s is not in the catalog copy %s", job.Model, cfg.CatalogCopyPath())
 	}
-	p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout())
+	p, hf, err := PresentOnNode(cfg, m, cfg.FetchDeadline)
 	var hung *HungError
-	if errors.As(err, &hung) {
+	var slow *SlowError
+	if errors.As(err, &hung) || errors.As(err, &slow) {
 		return catalog.WriteJobRecord(cfg.RunDir, catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Time: now.UTC(),
 			Error: fmt.Sprintf("weights for model %s (source %s) could not be had on %s: %v", m.Name, m.Source, job.Node, err)})
 	}
@@ -320,16 +445,74 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
 	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()}
-	HubRecord(cfg, m, &rec)
+	HubRecord(cfg, m, hf, &rec)
 	return catalog.WriteJobRecord(cfg.RunDir, rec)
 }
 
+// PresentOnNode is PresentWithin for the node cfg configures, each
+// filesystem operation within its hook_fs_timeout and the whole look
+// within budget, and the Hugging Face cache a Hub model was found in (else
+// ""). A Hub model is looked for in hf_cache, then in the Hugging Face
+// caches its weight directories hold (HubCaches): a site's shared cache on
+// a filer, listed as a weight directory, holds the model as the scan says
+// it does, and the node fetches nothing (before, it fetched the model
+// again into hf_cache). Only hf_cache is ever written; a snapshot
+// elsewhere counts only with its refs naming the commit. One look covers
+// every cache: a weight directory's cache on a filer that stopped
+// answering is a hung mount like hf_cache's, and the caches share the
+// budget.
+func PresentOnNode(cfg nodeconf.Agent, m catalog.Model, budget time.Duration) (path, hfCache string, err error) {
+	if !m.IsHub() {
+		p, err := PresentWithin(cfg.CacheDir, cfg.HFCacheDir(), m, cfg.FSTimeout(), budget)
+		return p, "", err
+	}
+	caches := HubCaches(cfg)
+	return lookWithin(cfg.FSTimeout(), budget, func(w *watch) (string, string, error) {
+		var first error
+		for _, hf := range caches {
+			w.at(weightsPath(cfg.CacheDir, hf, m))
+			p, err := present(cfg.CacheDir, hf, m, w)
+			if err == nil {
+				return p, hf, nil
+			}
+			if first == nil {
+				// hf_cache's: where the slow path fetches it.
+				first = err
+			}
+		}
+		return "", "", first
+	})
+}
+
+// HubCaches are the Hugging Face caches a node looks for a Hub model in:
+// its hf_cache, then each weight directory that is one or holds one as
+// hub/ (huggingface_hub's $HF_HOME/hub), the scan finding snapshots there.
+// A directory that holds no models-- folder of the repository costs a
+// stat.
+func HubCaches(cfg nodeconf.Agent) []string {
+	out := []string{cfg.HFCacheDir()}
+	seen := map[string]bool{filepath.Clean(out[0]): true}
+	for _, d := range cfg.WeightDirs {
+		for _, c := range []string{filepath.Clean(d), filepath.Join(d, catalog.DefaultHFDir)} {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
 // HubRecord adds to the record of a job of m, when m is a Hub model, the
-// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE, and whether
-// it exports HF_HUB_OFFLINE=1 beside it.
-func HubRecord(cfg nodeconf.Agent, m catalog.Model, rec *catalog.JobRecord) {
+// Hugging Face cache the TaskProlog exports as HF_HUB_CACHE (hfCache,
+// where the model was found; "" for the node's hf_cache), and whether it
+// exports HF_HUB_OFFLINE=1 beside it.
+func HubRecord(cfg nodeconf.Agent, m catalog.Model, hfCache string, rec *catalog.JobRecord) {
 	if m.IsHub() {
-		rec.HFCache, rec.HFOffline = cfg.HFCacheDir(), cfg.HubOffline()
+		if hfCache == "" {
+			hfCache = cfg.HFCacheDir()
+		}
+		rec.HFCache, rec.HFOffline = hfCache, cfg.HubOffline()
 	}
 }
 

@@ -474,3 +474,23 @@ func IgnoresPreferValidation(c Config) bool {
 	}
 	return false
 }
+
+// NodeFeaturesPlugins are the node_features plugins slurmctld runs
+// (NodeFeaturesPlugins, e.g. node_features/helpers), none when unset.
+// With one, an ActiveFeatures update is not what it says: slurmctld passes
+// it through the plugin's node_xlate, which for node_features/helpers
+// keeps every current active feature the plugin does not manage
+// ("merged = new_features U (orig_features - changeable_features)") and for
+// node_features/knl_generic makes every available feature of a KNL node
+// active (src/plugins/node_features/*, 22.05 to 26.05).
+func NodeFeaturesPlugins(c Config) []string {
+	var out []string
+	for _, v := range c.All("NodeFeaturesPlugins") {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" && p != "(null)" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}

@@ -2,10 +2,12 @@ package slurm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Node features are set with `scontrol update NodeName=LIST
@@ -15,13 +17,39 @@ import (
 // owns some features must rewrite them together with everyone else's, and
 // do it again whenever Slurm forgets. PlanFeatures computes those calls,
 // ApplyFeatures makes them.
+//
+// llmgw writes the two sets differently (docs/slurm/behaviour.md §11):
+//   - AvailableFeatures is one superset, the site's own features and every
+//     feature llmgw may ever set active (one per catalog model), written
+//     only a whole node config record at a time. slurmctld keeps
+//     AvailableFeatures in its config records, one per NodeName line, and
+//     an update that covers only some of a record's nodes splits it in two
+//     (update_node_avail_features, src/slurmctld/node_mgr.c, 22.05 to
+//     26.05); the scheduler walks every record for every job, and 22.05
+//     never merges them again. Covering the whole record updates it in
+//     place.
+//   - ActiveFeatures carries presence, per node: update_node_active_features
+//     only sets the node's bits in slurmctld's per-feature node bitmaps
+//     (active_feature_list) and touches no record, and without a
+//     NodeFeatures plugin the scheduler matches a job's --constraint and
+//     --prefer against those active bitmaps alone (find_feature_nodes,
+//     src/slurmctld/node_scheduler.c: the available bitmap is a copy of the
+//     active one unless the feature is a plugin's changeable one).
+// Distinct presence sets then cost bitmaps, not records, and no model needs
+// to be withheld to keep the records few.
 
-// FeatureUpdate is one scontrol call: the same feature sets for every node
-// in Nodes.
+// FeatureUpdate is one update RPC: the same values for every node in Nodes.
 type FeatureUpdate struct {
 	// Nodes are the nodes the call sets, in natural order (n2 before n10).
 	Nodes []string
-	// Available and Active are the sets the nodes get, whole.
+	// Record says the call sets AvailableFeatures too. Nodes are then
+	// whole node config records (see PlanFeatures), and Active is sent
+	// with it, since without it Slurm (no NodeFeatures plugin) makes
+	// the active set equal to the available one (update_node,
+	// src/slurmctld/node_mgr.c).
+	Record bool
+	// Available (when Record) and Active are the sets the nodes get,
+	// whole.
 	Available, Active []string
 }
 
@@ -29,9 +57,11 @@ type FeatureUpdate struct {
 // is one compressed hostlist: 1000 nodes in one call take 0.06 s, one call
 // per node 5.5 s (docs/slurm/behaviour.md §3).
 func (u FeatureUpdate) Args() []string {
-	return []string{"update", "NodeName=" + Compress(u.Nodes),
-		"AvailableFeatures=" + strings.Join(u.Available, ","),
-		"ActiveFeatures=" + strings.Join(u.Active, ",")}
+	args := []string{"update", "NodeName=" + Compress(u.Nodes)}
+	if u.Record {
+		args = append(args, "AvailableFeatures="+strings.Join(u.Available, ","))
+	}
+	return append(args, "ActiveFeatures="+strings.Join(u.Active, ","))
 }
 
 // String is the call as a shell command an operator can paste: each value
@@ -64,10 +94,16 @@ func shellQuote(s string) string {
 // FeaturePlan is what it takes to give every node its desired owned
 // features.
 type FeaturePlan struct {
-	// Updates has one call per distinct resulting (available, active)
-	// pair, in the natural order of each call's first node. Nodes already
-	// right are in none.
-	Updates []FeatureUpdate
+	// Records are the AvailableFeatures writes, one per group of whole
+	// config records whose available set changes, in the natural order of
+	// each call's first node. Each also sets the active features its nodes
+	// have in common; they come before Presence, whose active sets must be
+	// subsets of the new available ones.
+	Records []FeatureUpdate
+	// Presence are the ActiveFeatures writes, one per distinct resulting
+	// active set of the nodes the Records leave wrong, in the natural
+	// order of each call's first node.
+	Presence []FeatureUpdate
 	// Unchanged counts the nodes that need no call.
 	Unchanged int
 	// Unknown are nodes with desired features that Slurm does not list
@@ -78,55 +114,201 @@ type FeaturePlan struct {
 	From []Node
 }
 
+// Updates are the plan's calls in the order they are made: Records, then
+// Presence.
+func (p FeaturePlan) Updates() []FeatureUpdate {
+	return append(slices.Clone(p.Records), p.Presence...)
+}
+
 // Drifted is how many nodes the plan changes.
 func (p FeaturePlan) Drifted() int {
-	n := 0
-	for _, u := range p.Updates {
-		n += len(u.Nodes)
+	seen := map[string]bool{}
+	for _, u := range p.Updates() {
+		for _, n := range u.Nodes {
+			seen[n] = true
+		}
 	}
-	return n
+	return len(seen)
 }
 
 // Commands are the plan's calls as shell commands (FeatureUpdate.String).
 func (p FeaturePlan) Commands() []string {
-	out := make([]string, len(p.Updates))
-	for i, u := range p.Updates {
+	ups := p.Updates()
+	out := make([]string, len(ups))
+	for i, u := range ups {
 		out[i] = u.String()
 	}
 	return out
 }
 
-// PlanFeatures computes the calls that give each node in nodes (as read
-// from Slurm) the features desired[node] for the features it owns, those
-// starting with prefix, and leaves every other feature exactly as it is:
-//
-//	new = (current − features with prefix) ∪ desired
-//
-// for the available and the active set alike. A node missing from desired
-// loses its owned features. A node whose sets are already right (in any
-// order) gets no call; nodes that end with the same sets share one.
-// Desired features must start with prefix; others are ignored, since a
-// feature llmgw does not own is not llmgw's to add.
-func PlanFeatures(nodes []Node, prefix string, desired map[string][]string) FeaturePlan {
-	var plan FeaturePlan
-	known := make(map[string]bool, len(nodes))
-	groups := map[string]*FeatureUpdate{}
-	for _, n := range nodes {
-		known[n.Name] = true
-		want := ownedSet(desired[n.Name], prefix)
-		avail := append(notOwned(n.Available, prefix), want...)
-		active := append(notOwned(n.Active, prefix), want...)
-		if sameSet(avail, n.Available) && sameSet(active, n.Active) {
-			plan.Unchanged++
+// want is what the plan leaves on one node: its active set, and its
+// available set when a record write covers it (nil: left as it was).
+type want struct {
+	available, active []string
+	record            bool
+}
+
+// expected is every changed node's sets after the plan, for the read-back.
+func (p FeaturePlan) expected() map[string]want {
+	out := map[string]want{}
+	for _, u := range p.Records {
+		for _, name := range u.Nodes {
+			out[name] = want{available: u.Available, active: u.Active, record: true}
+		}
+	}
+	for _, u := range p.Presence {
+		for _, name := range u.Nodes {
+			w := out[name]
+			w.active = u.Active
+			out[name] = w
+		}
+	}
+	return out
+}
+
+// Between is the nodes as From has them, but with only those active
+// features each is sure to have while the plan runs: a node keeps, until
+// its last call, only what it has now and every call that covers it sets
+// (a record write sets the active features its nodes share, before the
+// node's own presence call; a presence call drops what the node lost).
+// lost says whether a node then lacks, for a while, an owned feature
+// (prefix) it has now: the case in which whoever trusts the features
+// (job_submit.lua's feature file, which adds a preference only where a
+// node has it, and whose preference Slurm refuses when none has) must be
+// told the lesser set first.
+func (p FeaturePlan) Between(prefix string) (nodes []Node, lost bool) {
+	sets := map[string][][]string{}
+	for _, u := range p.Updates() {
+		for _, n := range u.Nodes {
+			sets[n] = append(sets[n], u.Active)
+		}
+	}
+	nodes = slices.Clone(p.From)
+	for i, n := range nodes {
+		active, ok := sets[n.Name]
+		if !ok {
 			continue
 		}
-		key := strings.Join(avail, ",") + "\x00" + strings.Join(active, ",")
+		kept := slices.DeleteFunc(slices.Clone(n.Active), func(f string) bool {
+			for _, a := range active {
+				if !slices.Contains(a, f) {
+					return true
+				}
+			}
+			return false
+		})
+		if len(ownedSet(kept, prefix)) < len(ownedSet(n.Active, prefix)) {
+			lost = true
+		}
+		nodes[i].Active = kept
+	}
+	return nodes, lost
+}
+
+// PlanFeatures computes the calls that give each node in nodes (as read
+// from Slurm) the features desired[node] active, for the features llmgw
+// owns (those starting with prefix), and offered (owned features too: one
+// per catalog model) available, and leaves every other feature exactly as
+// it is:
+//
+//	available = (current available − owned) ∪ offered ∪ every desired
+//	active    = (current active − owned) ∪ desired[node]
+//
+// AvailableFeatures is written only to whole config records. slurmctld
+// shows no record, but without a NodeFeatures plugin every node of a
+// record has the record's feature string (update_node_avail_features
+// keeps the two in step, splitting the record when it must), so nodes
+// whose available sets are equal are whole records: each record write
+// covers all nodes with one available set, which updates every record
+// among them in place. Nodes that slurmctld has but sinfo does not list
+// (FUTURE ones) are the exception; docs/slurm/behaviour.md §11 says what
+// that costs. A record write sets the active features every node of it
+// wants, and the rest follows as Presence, one call per distinct set.
+//
+// A node missing from desired loses its owned active features. A node
+// whose sets are already right (in any order) gets no call. Desired
+// features must start with prefix; others are ignored, since a feature
+// llmgw does not own is not llmgw's to add.
+func PlanFeatures(nodes []Node, prefix string, desired map[string][]string, offered []string) FeaturePlan {
+	plan := FeaturePlan{From: nodes}
+	known := make(map[string]bool, len(nodes))
+	offer := ownedSet(offered, prefix)
+	wants := make([][]string, len(nodes))
+	type record struct {
+		nodes []int
+		owned []string // offered and every desired of its nodes
+	}
+	records := map[string]*record{}
+	var order []string
+	for i, n := range nodes {
+		known[n.Name] = true
+		own := ownedSet(desired[n.Name], prefix)
+		wants[i] = append(notOwned(n.Active, prefix), own...)
+		key := setKey(n.Available)
+		r := records[key]
+		if r == nil {
+			r = &record{owned: offer}
+			records[key] = r
+			order = append(order, key)
+		}
+		r.nodes = append(r.nodes, i)
+		for _, f := range own {
+			if _, found := slices.BinarySearch(r.owned, f); !found {
+				r.owned = slices.Clone(r.owned)
+				r.owned = append(r.owned, f)
+				slices.Sort(r.owned)
+			}
+		}
+	}
+	// active is each node's active set once the records are written.
+	active := make([][]string, len(nodes))
+	for i, n := range nodes {
+		active[i] = n.Active
+	}
+	for _, key := range order {
+		r := records[key]
+		first := nodes[r.nodes[0]]
+		avail := append(notOwned(first.Available, prefix), r.owned...)
+		if sameSet(avail, first.Available) {
+			continue
+		}
+		common := slices.Clone(wants[r.nodes[0]])
+		u := FeatureUpdate{Record: true, Available: avail}
+		for _, i := range r.nodes {
+			common = slices.DeleteFunc(common, func(f string) bool { return !slices.Contains(wants[i], f) })
+			u.Nodes = append(u.Nodes, nodes[i].Name)
+		}
+		u.Active = common
+		for _, i := range r.nodes {
+			active[i] = common
+		}
+		SortNodeNames(u.Nodes)
+		plan.Records = append(plan.Records, u)
+	}
+	groups := map[string]*FeatureUpdate{}
+	changed := map[string]bool{}
+	for _, u := range plan.Records {
+		for _, name := range u.Nodes {
+			changed[name] = true
+		}
+	}
+	for i, n := range nodes {
+		if sameSet(wants[i], active[i]) {
+			continue
+		}
+		changed[n.Name] = true
+		key := strings.Join(wants[i], ",")
 		g := groups[key]
 		if g == nil {
-			g = &FeatureUpdate{Available: avail, Active: active}
+			g = &FeatureUpdate{Active: wants[i]}
 			groups[key] = g
 		}
 		g.Nodes = append(g.Nodes, n.Name)
+	}
+	plan.Unchanged = len(nodes) - len(changed)
+	for _, g := range groups {
+		SortNodeNames(g.Nodes)
+		plan.Presence = append(plan.Presence, *g)
 	}
 	for name := range desired {
 		if !known[name] && len(ownedSet(desired[name], prefix)) > 0 {
@@ -134,15 +316,25 @@ func PlanFeatures(nodes []Node, prefix string, desired map[string][]string) Feat
 		}
 	}
 	SortNodeNames(plan.Unknown)
-	for _, g := range groups {
-		SortNodeNames(g.Nodes)
-		plan.Updates = append(plan.Updates, *g)
+	byFirst := func(a, b FeatureUpdate) int {
+		switch {
+		case NodeLess(a.Nodes[0], b.Nodes[0]):
+			return -1
+		case NodeLess(b.Nodes[0], a.Nodes[0]):
+			return 1
+		}
+		return 0
 	}
-	sort.Slice(plan.Updates, func(i, j int) bool {
-		return NodeLess(plan.Updates[i].Nodes[0], plan.Updates[j].Nodes[0])
-	})
-	plan.From = nodes
+	slices.SortFunc(plan.Records, byFirst)
+	slices.SortFunc(plan.Presence, byFirst)
 	return plan
+}
+
+// setKey is a feature list as a set: sorted, without repeats.
+func setKey(fs []string) string {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), ",")
 }
 
 // notOwned returns the features of fs without prefix, de-duplicated, in
@@ -173,16 +365,14 @@ func ownedSet(fs []string, prefix string) []string {
 // repeats: Slurm keeps the order it was given, and a set written in
 // another order is not drift.
 func sameSet(a, b []string) bool {
-	sa, sb := slices.Clone(a), slices.Clone(b)
-	slices.Sort(sa)
-	slices.Sort(sb)
-	return slices.Equal(slices.Compact(sa), slices.Compact(sb))
+	return setKey(a) == setKey(b)
 }
 
 // FeatureResult is what ApplyFeatures did.
 type FeatureResult struct {
-	// Calls is how many scontrol calls were made.
-	Calls int
+	// Calls is how many update RPCs were made; Records of them wrote
+	// AvailableFeatures.
+	Calls, Records int
 	// Errors has one entry per failed call. A failed call may still have
 	// changed some of its nodes: a bad name in a list fails the call but
 	// the valid nodes are updated (docs/slurm/behaviour.md §2), so Nodes says what holds.
@@ -194,6 +384,9 @@ type FeatureResult struct {
 	// Wrong lists the planned nodes whose features, read back, are not
 	// what the plan set (the call failed, or someone changed them since).
 	Wrong []string
+	// Pace is how the calls were spaced: their count, the time spent in
+	// them and between them.
+	Pace Pacer
 }
 
 // Err summarises the result as one error, or nil when every call worked
@@ -215,25 +408,114 @@ func (r FeatureResult) Err() error {
 	return fmt.Errorf("%s", strings.Join(msgs, "; "))
 }
 
-// ApplyFeatures makes the plan's calls, one after another (slurmctld takes
-// node updates one at a time anyway), then reads the changed nodes back
-// (readBack) and checks them. It goes on after a failed call: the other
-// groups are independent of it.
-func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan) FeatureResult {
+// probeJob is the job the pacer's reads ask for: the largest job id Slurm
+// gives (MAX_JOB_ID), which a cluster seldom reaches; if one has it, the
+// read is as good.
+const probeJob = "67108863"
+
+// maxFailedInARow is how many calls in a row may fail before ApplyFeatures
+// stops: a bad node name fails one call, a controller that is gone fails
+// them all.
+const maxFailedInARow = 5
+
+// maxErrors bounds the errors a result keeps: a reconcile of 10,000 calls
+// against a controller that refuses them all must not carry 10,000
+// messages into a log line.
+const maxErrors = 20
+
+// ApplyFeatures makes the plan's calls, one after another through one
+// scontrol session (slurmctld takes node updates one at a time anyway),
+// spaced by pace (nil: a Pacer with the defaults), then reads the changed
+// nodes back (readBack) and checks them. It goes on after a failed call:
+// the other groups are independent of it, except that a node whose record
+// write failed is left out of the presence calls, whose active sets its
+// available one may not hold.
+func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pacer) FeatureResult {
 	var res FeatureResult
-	if len(plan.Updates) == 0 {
+	if len(plan.Records)+len(plan.Presence) == 0 {
 		return res
 	}
-	for _, u := range plan.Updates {
-		if ctx.Err() != nil {
-			res.Errors = append(res.Errors, ctx.Err())
-			break
+	if pace == nil {
+		pace = &Pacer{}
+	}
+	sess, err := r.StartSession(ctx)
+	if err != nil {
+		res.Errors = append(res.Errors, err)
+	} else {
+		defer sess.Close()
+	}
+	failed := map[string]bool{}
+	inARow := 0
+	call := func(u FeatureUpdate) error {
+		if sess != nil && sess.Alive() && pace.WantProbe() {
+			// What a user's squeue meets now: a job lookup takes the same
+			// read locks. An unknown job is answered as quickly as a
+			// known one; the answer itself does not matter.
+			t0 := time.Now()
+			sess.Run(ctx, "show", "job", probeJob)
+			pace.Probed(time.Since(t0))
 		}
 		res.Calls++
-		if _, err := r.Run(ctx, "scontrol", u.Args()...); err != nil {
-			res.Errors = append(res.Errors, err)
+		start := time.Now()
+		var err error
+		if sess != nil {
+			err = sess.Run(ctx, u.Args()...)
+		} else {
+			_, err = r.Run(ctx, "scontrol", u.Args()...)
+		}
+		wait := pace.Pause(time.Since(start))
+		if err != nil {
+			inARow++
+		} else {
+			inARow = 0
+		}
+		if err != nil {
+			if len(res.Errors) < maxErrors {
+				res.Errors = append(res.Errors, err)
+			} else if len(res.Errors) == maxErrors {
+				res.Errors = append(res.Errors, errors.New("… and more failed calls"))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		return err
+	}
+	// A controller that refuses or ignores call after call is not there
+	// (down, restarting, unreachable): the rest waits for the next sync
+	// rather than costing a timeout each.
+	gone := func() bool { return ctx.Err() != nil || inARow >= maxFailedInARow }
+	for _, u := range plan.Records {
+		if gone() {
+			break
+		}
+		res.Records++
+		if call(u) != nil {
+			for _, n := range u.Nodes {
+				failed[n] = true
+			}
 		}
 	}
+	for _, u := range plan.Presence {
+		if gone() {
+			break
+		}
+		if len(failed) > 0 {
+			u.Nodes = slices.DeleteFunc(slices.Clone(u.Nodes), func(n string) bool { return failed[n] })
+			if len(u.Nodes) == 0 {
+				continue
+			}
+		}
+		call(u)
+	}
+	if ctx.Err() != nil {
+		res.Errors = append(res.Errors, ctx.Err())
+	} else if inARow >= maxFailedInARow {
+		res.Errors = append(res.Errors, fmt.Errorf("stopped after %d failed calls in a row, %d of %d made; the next sync makes the rest",
+			inARow, res.Calls, len(plan.Records)+len(plan.Presence)))
+	}
+	res.Pace = *pace
 	res.Nodes, res.ReadErr = r.readBack(ctx, plan)
 	if res.ReadErr != nil {
 		return res
@@ -242,12 +524,10 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan) FeatureRes
 	for i := range res.Nodes {
 		byName[res.Nodes[i].Name] = &res.Nodes[i]
 	}
-	for _, u := range plan.Updates {
-		for _, name := range u.Nodes {
-			n := byName[name]
-			if n == nil || !sameSet(n.Available, u.Available) || !sameSet(n.Active, u.Active) {
-				res.Wrong = append(res.Wrong, name)
-			}
+	for name, w := range plan.expected() {
+		n := byName[name]
+		if n == nil || (w.record && !sameSet(n.Available, w.available)) || !sameSet(n.Active, w.active) {
+			res.Wrong = append(res.Wrong, name)
 		}
 	}
 	SortNodeNames(res.Wrong)
@@ -265,8 +545,14 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan) FeatureRes
 func (r *Runner) readBack(ctx context.Context, plan FeaturePlan) ([]Node, error) {
 	var names []string
 	textSafe := plan.From != nil
-	for _, u := range plan.Updates {
-		names = append(names, u.Nodes...)
+	seen := map[string]bool{}
+	for _, u := range plan.Updates() {
+		for _, n := range u.Nodes {
+			if !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
 		for _, f := range append(slices.Clone(u.Available), u.Active...) {
 			textSafe = textSafe && !strings.ContainsAny(f, "|,\n")
 		}

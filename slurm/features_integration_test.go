@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/internal/slurmtest"
 	"github.com/llmgw/llmgw/placement"
 )
 
@@ -62,41 +63,46 @@ func TestFeaturesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := PlanFeatures(nodes, p, desired)
+	offered := []string{"llmgw.llama", "llmgw.qwen"}
+	records := slurmtest.ConfigRecords(t, r, "debug")
+	plan := PlanFeatures(nodes, p, desired, offered)
 	want := []string{
-		"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.llama ActiveFeatures=ib-a,llmgw.llama",
-		"scontrol update NodeName=n3 AvailableFeatures=ib-b,llmgw.llama,llmgw.qwen ActiveFeatures=ib-b,llmgw.llama,llmgw.qwen",
+		"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.llama,llmgw.qwen ActiveFeatures=ib-a,llmgw.llama",
+		"scontrol update NodeName='n[3-4]' AvailableFeatures=ib-b,llmgw.llama,llmgw.qwen ActiveFeatures=ib-b",
+		"scontrol update NodeName=n3 ActiveFeatures=ib-b,llmgw.llama,llmgw.qwen",
 	}
-	if got := plan.Commands(); !slices.Equal(got, want) || plan.Unchanged != 1 {
-		t.Fatalf("plan: %q (unchanged %d), want %q and n4 unchanged", got, plan.Unchanged, want)
+	if got := plan.Commands(); !slices.Equal(got, want) || plan.Unchanged != 0 {
+		t.Fatalf("plan: %q (unchanged %d), want %q", got, plan.Unchanged, want)
 	}
-	res := r.ApplyFeatures(ctx, plan)
-	if err := res.Err(); err != nil || res.Calls != 2 {
+	res := r.ApplyFeatures(ctx, plan, nil)
+	if err := res.Err(); err != nil || res.Calls != 3 {
 		t.Fatalf("apply: %d calls, %v", res.Calls, err)
 	}
 	m := nodeMap(t, r)
 	for name, fabric := range devFabrics {
 		n := m[name]
-		wantSet := append([]string{fabric}, desired[name]...)
-		if !sameSet(n.Available, wantSet) || !sameSet(n.Active, wantSet) {
-			t.Errorf("%s: available %q active %q, want %q", name, n.Available, n.Active, wantSet)
+		wantActive := append([]string{fabric}, desired[name]...)
+		if !sameSet(n.Available, append([]string{fabric}, offered...)) || !sameSet(n.Active, wantActive) {
+			t.Errorf("%s: available %q active %q, want %q active of %q", name, n.Available, n.Active, wantActive, offered)
 		}
 	}
-	if again := PlanFeatures(res.Nodes, p, desired); len(again.Updates) != 0 {
+	if again := PlanFeatures(res.Nodes, p, desired, offered); len(again.Updates()) != 0 {
 		t.Errorf("after applying, the plan is still %q", again.Commands())
+	}
+	if after := slurmtest.ConfigRecords(t, r, "debug"); after != records {
+		t.Errorf("slurmctld has %d node config records after llmgw wrote its features, %d before", after, records)
 	}
 
 	// A bad name in the list: the call fails, the valid nodes change.
-	bad := FeaturePlan{Updates: []FeatureUpdate{{Nodes: []string{"n4", "nosuch9"},
-		Available: []string{"ib-b", "llmgw.x"}, Active: []string{"ib-b", "llmgw.x"}}}}
-	res = r.ApplyFeatures(ctx, bad)
+	bad := FeaturePlan{Presence: []FeatureUpdate{{Nodes: []string{"n4", "nosuch9"}, Active: []string{"ib-b", "llmgw.qwen"}}}}
+	res = r.ApplyFeatures(ctx, bad, nil)
 	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), "Invalid node name") {
 		t.Errorf("errors = %v, want scontrol's invalid node name", res.Errors)
 	}
 	if !slices.Equal(res.Wrong, []string{"nosuch9"}) {
 		t.Errorf("wrong after read-back = %q, want only nosuch9", res.Wrong)
 	}
-	if n := nodeMap(t, r)["n4"]; !sameSet(n.Active, []string{"ib-b", "llmgw.x"}) {
+	if n := nodeMap(t, r)["n4"]; !sameSet(n.Active, []string{"ib-b", "llmgw.qwen"}) {
 		t.Errorf("n4 active %q: the valid node of a failed call should be updated (docs/slurm/behaviour.md §2)", n.Active)
 	}
 }
@@ -213,9 +219,9 @@ func BenchmarkFeatureSync(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		plan := PlanFeatures(nodes, "llmgw.", desired)
+		plan := PlanFeatures(nodes, "llmgw.", desired, nil)
 		t1 := time.Now()
-		res := r.ApplyFeatures(ctx, plan)
+		res := r.ApplyFeatures(ctx, plan, nil)
 		if err := res.Err(); err != nil {
 			b.Fatal(err)
 		}

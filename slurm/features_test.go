@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,63 +24,102 @@ func TestPlanFeatures(t *testing.T) {
 		name      string
 		nodes     []Node
 		desired   map[string][]string
+		offered   []string
 		want      []string // the commands
 		unchanged int
 		unknown   []string
 	}{
 		{
-			name:      "nothing desired, nothing owned: no call",
+			name:      "nothing desired, nothing offered, nothing owned: no call",
 			nodes:     []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", nil, nil)},
 			unchanged: 2,
 		},
 		{
-			name:  "add to the admin's features, grouped by resulting set",
-			nodes: []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a")), n("n3", l("ib-b"), l("ib-b")), n("n4", l("ib-b"), l("ib-b"))},
-			desired: map[string][]string{
-				"n1": {"llmgw.llama"}, "n2": {"llmgw.llama"}, "n3": {"llmgw.llama"},
-			},
+			name: "first sync: the superset per record, with what its nodes share active; the rest as presence",
+			nodes: []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a")),
+				n("n3", l("ib-b"), l("ib-b")), n("n4", l("ib-b"), l("ib-b"))},
+			desired: map[string][]string{"n1": {"llmgw.llama"}, "n2": {"llmgw.llama"}, "n3": {"llmgw.llama"}},
+			offered: l("llmgw.qwen", "llmgw.llama"),
 			want: []string{
-				"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.llama ActiveFeatures=ib-a,llmgw.llama",
-				"scontrol update NodeName=n3 AvailableFeatures=ib-b,llmgw.llama ActiveFeatures=ib-b,llmgw.llama",
+				"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.llama,llmgw.qwen ActiveFeatures=ib-a,llmgw.llama",
+				"scontrol update NodeName='n[3-4]' AvailableFeatures=ib-b,llmgw.llama,llmgw.qwen ActiveFeatures=ib-b",
+				"scontrol update NodeName=n3 ActiveFeatures=ib-b,llmgw.llama",
 			},
+		},
+		{
+			name: "steady state: a node that got a model gets an active set, nothing else is written",
+			nodes: []Node{n("n1", l("ib-a", "llmgw.llama", "llmgw.qwen"), l("ib-a", "llmgw.llama")),
+				n("n2", l("ib-a", "llmgw.llama", "llmgw.qwen"), l("ib-a"))},
+			desired:   map[string][]string{"n1": {"llmgw.llama", "llmgw.qwen"}},
+			offered:   l("llmgw.llama", "llmgw.qwen"),
+			want:      []string{"scontrol update NodeName=n1 ActiveFeatures=ib-a,llmgw.llama,llmgw.qwen"},
 			unchanged: 1,
+		},
+		{
+			name: "random presence: one call per distinct active set, the record left alone",
+			nodes: []Node{n("n1", l("llmgw.a", "llmgw.b"), nil), n("n2", l("llmgw.a", "llmgw.b"), nil),
+				n("n3", l("llmgw.a", "llmgw.b"), nil), n("n4", l("llmgw.a", "llmgw.b"), nil)},
+			desired: map[string][]string{"n1": {"llmgw.b", "llmgw.a"}, "n2": {"llmgw.a"}, "n3": {"llmgw.b"}, "n4": {"llmgw.a"}},
+			offered: l("llmgw.a", "llmgw.b"),
+			want: []string{
+				"scontrol update NodeName=n1 ActiveFeatures=llmgw.a,llmgw.b",
+				"scontrol update NodeName='n[2,4]' ActiveFeatures=llmgw.a",
+				"scontrol update NodeName=n3 ActiveFeatures=llmgw.b",
+			},
 		},
 		{
 			name:      "already right in another order: no call",
 			nodes:     []Node{n("n1", l("llmgw.qwen", "ib-a", "llmgw.llama"), l("llmgw.llama", "ib-a", "llmgw.qwen"))},
 			desired:   map[string][]string{"n1": {"llmgw.qwen", "llmgw.llama"}},
+			offered:   l("llmgw.llama", "llmgw.qwen"),
 			unchanged: 1,
 		},
 		{
-			name:    "stale or unknown to the coordinator: owned features go, the admin's stay",
+			name:    "stale or unknown to the coordinator: the owned active features go, the superset and the admin's stay",
 			nodes:   []Node{n("n1", l("ib-a", "llmgw.llama", "big mem"), l("ib-a", "llmgw.llama"))},
 			desired: map[string][]string{},
-			want:    []string{"scontrol update NodeName=n1 AvailableFeatures='ib-a,big mem' ActiveFeatures=ib-a"},
+			offered: l("llmgw.llama"),
+			want:    []string{"scontrol update NodeName=n1 ActiveFeatures=ib-a"},
 		},
 		{
 			name:    "an available-only admin feature stays available-only",
 			nodes:   []Node{n("n1", l("ib-a", "gpu-boost"), l("ib-a"))},
 			desired: map[string][]string{"n1": {"llmgw.llama"}},
+			offered: l("llmgw.llama"),
 			want:    []string{"scontrol update NodeName=n1 AvailableFeatures=ib-a,gpu-boost,llmgw.llama ActiveFeatures=ib-a,llmgw.llama"},
 		},
 		{
-			name: "wiped by reconfigure: everything back in one call per set",
+			name: "wiped by reconfigure: each record back in one call, the nodes whose presence differs after it",
 			nodes: []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a")),
 				n("n10", l("ib-a"), l("ib-a"))},
-			desired: map[string][]string{"n1": {"llmgw.b", "llmgw.a"}, "n2": {"llmgw.a", "llmgw.b", "llmgw.a"}, "n10": {"llmgw.a", "llmgw.b"}},
-			want:    []string{"scontrol update NodeName='n[1-2,10]' AvailableFeatures=ib-a,llmgw.a,llmgw.b ActiveFeatures=ib-a,llmgw.a,llmgw.b"},
+			desired: map[string][]string{"n1": {"llmgw.b", "llmgw.a"}, "n2": {"llmgw.a", "llmgw.b", "llmgw.a"}, "n10": {"llmgw.a"}},
+			offered: l("llmgw.a", "llmgw.b", "llmgw.c"),
+			want: []string{
+				"scontrol update NodeName='n[1-2,10]' AvailableFeatures=ib-a,llmgw.a,llmgw.b,llmgw.c ActiveFeatures=ib-a,llmgw.a",
+				"scontrol update NodeName='n[1-2]' ActiveFeatures=ib-a,llmgw.a,llmgw.b",
+			},
 		},
 		{
-			name:    "a node with no features left gets empty sets",
-			nodes:   []Node{n("n1", l("llmgw.llama"), l("llmgw.llama"))},
-			desired: nil,
-			want:    []string{"scontrol update NodeName=n1 AvailableFeatures= ActiveFeatures="},
+			name:    "a model gone from the catalog leaves the superset, with the record",
+			nodes:   []Node{n("n1", l("ib-a", "llmgw.old", "llmgw.new"), l("ib-a")), n("n2", l("llmgw.old", "ib-a", "llmgw.new"), l("ib-a"))},
+			offered: l("llmgw.new"),
+			want:    []string{"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.new ActiveFeatures=ib-a"},
 		},
 		{
-			name:    "one owned feature swapped for another",
-			nodes:   []Node{n("n1", l("ib-a", "llmgw.old"), l("ib-a", "llmgw.old"))},
-			desired: map[string][]string{"n1": {"llmgw.new"}},
-			want:    []string{"scontrol update NodeName=n1 AvailableFeatures=ib-a,llmgw.new ActiveFeatures=ib-a,llmgw.new"},
+			name:    "records with the same set in another order are written together, whole",
+			nodes:   []Node{n("n1", l("ib-a", "nvme"), l("ib-a", "nvme")), n("n2", l("nvme", "ib-a"), l("nvme", "ib-a"))},
+			offered: l("llmgw.m"),
+			want:    []string{"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,nvme,llmgw.m ActiveFeatures=ib-a,nvme"},
+		},
+		{
+			name:    "a desired model not offered is offered to its record anyway",
+			nodes:   []Node{n("n1", nil, nil), n("n2", nil, nil), n("n3", l("ib-b"), l("ib-b"))},
+			desired: map[string][]string{"n1": {"llmgw.x"}},
+			want: []string{
+				"scontrol update NodeName='n[1-2]' AvailableFeatures=llmgw.x ActiveFeatures=",
+				"scontrol update NodeName=n1 ActiveFeatures=llmgw.x",
+			},
+			unchanged: 1,
 		},
 		{
 			name:      "desired features without the prefix are not llmgw's to add",
@@ -98,12 +138,13 @@ func TestPlanFeatures(t *testing.T) {
 			name:    "an admin feature that only looks similar is kept",
 			nodes:   []Node{n("n1", l("llmgw", "llmgwx.a", "LLMGW.a"), l("llmgw"))},
 			desired: map[string][]string{"n1": {"llmgw.a"}},
+			offered: l("llmgw.a"),
 			want:    []string{"scontrol update NodeName=n1 AvailableFeatures=llmgw,llmgwx.a,LLMGW.a,llmgw.a ActiveFeatures=llmgw,llmgw.a"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := PlanFeatures(tc.nodes, p, tc.desired)
+			plan := PlanFeatures(tc.nodes, p, tc.desired, tc.offered)
 			if got := plan.Commands(); !slices.Equal(got, tc.want) {
 				t.Errorf("commands:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 			}
@@ -116,12 +157,48 @@ func TestPlanFeatures(t *testing.T) {
 			if got, want := plan.Drifted()+plan.Unchanged, len(tc.nodes); got != want {
 				t.Errorf("Drifted+Unchanged = %d, want every node (%d)", got, want)
 			}
+			checkWholeRecords(t, tc.nodes, plan)
 		})
 	}
 }
 
+// checkWholeRecords fails unless every AvailableFeatures write of plan
+// covers every node that had, before it, the available set of any node it
+// covers: slurmctld's config records, as far as sinfo shows them.
+func checkWholeRecords(t *testing.T, nodes []Node, plan FeaturePlan) {
+	t.Helper()
+	bySet := map[string][]string{}
+	for _, nd := range nodes {
+		k := setKey(nd.Available)
+		bySet[k] = append(bySet[k], nd.Name)
+	}
+	before := map[string]string{}
+	for _, nd := range nodes {
+		before[nd.Name] = setKey(nd.Available)
+	}
+	for _, u := range plan.Presence {
+		if u.Record {
+			t.Errorf("presence call %s writes AvailableFeatures", u)
+		}
+	}
+	for _, u := range plan.Records {
+		for _, name := range u.Nodes {
+			for _, other := range bySet[before[name]] {
+				if !slices.Contains(u.Nodes, other) {
+					t.Errorf("%s covers %s but not %s, which had the same available set: it would split a config record", u, name, other)
+				}
+			}
+		}
+	}
+}
+
 // TestPlanFeaturesIsAFixedPoint: applying a plan to the nodes it was made
-// from yields nodes the same plan leaves alone, for every node at once.
+// from yields nodes the same plan leaves alone, for every node at once;
+// every active set is within its available one at every step (Slurm
+// refuses one that is not); and on a cluster of random presence, the
+// calls are one per record whose set changes plus one per distinct
+// presence set, the records stay whole, and a second sync after a change
+// of presence writes no AvailableFeatures at all.
 func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 	nodes := []Node{
 		n("n1", l("ib-a", "llmgw.x"), l("ib-a")),
@@ -130,22 +207,114 @@ func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 		n("n4", nil, nil),
 	}
 	desired := map[string][]string{"n1": {"llmgw.x"}, "n2": {"llmgw.x", "llmgw.y"}, "n4": {"llmgw.y"}}
-	plan := PlanFeatures(nodes, "llmgw.", desired)
-	set := map[string]FeatureUpdate{}
-	for _, u := range plan.Updates {
-		for _, name := range u.Nodes {
-			set[name] = u
+	check := func(nodes []Node, desired map[string][]string, offered []string) []Node {
+		t.Helper()
+		plan := PlanFeatures(nodes, "llmgw.", desired, offered)
+		checkWholeRecords(t, nodes, plan)
+		after := slices.Clone(nodes)
+		at := map[string]int{}
+		for i, nd := range after {
+			at[nd.Name] = i
 		}
-	}
-	after := slices.Clone(nodes)
-	for i := range after {
-		if u, ok := set[after[i].Name]; ok {
-			after[i].Available, after[i].Active = u.Available, u.Active
+		for _, u := range plan.Updates() {
+			for _, name := range u.Nodes {
+				i := at[name]
+				if u.Record {
+					after[i].Available = u.Available
+				}
+				after[i].Active = u.Active
+				for _, f := range after[i].Active {
+					if !slices.Contains(after[i].Available, f) {
+						t.Fatalf("%s leaves %s active but not available on %s", u, f, name)
+					}
+				}
+			}
 		}
+		again := PlanFeatures(after, "llmgw.", desired, offered)
+		if len(again.Updates()) != 0 || again.Unchanged != len(nodes) {
+			t.Fatalf("after applying the plan, a new plan still has %q", again.Commands())
+		}
+		return after
 	}
-	again := PlanFeatures(after, "llmgw.", desired)
-	if len(again.Updates) != 0 || again.Unchanged != len(nodes) {
-		t.Fatalf("after applying the plan, a new plan still has %q", again.Commands())
+	check(nodes, desired, l("llmgw.x", "llmgw.y"))
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	var big []Node
+	random := func() map[string][]string {
+		d := map[string][]string{}
+		for i := range 2000 {
+			for range rng.IntN(7) {
+				name := fmt.Sprintf("g%04d", i)
+				d[name] = append(d[name], fmt.Sprintf("llmgw.m%02d", rng.IntN(50)))
+			}
+		}
+		return d
+	}
+	var offered []string
+	for m := range 50 {
+		offered = append(offered, fmt.Sprintf("llmgw.m%02d", m))
+	}
+	for i := range 2000 {
+		f := fmt.Sprintf("ib-%d", i/250)
+		big = append(big, n(fmt.Sprintf("g%04d", i), l(f), l(f)))
+	}
+	d := random()
+	plan := PlanFeatures(big, "llmgw.", d, offered)
+	sets := map[string]bool{}
+	for _, nd := range big {
+		sets[nd.Available[0]+"|"+setKey(d[nd.Name])] = true
+	}
+	if len(plan.Records) != 8 {
+		t.Errorf("%d record writes on 8 records", len(plan.Records))
+	}
+	if got, most := len(plan.Presence), len(sets); got > most {
+		t.Errorf("%d presence calls for %d distinct sets", got, most)
+	}
+	after := check(big, d, offered)
+	plan = PlanFeatures(after, "llmgw.", random(), offered)
+	if len(plan.Records) != 0 || len(plan.Presence) == 0 {
+		t.Errorf("a change of presence wrote %d records and %d active sets; want none and some", len(plan.Records), len(plan.Presence))
+	}
+	check(after, random(), offered)
+}
+
+// TestPlanBetween: while the plan runs a node is sure to hold only what it
+// held and every call that covers it sets; lost says so when that is less
+// than it had of llmgw's.
+func TestPlanBetween(t *testing.T) {
+	nodes := []Node{
+		n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a", "llmgw.b")),
+		n("n2", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a")),
+		n("n3", l("ib-b"), l("ib-b")),
+	}
+	desired := map[string][]string{"n1": {"llmgw.a", "llmgw.b"}, "n2": {"llmgw.a"}}
+	// A new model: every record is written, with what its nodes share.
+	plan := PlanFeatures(nodes, "llmgw.", desired, l("llmgw.a", "llmgw.b", "llmgw.c"))
+	between, lost := plan.Between("llmgw.")
+	if !lost {
+		t.Errorf("n1 loses llmgw.b between the writes, but lost is false")
+	}
+	if got := fmt.Sprint(between[0].Active, between[1].Active, between[2].Active); got != "[ib-a llmgw.a] [ib-a llmgw.a] [ib-b]" {
+		t.Errorf("between: %s", got)
+	}
+	// After a wipe nothing of llmgw's is there to lose.
+	wiped := []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a"))}
+	if _, lost := PlanFeatures(wiped, "llmgw.", desired, l("llmgw.a", "llmgw.b")).Between("llmgw."); lost {
+		t.Errorf("after a wipe: lost")
+	}
+	// A node that lost a model loses its feature with its presence call:
+	// until then the file must not promise it. One that gains one is not
+	// promised it before Slurm has it either.
+	steady := []Node{
+		n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a", "llmgw.b")),
+		n("n2", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a")),
+	}
+	between, lost = PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a"}, "n2": {"llmgw.b"}}, l("llmgw.a", "llmgw.b")).Between("llmgw.")
+	if got := fmt.Sprint(between[0].Active, between[1].Active); !lost || got != "[ib-a llmgw.a] [ib-a]" {
+		t.Errorf("n1 losing llmgw.b, n2 gaining it: between %s, lost %v", got, lost)
+	}
+	if _, lost := PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a", "llmgw.b"}, "n2": {"llmgw.b"}}, l("llmgw.a", "llmgw.b")).Between("llmgw."); lost {
+		t.Errorf("only a gain: lost")
 	}
 }
 
@@ -288,20 +457,26 @@ func TestApplyFeaturesReadsBack(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "calls")
 	fixture, _ := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-json-features.json"))
 	dir := fakeSlurm(t, map[string]string{
-		"scontrol": `echo "$*" >>'` + log + `'
-case "$*" in *n3*) echo "slurm_update error: Invalid node name specified" >&2; exit 1;; esac`,
-		"sinfo": `exec cat '` + fixture + `'`,
+		"scontrol": fakeScontrol(log, `case "$*" in *n3*) echo "slurm_update error: Invalid node name specified" >&2; return 1;; esac`),
+		"sinfo":    `exec cat '` + fixture + `'`,
 	})
 	r := &Runner{Dir: dir}
-	plan := FeaturePlan{Updates: []FeatureUpdate{
-		// The fixture has n2 with these: read back right.
-		{Nodes: l("n2"), Available: l("ib-a", "llmgw.llama", "a b"), Active: l("ib-a", "llmgw.llama")},
+	plan := FeaturePlan{Records: []FeatureUpdate{
+		// The fixture has n2 with these: read back right. A feature with
+		// a space: scontrol run as a process of its own, not the session.
+		{Record: true, Nodes: l("n2"), Available: l("ib-a", "llmgw.llama", "a b"), Active: l("ib-a", "llmgw.llama")},
 		// The fixture's n3 has ib-b only: read back wrong.
-		{Nodes: l("n3", "nosuch"), Available: l("ib-b", "llmgw.qwen"), Active: l("ib-b", "llmgw.qwen")},
+		{Record: true, Nodes: l("n3", "nosuch"), Available: l("ib-b", "llmgw.qwen"), Active: l("ib-b")},
+	}, Presence: []FeatureUpdate{
+		// n3's record write failed: its presence is not tried.
+		{Nodes: l("n3"), Active: l("ib-b", "llmgw.qwen")},
 	}}
-	res := r.ApplyFeatures(context.Background(), plan)
+	res := r.ApplyFeatures(context.Background(), plan, &Pacer{Share: 1})
 	if res.Calls != 2 || len(res.Errors) != 1 {
 		t.Fatalf("Calls = %d, Errors = %v; want 2 calls, 1 error", res.Calls, res.Errors)
+	}
+	if res.Pace.Calls != 2 {
+		t.Errorf("the pacer saw %d calls, want 2", res.Pace.Calls)
 	}
 	if !slices.Equal(res.Wrong, l("n3", "nosuch")) {
 		t.Errorf("Wrong = %q, want n3 and nosuch", res.Wrong)
@@ -314,16 +489,36 @@ case "$*" in *n3*) echo "slurm_update error: Invalid node name specified" >&2; e
 		t.Errorf("Err() = %v", err)
 	}
 	calls, _ := os.ReadFile(log)
-	want := "update NodeName=n2 AvailableFeatures=ib-a,llmgw.llama,a b ActiveFeatures=ib-a,llmgw.llama\n" +
-		"update NodeName=n3,nosuch AvailableFeatures=ib-b,llmgw.qwen ActiveFeatures=ib-b,llmgw.qwen\n"
+	want := "args: update NodeName=n2 AvailableFeatures=ib-a,llmgw.llama,a b ActiveFeatures=ib-a,llmgw.llama\n" +
+		"line: update NodeName=n3,nosuch AvailableFeatures=ib-b,llmgw.qwen ActiveFeatures=ib-b\n"
 	if string(calls) != want {
 		t.Errorf("scontrol got\n%s\nwant\n%s", calls, want)
 	}
 
 	// Nothing to do: no call and no read.
-	if res := r.ApplyFeatures(context.Background(), FeaturePlan{Unchanged: 4}); res.Calls != 0 || res.Nodes != nil || res.Err() != nil {
+	if res := r.ApplyFeatures(context.Background(), FeaturePlan{Unchanged: 4}, nil); res.Calls != 0 || res.Nodes != nil || res.Err() != nil {
 		t.Errorf("empty plan: %+v", res)
 	}
+}
+
+// fakeScontrol is a script standing in for scontrol, with args and in
+// interactive mode as a Session drives it: each update is logged to log
+// ("args: …" or "line: …") and passed to the shell function body (its
+// arguments the update's words), which may print an error and return 1;
+// any other line is answered as scontrol answers a word that is no
+// keyword.
+func fakeScontrol(log, body string) string {
+	return `handle() {
+` + body + `
+return 0
+}
+if [ $# -gt 0 ]; then echo "args: $*" >>'` + log + `'; handle "$@"; exit $?; fi
+while IFS= read -r line; do
+	case "$line" in
+	update*) echo "line: $line" >>'` + log + `'; handle $line ;;
+	*) echo "invalid keyword: $line" >&2 ;;
+	esac
+done`
 }
 
 func TestRunnerPaths(t *testing.T) {
@@ -348,7 +543,7 @@ func TestApplyFeaturesReadsBackOnlyChanged(t *testing.T) {
 	fixture, _ := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-json-features.json"))
 	text := filepath.Join(t.TempDir(), "text")
 	dir := fakeSlurm(t, map[string]string{
-		"scontrol": `exit 0`,
+		"scontrol": fakeScontrol(os.DevNull, ""),
 		"sinfo": `echo "$*" >>'` + log + `'
 case "$*" in *--json*) exec cat '` + fixture + `';; esac
 cat '` + text + `'`,
@@ -359,25 +554,25 @@ cat '` + text + `'`,
 		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug", "p2")},
 		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug")},
 	}
-	plan := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.m1"), "n3": l("llmgw.m1")})
+	plan := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.m1"), "n3": l("llmgw.m1")}, nil)
 	run := func(textOut string, plan FeaturePlan) (FeatureResult, string) {
 		t.Helper()
 		os.WriteFile(text, []byte(textOut), 0o644)
 		os.Remove(log)
-		res := r.ApplyFeatures(context.Background(), plan)
+		res := r.ApplyFeatures(context.Background(), plan, &Pacer{Share: 1})
 		calls, _ := os.ReadFile(log)
 		return res, string(calls)
 	}
 
-	res, calls := run("n2|ib-a,llmgw.m1|ib-a,llmgw.m1|mixed\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\n", plan)
-	if want := "-a -N -h -n n[2-3] -o %N|%f|%b|%T\n"; calls != want {
+	res, calls := run("n1|ib-a,llmgw.m1|ib-a|idle\nn2|ib-a,llmgw.m1|ib-a,llmgw.m1|mixed\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\n", plan)
+	if want := "-a -N -h -n n[1-3] -o %N|%f|%b|%T\n"; calls != want {
 		t.Errorf("sinfo calls %q, want only %q", calls, want)
 	}
 	if res.Err() != nil || len(res.Wrong) != 0 {
 		t.Errorf("read back: %v", res.Err())
 	}
 	want := []Node{
-		from[0],
+		{Name: "n1", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
 		{Name: "n2", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a", "llmgw.m1"), State: "mixed", Partitions: l("debug", "p2")},
 		{Name: "n3", Available: l("ib-b", "llmgw.m1"), Active: l("ib-b", "llmgw.m1"), State: "idle", Partitions: l("debug")},
 	}
@@ -387,12 +582,34 @@ cat '` + text + `'`,
 
 	// A changed node missing from the text answer: every node, from --json
 	// (Nodes, however it reads them).
-	if _, calls := run("n2|ib-a,llmgw.m1|ib-a,llmgw.m1|idle\n", plan); !strings.HasPrefix(calls, "-a -N -h -n n[2-3] ") || !strings.Contains(calls, "--json") {
+	if _, calls := run("n1|ib-a,llmgw.m1|ib-a|idle\nn2|ib-a,llmgw.m1|ib-a,llmgw.m1|idle\n", plan); !strings.HasPrefix(calls, "-a -N -h -n n[1-3] ") || !strings.Contains(calls, "--json") {
 		t.Errorf("text answer without n3: sinfo calls %q; want the full --json read after it", calls)
 	}
 	// A planned feature with the text form's separator: --json at once.
-	odd := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.a|b")})
+	odd := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.a|b")}, nil)
 	if _, calls := run("", odd); strings.Contains(calls, " -n ") || !strings.Contains(calls, "--json") {
 		t.Errorf("a feature with '|': sinfo calls %q; want only the --json read", calls)
+	}
+}
+
+// TestApplyFeaturesStopsWhenSlurmIsGone: a controller that fails call
+// after call is not asked the rest of a plan of thousands: the next sync
+// makes them.
+func TestApplyFeaturesStopsWhenSlurmIsGone(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": fakeScontrol(log, `echo "slurm_update error: Unable to contact slurm controller (connect failure)" >&2; return 1`),
+		"sinfo":    `exit 1`,
+	})
+	var plan FeaturePlan
+	for i := range 100 {
+		plan.Presence = append(plan.Presence, FeatureUpdate{Nodes: l(fmt.Sprintf("n%d", i)), Active: l("llmgw.a")})
+	}
+	res := (&Runner{Dir: dir}).ApplyFeatures(context.Background(), plan, &Pacer{Share: 1})
+	if res.Calls != maxFailedInARow {
+		t.Errorf("%d calls against a controller that is gone; want %d", res.Calls, maxFailedInARow)
+	}
+	if err := res.Err(); err == nil || !strings.Contains(err.Error(), "stopped after 5 failed calls in a row") {
+		t.Errorf("Err() = %v", err)
 	}
 }

@@ -116,7 +116,7 @@ func Validate(c Agent) error {
 		}
 	}
 	for name, d := range map[string]time.Duration{"scan interval": c.ScanInterval, "report interval": c.ReportInterval, "dir timeout": c.DirTimeout,
-		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout, "gc part max age": c.GCPartMaxAge} {
+		"fetch deadline": c.FetchDeadline, "gc interval": c.GCInterval, "gc timeout": c.GCTimeout, "gc part max age": c.GCPartMaxAge, "hook fs timeout": c.HookFSTimeout} {
 		if d != 0 && d < minInterval {
 			errs = append(errs, fmt.Errorf("%s %s: must be at least %s (or 0 for the default)", name, d, minInterval))
 		}
@@ -129,6 +129,14 @@ func Validate(c Agent) error {
 	}
 	if c.GCMaxShare < 0 || c.GCMaxShare > 100 {
 		errs = append(errs, fmt.Errorf("gc max share %d: must be a percent between 1 and 100 (or 0 for the default)", c.GCMaxShare))
+	}
+	for name, v := range map[string]int{"cache_high": c.CacheHigh, "cache_low": c.CacheLow} {
+		if v < 0 || v > 100 {
+			errs = append(errs, fmt.Errorf("%s %d: must be a percent between 1 and 100 (or 0 for the default)", name, v))
+		}
+	}
+	if hi, lo := c.CacheHigh, c.CacheLow; hi > 0 && lo > 0 && lo >= hi {
+		errs = append(errs, fmt.Errorf("cache_low %d%% must be below cache_high %d%%: the agent evicts from above the high watermark down to the low one", lo, hi))
 	}
 	if c.Connections < 0 || c.Connections > 64 {
 		errs = append(errs, fmt.Errorf("connections %d: must be between 1 and 64 (or 0 for the default)", c.Connections))

@@ -21,6 +21,7 @@ func fullAgent(t testing.TB) Agent {
 		NvidiaSMI: "/usr/bin/nvidia-smi", FetchDeadline: time.Hour, GCInterval: 2 * time.Minute, GCTimeout: time.Second, Version: "v1",
 		HFTokenFile: "/etc/llmgw/hf.token", CacheReserve: 1 << 30, FetchMinSpeed: 1 << 20,
 		GCMaxShare: 30, GCPartMaxAge: time.Hour, PeerAddr: "10.1.0.1:8421", PeerInterface: "ib0", PeerPort: 8421,
+		CacheHigh: 85, CacheLow: 70, KeepLastCopyFor: 48 * time.Hour, HookFSTimeout: 20 * time.Second,
 		HFEndpoint: "http://mirror:8080", HFCache: "/shared/hf/hub", HFHubOffline: new(bool)}
 	v := reflect.ValueOf(a)
 	for i := 0; i < v.NumField(); i++ {

@@ -102,6 +102,20 @@ const (
 	// before gc takes it even for a source the catalog still wants: a week
 	// covers a weekend's queue of jobs that would resume it.
 	DefaultGCPartMaxAge = 7 * 24 * time.Hour
+	// DefaultCacheHigh and DefaultCacheLow are weights/evict's
+	// DefaultHigh and DefaultLow, spelled again because the hook binary
+	// links this package and must not link the eviction code; agent's
+	// tests hold them equal.
+	DefaultCacheHigh = 90
+	DefaultCacheLow  = 80
+	// DefaultKeepLastCopyFor is weights/evict's DefaultKeepLastCopyFor:
+	// a week, so a model run every weekday keeps a copy in each fabric
+	// that runs it.
+	DefaultKeepLastCopyFor = 7 * 24 * time.Hour
+	// DefaultHookFSTimeout bounds one filesystem operation of a hook: a
+	// filer answering a stat in 4 s is slow, one silent for 30 s is not
+	// answering.
+	DefaultHookFSTimeout = 30 * time.Second
 )
 
 // Agent is the node's configuration: what `/etc/llmgw/agent.toml` holds,
@@ -241,6 +255,25 @@ type Agent struct {
 	// the first gc.
 	GCPartMaxAge time.Duration `toml:"gc_part_max_age"`
 
+	// CacheHigh and CacheLow are the cache's watermarks, in percent of the
+	// space llmgw may use on the cache's filesystem (what it fetched plus
+	// what is free, less cache_reserve): above CacheHigh the agent evicts
+	// what llmgw fetched down to CacheLow (weights/evict). 0: the defaults,
+	// DefaultCacheHigh and DefaultCacheLow.
+	CacheHigh int `toml:"cache_high"`
+	CacheLow  int `toml:"cache_low"`
+	// KeepLastCopyFor keeps a fabric's last copy of a model a job used
+	// within it from eviction (default DefaultKeepLastCopyFor; negative:
+	// never).
+	KeepLastCopyFor time.Duration `toml:"keep_last_copy_for"`
+	// HookFSTimeout bounds each filesystem operation a hook makes on a
+	// job's weights (a stat, a read of a header): one that has not
+	// answered within it is "no answer", and the hook tells a hung mount
+	// from a slow one by it, not by the time the whole look took (default
+	// DefaultHookFSTimeout). The whole look is bounded by the Prolog's own
+	// deadline (fetch_deadline).
+	HookFSTimeout time.Duration `toml:"hook_fs_timeout"`
+
 	// Version is the agent's version, reported to the coordinator. Set by
 	// the binary, never by the file.
 	Version string `toml:"-"`
@@ -272,6 +305,14 @@ func (c Agent) WithDefaults() Agent {
 	dur(&c.GCInterval, DefaultGCInterval)
 	dur(&c.GCTimeout, DefaultGCTimeout)
 	dur(&c.GCPartMaxAge, DefaultGCPartMaxAge)
+	dur(&c.KeepLastCopyFor, DefaultKeepLastCopyFor)
+	dur(&c.HookFSTimeout, DefaultHookFSTimeout)
+	if c.CacheHigh == 0 {
+		c.CacheHigh = DefaultCacheHigh
+	}
+	if c.CacheLow == 0 {
+		c.CacheLow = DefaultCacheLow
+	}
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
 	}
@@ -281,15 +322,15 @@ func (c Agent) WithDefaults() Agent {
 	return c
 }
 
-// FSTimeout bounds each touch of the weights in a hook (DirTimeout, else
-// DefaultDirTimeout): the bound the scanner gives one directory is the one
-// the hooks give one model's weights, so one setting says how long this
-// node's filers may take to answer.
+// FSTimeout bounds each filesystem operation a hook makes on a job's
+// weights (HookFSTimeout, else DefaultHookFSTimeout): one that has had no
+// answer for it is a filesystem not answering. The whole look is bounded
+// by FetchDeadline, the Prolog's own.
 func (c Agent) FSTimeout() time.Duration {
-	if c.DirTimeout > 0 {
-		return c.DirTimeout
+	if c.HookFSTimeout > 0 {
+		return c.HookFSTimeout
 	}
-	return DefaultDirTimeout
+	return DefaultHookFSTimeout
 }
 
 // HFCacheDir is the node's Hugging Face cache: HFCache, else "hub" in

@@ -219,7 +219,7 @@ func decodeResolved(b []byte) (resolved, bool) {
 var agentFields = []string{"Coordinator", "TokenFile", "TLSCA", "MungeSocket", "Node", "Fabric", "WeightDirs", "CacheDir", "StateDir", "RunDir",
 	"Socket", "MetricsListen", "ScanInterval", "ReportInterval", "DirTimeout", "Connections", "GPUMemory", "NvidiaSMI",
 	"FetchDeadline", "GCInterval", "GCTimeout", "Version", "HFTokenFile", "CacheReserve", "FetchMinSpeed", "GCMaxShare", "GCPartMaxAge", "PeerAddr", "PeerInterface", "PeerPort",
-	"HFEndpoint", "HFCache", "HFHubOffline"}
+	"CacheHigh", "CacheLow", "KeepLastCopyFor", "HookFSTimeout", "HFEndpoint", "HFCache", "HFHubOffline"}
 
 func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 	var ok bool
@@ -289,6 +289,16 @@ func decodeAgentField(s *jsonlite.Scanner, c *Agent, name string) bool {
 		c.PeerPort = int(n)
 	case "GCPartMaxAge":
 		dur(&c.GCPartMaxAge)
+	case "KeepLastCopyFor":
+		dur(&c.KeepLastCopyFor)
+	case "HookFSTimeout":
+		dur(&c.HookFSTimeout)
+	case "CacheHigh":
+		n, ok = s.Int(strconv.IntSize)
+		c.CacheHigh = int(n)
+	case "CacheLow":
+		n, ok = s.Int(strconv.IntSize)
+		c.CacheLow = int(n)
 	case "HFEndpoint":
 		c.HFEndpoint, ok = s.String()
 	case "HFCache":

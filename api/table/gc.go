@@ -22,6 +22,9 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 	case st.Force:
 		mode = "collect, forced: nodes remove what they agree is garbage, even against a catalog they do not trust and beyond gc_max_share"
 	}
+	if st.Trust {
+		mode += "; the current catalog is adopted as the one every node trusts"
+	}
 	fmt.Fprintf(w, "gc %s (%s)\n\n", st.ID, mode)
 	if len(st.Nodes) == 0 {
 		fmt.Fprintln(w, "(no node has reported to this coordinator, so none was asked)")
@@ -55,6 +58,9 @@ func WriteGC(w io.Writer, st api.GCStatus) error {
 		note := a.Held
 		if count["failed"] > 0 {
 			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["failed"], "removal") + " failed"
+		}
+		if count["evicted"] > 0 {
+			note = strings.TrimPrefix(note+"; ", "; ") + plural(count["evicted"], "file") + " evicted under pressure lately"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", n.Node, len(n.Asked), removed, count["kept"],
 			count["refused"], catalog.FormatBytes(bytes), dash(note))

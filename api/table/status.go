@@ -50,6 +50,14 @@ func WriteStatus(w io.Writer, st *api.Status) error {
 	if err := writeSwarms(w, st); err != nil {
 		return err
 	}
+	for _, g := range st.GCHeld {
+		since := ""
+		if !g.Since.IsZero() {
+			since = " since " + g.Since.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "\nGC HELD on %s%s: %s\n  nodes: %s\n  'llmgw gc --trust' adopts the current catalog on every node (gc_max_share still holds)\n",
+			plural(g.Count, "node"), since, g.Why, g.Nodes)
+	}
 	if len(st.Fabrics) == 0 {
 		return nil
 	}

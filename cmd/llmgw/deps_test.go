@@ -19,6 +19,7 @@ var importRules = map[string]struct {
 	why string
 }{
 	"internal/fusetest":        {nil, "a test helper (bindfs mounts that stop answering) on the standard library alone, for any package's integration tests"},
+	"internal/slurmtest":       {nil, "a test helper (slurmctld's node config records, counted from its log) on the standard library alone, for any package's integration tests, package slurm's among them"},
 	"internal/jsonlite":        {nil, "the hook's reflection-free JSON reader is a standard-library leaf: catalog and nodeconf decode with it"},
 	"weights/catalog":          {[]string{"internal/jsonlite"}, "the name rules are a standard-library leaf (jsonlite is one too), so every part, the hook binary included, applies the same ones"},
 	"api":                      {[]string{"weights/catalog", "slurm"}, "the protocol is a leaf, so hooks and agents link no server code (slurm: the node-name rule)"},
@@ -27,11 +28,12 @@ var importRules = map[string]struct {
 	"weights/scan":             {[]string{"weights/catalog"}, "the scanner only observes files; it shares the name rules and nothing else, so the agent and the CLI build on it alone"},
 	"weights/fetch":            {[]string{"weights/catalog"}, "the fetcher stands alone beside the scanner: it shares the cache and .part names through catalog, not through the scanner"},
 	"weights/gc":               {[]string{"weights/catalog"}, "the node-side gc is linked by the Epilog: standard library and the name rules only"},
+	"weights/evict":            {[]string{"weights/catalog"}, "eviction decides from what the agent gathers and the coordinator answers; it does no I/O and shares the name rules only"},
 	"weights/hub":              {[]string{"weights/catalog", "weights/fetch"}, "the Hub's API (a revision's commit, its files, the selection) is a client of its own: the command line resolves a model with it, and nothing on a node asks the Hub what a branch means (fetch: the redirect and Retry-After rules the node's fetch applies)"},
 	"weights/hub/hubtest":      {nil, "the Hub stand-in for tests stands alone, so huggingface_hub and llmgw are tested against the same server"},
 	"placement":                {[]string{"weights/catalog"}, "placement is the pure presence model and ranking, tested with tables: it reads the catalog's name rules and nothing that does I/O"},
 	"slurm":                    {nil, "everything that speaks Slurm is one leaf, tested against real Slurm"},
-	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
+	"agent":                    {[]string{"agent/config", "agent/nodeconf", "api", "internal/munge", "weights/catalog", "weights/scan", "weights/fetch", "weights/gc", "weights/evict", "slurm"}, "an agent scans, fetches and reports: it must not depend on server code or the database"},
 	"prolog":                   {[]string{"agent/nodeconf", "weights/catalog"}, "the hooks' fast path runs in every job start from the small llmgw-hook binary: no clients, no fetcher"},
 	"prolog/full":              {[]string{"prolog", "agent/nodeconf", "api", "weights/catalog", "weights/fetch", "weights/gc", "slurm"}, "the hooks' slow path runs in the full binary: it talks to the coordinator and the agent, fetches as a fallback, runs node gc, and calls scontrol"},
 	"coordinator":              {[]string{"api", "coordinator/store", "internal/munge", "placement", "slurm", "weights/catalog"}, "the service wires store, placement and slurm (and munge, which says who speaks)"},
@@ -50,6 +52,8 @@ var importRules = map[string]struct {
 
 	// Tools under scripts/ are programs of their own, not part of llmgw.
 	"scripts/bench/origin": {nil, "the benchmark's origin server stands alone, so it measures only HTTP"},
+	"internal/loopfs":      {nil, "tests' ext4 loop filesystem stands alone, like fusetest"},
+	"scripts/bench/evict":  {[]string{"weights/evict"}, "the eviction replay runs the agent's own policy and nothing else"},
 	"scripts/bench/hub":    {[]string{"weights/hub/hubtest"}, "the Hub benchmark serves the tests' Hub stand-in, so it measures what the tests check"},
 	"scripts/bench/liar":   {[]string{"api", "internal/munge", "internal/swarmtest"}, "the liars benchmark's hostile node is the tests' hostile member: the protocol and its node's MUNGE alone, what root on that node can do"},
 }
@@ -60,7 +64,7 @@ var onlyIn = map[string]struct {
 	why  string
 }{
 	"github.com/mattn/go-sqlite3": {[]string{"coordinator/store"}, "one package owns the database file"},
-	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
+	"os/exec":                     {[]string{"slurm", "cmd/llmgw", "cmd/llmgw/demo", "internal/munge", "internal/munge/mungetest", "internal/fusetest", "internal/loopfs"}, "subprocesses go through slurm's runner, with timeouts and argument vectors, never a shell (the demo starts llmgw's own binary and bindfs, under its temporary directory; munge: the munge/unmunge programs when built without cgo, and the tests' munged; fusetest: tests' bindfs, linked by no binary)"},
 }
 
 type listedPackage struct {

@@ -18,7 +18,8 @@ fix it: PrologFlags=Alloc; Prolog, Epilog and TaskProlog running llmgw's hooks
 (beside the site's own, in the order slurmd runs them: llmgw's last);
 PrologEpilogTimeout above the fetch deadline; the SPANK plugin in plugstack.conf;
 job_submit/lua; the agent's socket; the coordinator and the agent's token; the
-fetch cache (writable, node-local).
+fetch cache (writable, node-local); the Hugging Face cache (hf_cache:
+writable, by root alone).
 
 Slurm's settings are read from the running slurmctld (scontrol show config) and
 from the slurm.conf this host's slurmd reads (SLURM_CONF, else
@@ -80,6 +81,7 @@ func doctorCmd(ctx context.Context, e *env, args []string) error {
 		AgentConfigErr:   cfgErr,
 		Socket:           cfg.Socket,
 		CacheDir:         cfg.CacheDir,
+		HFCache:          hfCacheOf(cfg),
 		Coordinator:      cfg.Coordinator,
 		TokenFile:        cfg.TokenFile,
 		TLSCA:            cfg.TLSCA,
@@ -125,4 +127,13 @@ func printFindings(e *env, fs []doctor.Finding) {
 		}
 	}
 	fmt.Fprintf(e.stdout, "\n%d error(s), %d warning(s)\n", count(fs, doctor.Error), count(fs, doctor.Warn))
+}
+
+// hfCacheOf is the Hugging Face cache cfg fetches Hub models into, or ""
+// when cfg names no cache at all.
+func hfCacheOf(cfg agent.Config) string {
+	if cfg.HFCache == "" && cfg.CacheDir == "" {
+		return ""
+	}
+	return cfg.HFCacheDir()
 }

@@ -11,15 +11,20 @@ import (
 )
 
 const featuresAbout = `Reconciles Slurm node features now: every node that can serve a catalog model
-without fetching gets the feature ` + placement.FeaturePrefix + `MODEL, and every other feature (the
-site's, such as ib-a) is kept exactly as it is.
+without fetching gets the feature ` + placement.FeaturePrefix + `MODEL active, every node offers
+(AvailableFeatures) the feature of every catalog model, and every other
+feature (the site's, such as ib-a) is kept exactly as it is.
+
+AvailableFeatures is written only to whole node config records (after a
+reconfigure or restart of slurmctld, or a catalog change), so slurmctld
+splits no record; presence is written as ActiveFeatures alone, one call per
+distinct set, which adds no record either.
 
 The coordinator does the work, because it holds what every node reports and
 runs where scontrol update is allowed; this command asks it to (POST
-/v1/features, admin token) and prints the scontrol calls, one per distinct
-resulting feature set. With --dry-run nothing is changed. The coordinator
-also does this by itself on every change and every feature interval, when it
-runs with --features.`
+/v1/features, admin token) and prints the scontrol calls. With --dry-run
+nothing is changed. The coordinator also does this by itself on every change
+and every feature interval, when it runs with --features.`
 
 func featuresCmd(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "features", lookup("features").synopsis, featuresAbout)
@@ -57,13 +62,17 @@ func featuresCmd(ctx context.Context, e *env, args []string) error {
 		if res.DryRun {
 			verb = "would change"
 		}
-		fmt.Fprintf(e.stderr, "%d nodes in Slurm: %d already right, %s %d in %d call(s) (%.0f ms)\n",
-			res.Nodes, res.Unchanged, verb, res.Drifted, len(res.Commands), res.Duration*1000)
+		fmt.Fprintf(e.stderr, "%d nodes in Slurm: %d already right, %s %d in %d call(s), %d of them to whole config records (%.0f ms",
+			res.Nodes, res.Unchanged, verb, res.Drifted, len(res.Commands)+res.CommandsOmitted, res.Records, res.Duration*1000)
+		if res.Paused > 0 {
+			fmt.Fprintf(e.stderr, ", %.0f ms of it pacing", res.Paused*1000)
+		}
+		fmt.Fprintln(e.stderr, ")")
 		if res.Unknown != "" {
 			fmt.Fprintf(e.stderr, "nodes reporting weights that Slurm does not list (no feature): %s\n", res.Unknown)
 		}
 		if len(res.Withheld) > 0 {
-			fmt.Fprintf(e.stderr, "models with no feature, to keep the distinct feature sets within feature_sets_max: %s\n", strings.Join(res.Withheld, ","))
+			fmt.Fprintf(e.stderr, "models with no feature, to keep the node listing within Slurm's message limit: %s\n", strings.Join(res.Withheld, ","))
 		}
 	}
 	if res.Error != "" {

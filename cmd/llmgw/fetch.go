@@ -11,16 +11,27 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/agent"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
 )
 
-const fetchAbout = `Makes SOURCE present on this node and prints its local path on stdout.
+const fetchAbout = `Makes SOURCE or MODEL present on this node and prints its local path on stdout.
 
 SOURCE is hf:org/repo/file (hf:org/repo@revision/file to pin a revision) or an
 http(s):// URL, fetched into the cache directory under a name derived from the
 source; a /path is only checked, and a bare model id (org/name) is printed
 unchanged for the engine to resolve.
+
+MODEL is a catalog name (no slash): resolved at the coordinator (--coordinator
+or LLMGW_COORDINATOR), else in the agent's catalog copy (--state-dir), and
+fetched as a job's Prolog would: verified against its declared or pinned
+sha256, a model of several files into its set directory, whole, a Hub
+repository into the Hugging Face cache (--hf-cache, by default the agent's:
+hub inside the cache directory) in huggingface_hub's own layout, at the
+catalog's commit. The path printed is the one a job gets as
+LLMGW_MODEL_PATH (a Hub model's: its snapshot). A name that is no catalog
+entry is an error.
 
 The file is fetched over --connections connections when the origin serves
 ranges, resumed after an interruption without splicing versions, checked
@@ -39,9 +50,12 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 	// The agent's cache, so that what an operator fetches by hand is what
 	// the agent scans and reports.
 	cacheDir := fs.String("cache-dir", agent.DefaultCacheDir, "where remote sources are fetched to")
+	hfCache := fs.String("hf-cache", "", "the Hugging Face cache a Hub model is fetched into (agent.toml's hf_cache; default: hub inside --cache-dir, as the agent's)")
 	sum := fs.String("sha256", "", "expected sha256 of the file, hex; a mismatch deletes the download")
 	conns := fs.Int("connections", fetch.DefaultConnections, "connections per fetch when the origin serves ranges")
 	lockDir := fs.String("lock-dir", "", "node-local directory for the one-fetch-per-node locks (default "+fetch.DefaultLockDir+", or a per-user directory under $TMPDIR when that is not writable)")
+	url, tokenFile := coordFlags(fs)
+	stateDir := fs.String("state-dir", agent.DefaultStateDir, "the agent's state directory, whose catalog copy resolves MODEL when no coordinator is given or answers")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -83,7 +97,21 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 		ProgressInterval: interval,
 		Log:              log,
 	}
-	path, err := f.Ensure(ctx, fs.Arg(0), fetch.Want{SHA256: *sum})
+	var path string
+	var err error
+	if name := fs.Arg(0); catalogName(name) {
+		if *sum != "" {
+			p.end()
+			return usagef("The catalog entry's own sha256 (declared or pinned) is checked", "--sha256 is for a SOURCE, not the catalog model %s", name)
+		}
+		var m catalog.Model
+		if m, err = resolveModel(ctx, e, name, *url, *tokenFile, *stateDir); err != nil {
+			return err
+		}
+		path, err = ensureModel(ctx, f, catalog.HFCacheDir(dir, *hfCache), m)
+	} else {
+		path, err = f.Ensure(ctx, fs.Arg(0), fetch.Want{SHA256: *sum})
+	}
 	p.end()
 	if err != nil && ctx.Err() != nil && catalog.KindOf(fs.Arg(0)) == catalog.KindRemote {
 		return fmt.Errorf("%w; the bytes fetched so far are kept, and the same command resumes them", err)
@@ -93,6 +121,79 @@ func fetchCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, path)
 	return nil
+}
+
+// catalogName says whether arg names a catalog entry rather than a
+// source: no slash (a path, a URL, an hf: source and an engine's org/name
+// model id all have one) and a valid model name.
+func catalogName(arg string) bool {
+	return !strings.Contains(arg, "/") && !strings.Contains(arg, ":") && catalog.ValidModelName(arg) == nil
+}
+
+// resolveModel finds the catalog entry name: at the coordinator when one
+// is given and answers, else in the agent's catalog copy.
+func resolveModel(ctx context.Context, e *env, name, url, tokenFile, stateDir string) (catalog.Model, error) {
+	var why []string
+	if url != "" {
+		c, err := coordClient(e, url, tokenFile)
+		if err != nil {
+			return catalog.Model{}, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cat, err := c.Catalog(cctx)
+		cancel()
+		if err == nil {
+			for _, m := range cat.Models {
+				if m.Name == name {
+					return m, nil
+				}
+			}
+			return catalog.Model{}, fmt.Errorf("%s is not a catalog entry at %s ('llmgw models list' shows them); a source needs a slash: /path, hf:org/repo/file, https://..., or org/name for the engine to resolve", name, url)
+		}
+		why = append(why, fmt.Sprintf("the coordinator %s did not answer (%v)", url, err))
+	}
+	copyPath := filepath.Join(stateDir, nodeconf.CatalogFile)
+	cp, err := catalog.ReadCopy(catalog.PrivateCopyPath(copyPath))
+	if err != nil {
+		cp, err = catalog.ReadCopy(copyPath)
+	}
+	if err != nil {
+		why = append(why, fmt.Sprintf("the agent's catalog copy cannot be read (%v)", err))
+		return catalog.Model{}, fmt.Errorf("%s cannot be resolved as a catalog name: %s; give --coordinator URL (or LLMGW_COORDINATOR), or a source with a slash", name, strings.Join(why, "; "))
+	}
+	m, ok := cp.Lookup(name)
+	if !ok {
+		return catalog.Model{}, fmt.Errorf("%s is not a catalog entry in the agent's catalog copy %s (from %s at %s); a source needs a slash: /path, hf:org/repo/file, https://..., or org/name for the engine to resolve",
+			name, copyPath, cp.Coordinator, cp.Fetched.Format(time.RFC3339))
+	}
+	return m, nil
+}
+
+// ensureModel makes the catalog entry m present as a Prolog would and
+// returns the path a job gets: each file verified against its declared or
+// pinned sha256, a model of several files into its set directory, its
+// manifest first, claimed whole, a Hub model into the Hugging Face cache
+// hfCache at its commit.
+func ensureModel(ctx context.Context, f *fetch.Fetcher, hfCache string, m catalog.Model) (string, error) {
+	if m.IsHub() {
+		if _, err := f.EnsureHub(ctx, hfCache, *m.Hub); err != nil {
+			return "", fmt.Errorf("model %s: %w", m.Name, err)
+		}
+		return catalog.HubPath(hfCache, *m.Hub), nil
+	}
+	if !m.IsSet() {
+		return f.Ensure(ctx, m.Source, fetch.Want{SHA256: m.WantSHA256(), Size: m.Size})
+	}
+	if err := catalog.WriteManifest(f.CacheDir, m); err != nil {
+		return "", fmt.Errorf("set directory of model %s: %w", m.Name, err)
+	}
+	set := catalog.SetName(m)
+	for i, file := range m.Files {
+		if _, err := f.EnsureIn(ctx, set, file.Source, fetch.Want{SHA256: file.WantSHA256(), Size: file.Size}); err != nil {
+			return "", fmt.Errorf("model %s, file %d of %d (%s): %w", m.Name, i+1, len(m.Files), catalog.FileName(file.Source), err)
+		}
+	}
+	return catalog.SetPath(f.CacheDir, m), nil
 }
 
 // progressPrinter shows a fetch's progress: a bar redrawn in place on a

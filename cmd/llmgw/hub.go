@@ -64,7 +64,8 @@ func hubToAdd(sources, include, exclude, sums []string) (*hubRequest, error) {
 // hubClient is the Hub as the admin's environment names it, as
 // huggingface-cli does: HF_ENDPOINT, HF_TOKEN (or the file login writes).
 func hubClient(e *env) *hub.Client {
-	return &hub.Client{Endpoint: e.getenv("HF_ENDPOINT"), Token: hub.TokenFromEnv(e.getenv), UserAgent: "llmgw/" + version}
+	return &hub.Client{Endpoint: e.getenv("HF_ENDPOINT"), Token: hub.TokenFromEnv(e.getenv), UserAgent: "llmgw/" + version,
+		Waiting: func(msg string) { fmt.Fprintln(e.stderr, "llmgw models: "+msg) }}
 }
 
 // addHub resolves the repository, registers the model as that commit's

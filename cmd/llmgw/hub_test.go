@@ -262,3 +262,21 @@ func TestHubRepinKeepsRunningJob(t *testing.T) {
 		t.Errorf("job 3, after the repin, reads config.json %s", got)
 	}
 }
+
+// TestHubAddSaysWhileRateLimited: models add waits out the Hub's 429 as
+// its Retry-After asks, up to two minutes a time and six times, and says so
+// on stderr while it waits: it sat silent for as long as ten minutes.
+func TestHubAddSaysWhileRateLimited(t *testing.T) {
+	coord, _, adminTok := testCoordinator(t)
+	h := startStandIn(t)
+	h.Commit("org/tiny", "main", hubShards(`{"model_type":"llama"}`))
+	h.Limit(1, 1)
+	admin := map[string]string{"LLMGW_COORDINATOR": coord, "LLMGW_TOKEN_FILE": adminTok, "HF_ENDPOINT": h.URL}
+	code, _, errs := llmgwRun(t, admin, "models", "add", "tiny", "hf:org/tiny")
+	if code != 0 {
+		t.Fatalf("models add after one 429: exit %d, %s", code, errs)
+	}
+	if !strings.Contains(errs, "429") || !strings.Contains(errs, "waiting 1s") {
+		t.Errorf("models add said nothing while it waited out a 429:\n%s", errs)
+	}
+}

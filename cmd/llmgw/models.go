@@ -18,6 +18,7 @@ const modelsAbout = `Shows and changes the coordinator's model catalog.
   llmgw models add NAME SOURCE [SOURCE...] [--size BYTES] [--sha256 HEX]... [--gpu-memory BYTES]
   llmgw models add NAME hf:ORG/REPO[@REV] [--include GLOB]... [--exclude GLOB]... [--gpu-memory BYTES]
   llmgw models rm NAME
+  llmgw models mv OLD NEW
   llmgw models repin NAME
   llmgw models list [--json]
 
@@ -26,7 +27,10 @@ what a Slurm feature name can carry in a job's --constraint or --prefer.
 SOURCE is an absolute path (checked on each node, never fetched),
 hf:org/repo[@rev]/file or an http(s) URL (fetched into each node's cache),
 or a bare model id such as Qwen/Qwen2.5-7B-Instruct (left to the engine).
-add replaces an entry of the same name. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
+add replaces an entry of the same name. mv renames an entry in one step:
+its sources, pins and the nodes that hold it follow it, and no node ever
+sees its files unwanted (rm then add leaves a moment in which gc may
+collect them); jobs asking for OLD no longer resolve once it has moved. BYTES take an optional unit: 14G, 14GB (decimal) or 13GiB.
 Several SOURCEs make one model of several fetched files (hf: or http(s)), such
 as the parts of a split GGUF or a safetensors checkpoint with its config and
 tokenizer files: each node fetches them into one directory of its cache, under
@@ -150,6 +154,13 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 		if err := catalog.ValidModelName(m.Name); err != nil {
 			return usagef("", "%v", err)
 		}
+	case "mv":
+		if len(rest) != 2 {
+			return usagef("Try 'llmgw models mv llama-3 llama-3-8b'", "models mv takes OLD NEW, got %d arguments", len(rest))
+		}
+		if err := catalog.ValidModelName(rest[1]); err != nil {
+			return usagef("", "%v", err)
+		}
 	case "rm", "repin":
 		if len(rest) != 1 {
 			return usagef("Try 'llmgw models "+sub+" llama'", "models %s takes one NAME, got %d arguments", sub, len(rest))
@@ -159,7 +170,7 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 			return usagef("Try 'llmgw models list'", "models list takes no arguments, got %q", rest)
 		}
 	default:
-		return usagef("Use add, rm, repin or list", "unknown models subcommand %q", sub)
+		return usagef("Use add, rm, mv, repin or list", "unknown models subcommand %q", sub)
 	}
 	c, err := coordClient(e, *url, *tokenFile)
 	if err != nil {
@@ -187,6 +198,12 @@ func modelsCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "removed %s\n", rest[0])
+	case "mv":
+		got, err := c.RenameModel(ctx, rest[0], rest[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s -> %s (was %s)\n", got.Name, got.Source, rest[0])
 	case "repin":
 		// What is forgotten, said once more: the digest and how the
 		// origin named it are gone from the coordinator after this.

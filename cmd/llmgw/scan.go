@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/scan"
 )
@@ -20,7 +24,7 @@ import (
 const scanShownSkips = 20
 
 func scanCmd(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "scan", "DIR... [--json]", `
+	fs := newFlags(e, "scan", "DIR... [--json] [--catalog FILE]", `
 Lists the weights in each DIR exactly as this node's agent would report
 them: each weight file (.gguf .safetensors .bin .pt .pth) or directory
 holding one, its size, whether it is on a shared filesystem, and whether it
@@ -28,12 +32,29 @@ is complete. Hugging Face hub caches are listed per snapshot with their
 model id. The table goes to stdout; notes on each directory (missing,
 unreadable, not answering, entries skipped and why) go to stderr.
 
+A snapshot of a Hugging Face repository registered as a model is judged by
+the model's list of files, as the agent judges it: --catalog names the
+node's catalog copy (default: the agent's, when it is there); --catalog ''
+judges every snapshot by the rules for one without a list.
+
 A DIR that does not exist is noted, not an error: the exit status is 0
 whenever the scan ran.`)
 	asJSON := fs.Bool("json", false, "print the inventory as JSON (the fields the agent reports)")
 	timeout := fs.Duration("timeout", scan.DefaultDirTimeout, "give up on a DIR that has not answered after this long")
+	defCopy := filepath.Join(nodeconf.DefaultStateDir, nodeconf.CatalogFile)
+	copyPath := fs.String("catalog", defCopy, "the node's catalog copy, whose Hub models' file lists judge their snapshots")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var hubs map[string]catalog.Hub
+	if *copyPath != "" {
+		cp, err := catalog.ReadCopy(*copyPath)
+		switch {
+		case err == nil:
+			hubs = scan.HubLists(cp.Models)
+		case fs.Changed("catalog") || !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("%w; --catalog '' scans without it", err)
+		}
 	}
 	if fs.NArg() == 0 {
 		return usagef("Name the directories to look in, e.g. 'llmgw scan /models ~/.cache/huggingface/hub'", "scan needs at least one DIR")
@@ -41,7 +62,7 @@ whenever the scan ran.`)
 	if *timeout <= 0 {
 		return usagef("Give a positive duration, e.g. --timeout 30s", "--timeout must be positive, got %s", *timeout)
 	}
-	inv := scan.Scan(ctx, fs.Args(), scan.Options{DirTimeout: *timeout})
+	inv := scan.Scan(ctx, fs.Args(), scan.Options{DirTimeout: *timeout, Hub: hubs})
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

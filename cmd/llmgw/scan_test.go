@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/scan"
 )
 
@@ -90,5 +92,53 @@ func TestScanCommand(t *testing.T) {
 				t.Errorf("llmgw %s = %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, errs, tc.want)
 			}
 		})
+	}
+}
+
+// TestScanWithCatalog: llmgw scan judges a Hugging Face snapshot of a
+// catalog Hub model by the model's list, as the agent does (it read its
+// catalog copy; the command did not, and called held snapshots
+// incomplete): a selection without config.json (an adapter's, a GGUF's) needs none.
+// --catalog names the copy; without it, the node's copy is used when it
+// is there.
+func TestScanWithCatalog(t *testing.T) {
+	dir := t.TempDir()
+	commit := strings.Repeat("c", 40)
+	repo := filepath.Join(dir, "models--org--tiny")
+	// A safetensors file of 4096 bytes: its header, then its one tensor.
+	hdr := `{"w":{"dtype":"U8","shape":[4000],"data_offsets":[0,4000]}}`
+	hdr += strings.Repeat(" ", 4096-8-4000-len(hdr))
+	st := append(binary.LittleEndian.AppendUint64(nil, uint64(len(hdr))), hdr...)
+	scanCLIFile(t, filepath.Join(repo, "blobs", strings.Repeat("a", 64)), 0)
+	os.WriteFile(filepath.Join(repo, "blobs", strings.Repeat("a", 64)), append(st, make([]byte, 4000)...), 0o644)
+	os.MkdirAll(filepath.Join(repo, "snapshots", commit), 0o755)
+	os.Symlink("../../blobs/"+strings.Repeat("a", 64), filepath.Join(repo, "snapshots", commit, "m-Q4.safetensors"))
+	os.MkdirAll(filepath.Join(repo, "refs"), 0o755)
+	os.WriteFile(filepath.Join(repo, "refs", "main"), []byte(commit), 0o644)
+	h := &catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: commit, Files: []catalog.HubFile{{Path: "m-Q4.safetensors", Size: 4096, SHA256: strings.Repeat("a", 64)}}}
+	cp := filepath.Join(t.TempDir(), "catalog.json")
+	if err := catalog.WriteCopy(cp, catalog.Copy{Models: []catalog.Model{{Name: "tiny", Source: catalog.HubSource(h.Repo, commit), Hub: h}}}); err != nil {
+		t.Fatal(err)
+	}
+	complete := func(args ...string) (bool, string) {
+		t.Helper()
+		code, out, errs := llmgwRun(t, nil, append([]string{"scan", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("llmgw scan %v = %d: %s", args, code, errs)
+		}
+		var inv scan.Inventory
+		if err := json.Unmarshal([]byte(out), &inv); err != nil || len(inv.Weights) != 1 {
+			t.Fatalf("llmgw scan %v: %v\n%s", args, err, out)
+		}
+		return inv.Weights[0].Complete, inv.Weights[0].Problem
+	}
+	if ok, why := complete("--catalog", "", dir); ok {
+		t.Errorf("without a catalog, a snapshot of safetensors with no config.json: complete; want it held to the rules (%s)", why)
+	}
+	if ok, why := complete("--catalog", cp, dir); !ok {
+		t.Errorf("with the catalog naming its files: incomplete (%s); want complete, as the agent reports it", why)
+	}
+	if code, _, errs := llmgwRun(t, nil, "scan", "--catalog", filepath.Join(dir, "none.json"), dir); code == 0 || !strings.Contains(errs, "none.json") {
+		t.Errorf("a --catalog that cannot be read: %d, %s; want an error naming it", code, errs)
 	}
 }

@@ -39,8 +39,9 @@ func ggufPart(seed uint64, n int) []byte {
 }
 
 // setOrigin serves a split GGUF of two parts on 127.0.0.1. While hold is
-// set, the second part sends half its bytes and then nothing, as an
-// origin that stalls, until the client goes away.
+// set, a GET of the second part sends half its bytes and then nothing, as
+// an origin that stalls, until the client goes away; a HEAD (the set's
+// size, claimed before its first byte) is answered. gets counts GETs.
 type setOrigin struct {
 	*httptest.Server
 	parts [2]atomic.Pointer[[]byte]
@@ -68,9 +69,11 @@ func newSetOrigin(t *testing.T) *setOrigin {
 			http.NotFound(w, r)
 			return
 		}
-		o.gets[i].Add(1)
+		if r.Method == http.MethodGet {
+			o.gets[i].Add(1)
+		}
 		body := *o.parts[i].Load()
-		if i == 1 && o.hold.Load() {
+		if i == 1 && o.hold.Load() && r.Method == http.MethodGet {
 			w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 			w.WriteHeader(http.StatusOK)
 			w.Write(body[:len(body)/2])

@@ -16,6 +16,7 @@ import (
 	"github.com/llmgw/llmgw/cmd/llmgw/doctor"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/slurm"
+	"github.com/llmgw/llmgw/weights/evict"
 	"github.com/llmgw/llmgw/weights/scan"
 )
 
@@ -103,28 +104,32 @@ func TestShippedAgentConfig(t *testing.T) {
 	// PrologEpilogTimeout is checked against fetch_deadline's default.
 	def := agent.Config{}.WithDefaults()
 	for name, got := range map[string][2]any{
-		"fabric":          {cfg.Fabric, def.Fabric},
-		"cache_dir":       {cfg.CacheDir, def.CacheDir},
-		"state_dir":       {cfg.StateDir, def.StateDir},
-		"run_dir":         {cfg.RunDir, def.RunDir},
-		"socket":          {cfg.Socket, def.Socket},
-		"scan_interval":   {cfg.ScanInterval, def.ScanInterval},
-		"report_interval": {cfg.ReportInterval, def.ReportInterval},
-		"dir_timeout":     {cfg.DirTimeout, scan.DefaultDirTimeout},
-		"connections":     {cfg.Connections, def.Connections},
-		"gpu_memory":      {cfg.GPUMemory, def.GPUMemory},
-		"nvidia_smi":      {cfg.NvidiaSMI, def.NvidiaSMI},
-		"fetch_deadline":  {cfg.FetchDeadline, def.FetchDeadline},
-		"gc_interval":     {cfg.GCInterval, def.GCInterval},
-		"gc_timeout":      {cfg.GCTimeout, def.GCTimeout},
-		"hf_token_file":   {cfg.HFTokenFile, def.HFTokenFile},
-		"hf_endpoint":     {cfg.HFEndpoint, def.HFEndpoint},
-		"hf_cache":        {cfg.HFCache, def.HFCache},
-		"hf_hub_offline":  {cfg.HubOffline(), def.HubOffline()},
-		"cache_reserve":   {cfg.CacheReserve, def.CacheReserve},
-		"fetch_min_speed": {cfg.FetchMinSpeed, def.FetchMinSpeed},
-		"gc_max_share":    {cfg.GCMaxShare, def.GCMaxShare},
-		"gc_part_max_age": {cfg.GCPartMaxAge, def.GCPartMaxAge},
+		"fabric":             {cfg.Fabric, def.Fabric},
+		"cache_dir":          {cfg.CacheDir, def.CacheDir},
+		"state_dir":          {cfg.StateDir, def.StateDir},
+		"run_dir":            {cfg.RunDir, def.RunDir},
+		"socket":             {cfg.Socket, def.Socket},
+		"scan_interval":      {cfg.ScanInterval, def.ScanInterval},
+		"report_interval":    {cfg.ReportInterval, def.ReportInterval},
+		"dir_timeout":        {cfg.DirTimeout, scan.DefaultDirTimeout},
+		"connections":        {cfg.Connections, def.Connections},
+		"gpu_memory":         {cfg.GPUMemory, def.GPUMemory},
+		"nvidia_smi":         {cfg.NvidiaSMI, def.NvidiaSMI},
+		"fetch_deadline":     {cfg.FetchDeadline, def.FetchDeadline},
+		"gc_interval":        {cfg.GCInterval, def.GCInterval},
+		"gc_timeout":         {cfg.GCTimeout, def.GCTimeout},
+		"hf_token_file":      {cfg.HFTokenFile, def.HFTokenFile},
+		"cache_reserve":      {cfg.CacheReserve, def.CacheReserve},
+		"fetch_min_speed":    {cfg.FetchMinSpeed, def.FetchMinSpeed},
+		"gc_max_share":       {cfg.GCMaxShare, def.GCMaxShare},
+		"gc_part_max_age":    {cfg.GCPartMaxAge, def.GCPartMaxAge},
+		"cache_high":         {cfg.CacheHigh, evict.DefaultHigh},
+		"cache_low":          {cfg.CacheLow, evict.DefaultLow},
+		"keep_last_copy_for": {cfg.KeepLastCopyFor, evict.DefaultKeepLastCopyFor},
+		"hook_fs_timeout":    {cfg.HookFSTimeout, def.HookFSTimeout},
+		"hf_endpoint":        {cfg.HFEndpoint, def.HFEndpoint},
+		"hf_cache":           {cfg.HFCache, def.HFCache},
+		"hf_hub_offline":     {cfg.HubOffline(), def.HubOffline()},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("agent.toml documents %s = %v, but the default is %v", name, got[0], got[1])
@@ -136,9 +141,9 @@ func TestShippedCoordinatorConfig(t *testing.T) {
 	path := filepath.Join(shippedDir, "coordinator.toml")
 	var keys []string
 	for _, k := range tomlKeys(t, coordinator.Config{}) {
-		// Kept in Config only to be refused by name; a shipped file
-		// setting it would not start.
-		if k != "agent_token_file" {
+		// Kept in Config only to be refused by name (a shipped file
+		// setting it would not start), or read and ignored with a warning.
+		if k != "agent_token_file" && k != "feature_sets_max" {
 			keys = append(keys, k)
 		}
 	}

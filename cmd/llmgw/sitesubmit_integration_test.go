@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/internal/slurmtest"
 	"github.com/llmgw/llmgw/placement"
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
@@ -307,13 +308,29 @@ func TestSiteJobSubmitMatchesShipped(t *testing.T) {
 		}
 		if nodes, err := sl.Nodes(ctx); err != nil {
 			t.Errorf("sinfo: %v", err)
-		} else if err := sl.ApplyFeatures(ctx, slurm.PlanFeatures(nodes, placement.FeaturePrefix, nil)).Err(); err != nil {
+		} else if err := sl.ApplyFeatures(ctx, slurm.PlanFeatures(nodes, placement.FeaturePrefix, nil, nil), nil).Err(); err != nil {
 			t.Errorf("taking the llmgw features off again: %v", err)
 		}
 		noneDrained(t, sl)
 	})
-	if err := sl.ApplyFeatures(ctx, slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired)).Err(); err != nil {
+	// As the coordinator writes them: every model any case names offered
+	// (AvailableFeatures) on every node, whole config records at a time,
+	// and active only where cases.json's dev cluster holds it, so that a
+	// case for a model no node holds asks Slurm about a feature every node
+	// offers and none has active. The records must stay as they were.
+	var offered []string
+	for _, c := range cases {
+		offered = append(offered, placement.FeaturePrefix+c.in.Model)
+	}
+	for _, fs := range desired {
+		offered = append(offered, fs...)
+	}
+	records := slurmtest.ConfigRecords(t, sl, "debug")
+	if err := sl.ApplyFeatures(ctx, slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired, offered), nil).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if after := slurmtest.ConfigRecords(t, sl, "debug"); after != records {
+		t.Fatalf("slurmctld has %d node config records after llmgw wrote its features, %d before", after, records)
 	}
 	if nodes, err = sl.Nodes(ctx); err != nil {
 		t.Fatal(err)

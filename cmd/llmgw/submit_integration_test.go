@@ -280,8 +280,9 @@ func (e *e2e) llmgwFeatures(t *testing.T) []string {
 	return out
 }
 
-// featuresDiffer says how Slurm's node features differ from want (each
-// node's whole set, available and active).
+// featuresDiffer says how Slurm's node features differ from want: each
+// node's active set is want's, its available set holds it, and every node
+// offers the same llmgw features (the catalog's: one superset).
 func (e *e2e) featuresDiffer(t *testing.T, want map[string][]string) []string {
 	t.Helper()
 	nodes, err := e.sl.Nodes(context.Background())
@@ -289,14 +290,25 @@ func (e *e2e) featuresDiffer(t *testing.T, want map[string][]string) []string {
 		return []string{err.Error()}
 	}
 	var bad []string
+	offered := ""
 	for _, n := range nodes {
 		w, ok := want[n.Name]
 		if !ok {
 			continue
 		}
 		a, v := slices.Sorted(slices.Values(n.Active)), slices.Sorted(slices.Values(n.Available))
-		if !slices.Equal(a, w) || !slices.Equal(v, w) {
-			bad = append(bad, fmt.Sprintf("%s has %s (available %s), want %s", n.Name, a, v, w))
+		var ours []string
+		for _, f := range v {
+			if strings.HasPrefix(f, "llmgw.") {
+				ours = append(ours, f)
+			}
+		}
+		if offered == "" {
+			offered = strings.Join(ours, ",")
+		}
+		missing := slices.DeleteFunc(slices.Clone(a), func(f string) bool { return slices.Contains(v, f) })
+		if !slices.Equal(a, w) || len(missing) > 0 || strings.Join(ours, ",") != offered {
+			bad = append(bad, fmt.Sprintf("%s has %s active of %s, want %s active of the llmgw features every node offers (%s)", n.Name, a, v, w, offered))
 		}
 	}
 	return bad

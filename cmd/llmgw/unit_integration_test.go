@@ -110,6 +110,9 @@ var unitDirectives = map[string]string{
 
 // sandbox is how the unit runs the coordinator, from its directives.
 type sandbox struct {
+	// exe is the binary under test, seen as sandboxExe inside, and etc
+	// the checkout's packaged /etc/llmgw, seen as sandboxEtc.
+	exe, etc    string
 	user, group string
 	uid, gid    int
 	exec        []string // ExecStart, paths as installed
@@ -261,6 +264,18 @@ func (sb sandbox) script(standIn map[string]string, creds string, keep, env, arg
 	// recursive form fails there (as Go's Unshareflags does, which is why
 	// util-linux's unshare, with propagation unchanged, runs this).
 	line("mount -n --make-rprivate / 2>/dev/null || awk '{print $5}' /proc/self/mountinfo | while read -r m; do mount -n --make-private \"$m\" 2>/dev/null || true; done")
+	if sb.exe != "" {
+		// The checkout's binary and packaged /etc/llmgw are seen at fixed
+		// places, whatever the checkout's path: a clone under /tmp,
+		// /var/tmp or /home is hidden by PrivateTmp or ProtectHome, and
+		// the unit then failed with exit 127 ("No such file or
+		// directory"). A tmpfs of the namespace's own holds the names; a
+		// bind keeps the checkout's mount flags, so the binary stays
+		// executable.
+		line("mount -n -t tmpfs -o mode=0755 llmgw-checkout %s", shq(filepath.Dir(sandboxExe)))
+		line(": > %s && mount -n --bind %s %s", shq(sandboxExe), shq(sb.exe), shq(sandboxExe))
+		line("mkdir %s && mount -n --bind %s %s", shq(sandboxEtc), shq(sb.etc), shq(sandboxEtc))
+	}
 	for _, d := range sb.stateDirs {
 		line("mount -n --bind %s %s", shq(standIn[d]), shq(d))
 	}
@@ -461,15 +476,11 @@ func newUnitRig(t *testing.T, sb sandbox, conf string) *unitRig {
 	return r
 }
 
-// argv is the unit's ExecStart with the installed paths mapped to this
-// tree's (the binary under test, the packaged /etc/llmgw files) and flags
-// a test needs appended.
-func (r *unitRig) argv(t *testing.T, bin string, flags ...string) []string {
+// argv is the unit's ExecStart with the installed paths mapped to bin
+// (the binary under test) and etc (the packaged /etc/llmgw files) and
+// flags a test needs appended.
+func (r *unitRig) argv(t *testing.T, bin, etc string, flags ...string) []string {
 	t.Helper()
-	etc, err := filepath.Abs(packagedEtc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var argv []string
 	for i, a := range r.sb.exec {
 		switch {
@@ -500,9 +511,23 @@ func (r *unitRig) env() []string {
 
 func (r *unitRig) start(t *testing.T, bin, name string, flags ...string) *sandboxed {
 	t.Helper()
-	return startSandboxed(t, r.sb.script(r.standIn, r.creds, r.keep, r.env(), r.argv(t, bin, flags...)),
+	sb := r.sb
+	etc, err := filepath.Abs(packagedEtc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.exe, sb.etc = bin, etc
+	return startSandboxed(t, sb.script(r.standIn, r.creds, r.keep, r.env(), r.argv(t, sandboxExe, sandboxEtc, flags...)),
 		filepath.Join(t.TempDir(), name+".log"))
 }
+
+// sandboxExe and sandboxEtc are where the binary under test and the
+// checkout's packaged /etc/llmgw are seen inside the sandbox (script binds
+// them there): under /mnt, which no unit setting hides.
+const (
+	sandboxExe = "/mnt/llmgw"
+	sandboxEtc = "/mnt/etc-llmgw"
+)
 
 // nodeFeatures is each node's features as sinfo lists them.
 //
@@ -513,7 +538,8 @@ func (r *unitRig) start(t *testing.T, bin, name string, flags ...string) *sandbo
 // not a failure.
 func nodeFeatures(t *testing.T, ctx context.Context) map[string]string {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "sinfo", "-N", "-h", "-o", "%N %f").Output()
+	// Active: presence; every node offers every catalog model (%f).
+	out, err := exec.CommandContext(ctx, "sinfo", "-N", "-h", "-o", "%N %b").Output()
 	if err != nil {
 		return map[string]string{"(sinfo failed)": err.Error()}
 	}

@@ -279,14 +279,14 @@ func putFiles(ctx context.Context, tx *sql.Tx, m *api.Model) error {
 
 // Models returns the catalog in name order.
 func (db *DB) Models(ctx context.Context) ([]api.Model, error) {
-	return listModels(ctx, db.r)
+	return listModels(ctx, db.cr())
 }
 
 // CatalogIdentity returns the catalog's identity, made once with the
 // database, and its generation, which every change to the catalog raises
 // by one (see migrations/0004_catalog_identity.sql).
 func (db *DB) CatalogIdentity(ctx context.Context) (id string, generation int64, err error) {
-	err = db.r.QueryRowContext(ctx, `SELECT id, generation FROM catalog_identity`).Scan(&id, &generation)
+	err = db.cr().QueryRowContext(ctx, `SELECT id, generation FROM catalog_identity`).Scan(&id, &generation)
 	if err != nil {
 		return "", 0, fmt.Errorf("catalog identity: %w", err)
 	}
@@ -295,21 +295,21 @@ func (db *DB) CatalogIdentity(ctx context.Context) (id string, generation int64,
 
 // Model returns one catalog entry, or an error wrapping ErrNotFound.
 func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
-	m, err := scanModel(db.r.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
+	m, err := scanModel(db.cr().QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name))
 	if err == sql.ErrNoRows {
 		return api.Model{}, fmt.Errorf("model %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
 		return api.Model{}, fmt.Errorf("model %s: %w", name, err)
 	}
-	if err := readFiles(ctx, db.r, &m); err != nil {
+	if err := readFiles(ctx, db.cr(), &m); err != nil {
 		return api.Model{}, err
 	}
-	if err := readHub(ctx, db.r, &m); err != nil {
+	if err := readHub(ctx, db.cr(), &m); err != nil {
 		return api.Model{}, err
 	}
 	if m.SHA256 == "" && !m.IsSet() && !m.IsHub() {
-		if err := readPin(ctx, db.r, &m); err != nil {
+		if err := readPin(ctx, db.cr(), &m); err != nil {
 			return api.Model{}, err
 		}
 	}
@@ -327,7 +327,7 @@ func (db *DB) Model(ctx context.Context, name string) (api.Model, error) {
 func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Model, bool, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
 	}
@@ -400,8 +400,20 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 			return api.Model{}, false, fmt.Errorf("put model %s: match presence: %w", m.Name, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE catalog_identity SET generation = generation + 1`); err != nil {
-		return api.Model{}, false, fmt.Errorf("put model %s: catalog generation: %w", m.Name, err)
+	var dropped, wanted []string
+	now2 := cacheNames(m)
+	for n := range now2 {
+		wanted = append(wanted, n)
+	}
+	if !created {
+		for n := range cacheNames(old) {
+			if !now2[n] {
+				dropped = append(dropped, n)
+			}
+		}
+	}
+	if err := changed(ctx, tx, now, m.Name, dropped, wanted); err != nil {
+		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return api.Model{}, false, fmt.Errorf("put model %s: %w", m.Name, err)
@@ -417,11 +429,20 @@ func (db *DB) PutModel(ctx context.Context, m api.Model, now time.Time) (api.Mod
 func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)
 	}
 	defer tx.Rollback()
+	var dropped []string
+	if old, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, name)); err == nil {
+		if err := readFiles(ctx, tx, &old); err != nil {
+			return fmt.Errorf("delete model %s: %w", name, err)
+		}
+		for n := range cacheNames(old) {
+			dropped = append(dropped, n)
+		}
+	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM catalog WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)
@@ -436,8 +457,8 @@ func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	if err := rematch(ctx, tx, match, []string{modelNeedle(name)}); err != nil {
 		return fmt.Errorf("delete model %s: unmatch presence: %w", name, err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE catalog_identity SET generation = generation + 1`); err != nil {
-		return fmt.Errorf("delete model %s: catalog generation: %w", name, err)
+	if err := changed(ctx, tx, time.Now(), name, dropped, nil); err != nil {
+		return fmt.Errorf("delete model %s: %w", name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("delete model %s: %w", name, err)
@@ -445,4 +466,71 @@ func (db *DB) DeleteModel(ctx context.Context, name string) error {
 	db.committed()
 	db.match = match
 	return nil
+}
+
+// RenameModel gives the catalog entry old the name new, in one
+// transaction: its sources, pins, files and the presence of its weights
+// follow it, so at no moment does any node see its files unwanted (an rm
+// then an add left a window in which gc could collect them). It wraps
+// ErrNotFound when old does not exist and ErrConflict when new does.
+func (db *DB) RenameModel(ctx context.Context, old, new string, now time.Time) (api.Model, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tx, err := db.cw().BeginTx(ctx, nil)
+	if err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	defer tx.Rollback()
+	m, err := scanModel(tx.QueryRowContext(ctx, `SELECT `+modelCols+` FROM catalog WHERE name = ?`, old))
+	if err == sql.ErrNoRows {
+		return api.Model{}, fmt.Errorf("model %s: %w", old, ErrNotFound)
+	}
+	if err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	var taken int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM catalog WHERE name = ?`, new).Scan(&taken); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	if taken > 0 {
+		return api.Model{}, fmt.Errorf("rename model %s: model %s already exists; remove it first, or pick another name: %w", old, new, ErrConflict)
+	}
+	// The rows that name the entry move with it; the foreign keys are
+	// checked at commit, once all of them have.
+	for _, q := range []string{`PRAGMA defer_foreign_keys = ON`,
+		`UPDATE catalog SET name = ?2, updated = ?3 WHERE name = ?1`,
+		`UPDATE catalog_files SET name = ?2 WHERE name = ?1`,
+		`UPDATE catalog_hub SET name = ?2 WHERE name = ?1`,
+		`UPDATE catalog_hub_files SET name = ?2 WHERE name = ?1`,
+		`UPDATE pins SET name = ?2 WHERE name = ?1`,
+		`UPDATE seed_requests SET model = ?2 WHERE model = ?1`} {
+		if _, err := tx.ExecContext(ctx, q, old, new, nanos(now)); err != nil {
+			return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+		}
+	}
+	m.Name, m.Updated = new, now.UTC()
+	if err := readFiles(ctx, tx, &m); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	// A Hub model keeps its repository, commit and list: the snapshot
+	// every node holds is the new name's, matched by its needle below.
+	if err := readHub(ctx, tx, &m); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	match, err := loadMatcher(ctx, tx)
+	if err != nil {
+		return api.Model{}, err
+	}
+	if err := rematch(ctx, tx, match, append(needles(m), modelNeedle(old))); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: match presence: %w", old, err)
+	}
+	if err := changed(ctx, tx, now, new, nil, nil); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return api.Model{}, fmt.Errorf("rename model %s: %w", old, err)
+	}
+	db.committed()
+	db.match = match
+	return m, nil
 }

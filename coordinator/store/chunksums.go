@@ -31,7 +31,7 @@ func (db *DB) RecordChunkSums(ctx context.Context, model, source, sha256 string,
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("record chunk sums of %s: %w", source, err)
 	}
@@ -64,7 +64,7 @@ func (db *DB) RecordChunkSums(ctx context.Context, model, source, sha256 string,
 // ChunkSums is the digest list recorded for source at sha256 in chunks of
 // chunk bytes, nil when none is.
 func (db *DB) ChunkSums(ctx context.Context, source, sha256 string, chunk int64) ([]string, error) {
-	return chunkSums(ctx, db.r, source, sha256, chunk)
+	return chunkSums(ctx, db.cr(), source, sha256, chunk)
 }
 
 func chunkSums(ctx context.Context, q rowQuerier, source, sha256 string, chunk int64) ([]string, error) {

@@ -36,7 +36,7 @@ func TestDeleteNodesForgetsAndLetsThemBack(t *testing.T) {
 		t.Fatalf("nodes after delete: %v, %v; want n2 alone", nodes, err)
 	}
 	var rows int
-	if err := db.r.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM presence WHERE node = 'n1') + (SELECT count(*) FROM fetches WHERE node = 'n1')`).Scan(&rows); err != nil || rows != 0 {
+	if err := db.cr().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM presence WHERE node = 'n1') + (SELECT count(*) FROM fetches WHERE node = 'n1')`).Scan(&rows); err != nil || rows != 0 {
 		t.Errorf("n1's presence and fetch rows after delete: %d, %v; want none", rows, err)
 	}
 	// A forgotten node's next report is taken even with a lower seq: the

@@ -34,7 +34,7 @@ func TestModelOfSeveralFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE catalog_hub_files; DROP TABLE catalog_hub; DROP TABLE chunk_sums; ALTER TABLE nodes DROP COLUMN peer_addr; DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_files; PRAGMA user_version = %d`, filesMigration-1)); err != nil {
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_files; PRAGMA user_version = %d`, filesMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

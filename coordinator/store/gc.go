@@ -36,7 +36,7 @@ type GCResult struct {
 func (db *DB) PutGCResults(ctx context.Context, node string, results []GCResult) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("gc results of %s: %w", node, err)
 	}
@@ -75,7 +75,7 @@ func (db *DB) GCResults(ctx context.Context, node string) ([]GCResult, error) {
 }
 
 func (db *DB) gcResults(ctx context.Context, where string, arg string) ([]GCResult, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT node, name, path, request, asked, action, reason, bytes, time FROM gc_results
+	rows, err := db.cr().QueryContext(ctx, `SELECT node, name, path, request, asked, action, reason, bytes, time FROM gc_results
 		WHERE `+where+` ORDER BY node, name`, arg)
 	if err != nil {
 		return nil, fmt.Errorf("gc results: %w", err)
@@ -103,7 +103,7 @@ const gcKeep = 7 * 24 * time.Hour
 func (db *DB) CreateGC(ctx context.Context, st api.GCStatus) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("gc request: %w", err)
 	}
@@ -111,8 +111,8 @@ func (db *DB) CreateGC(ctx context.Context, st api.GCStatus) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM gc_requests WHERE created < ?`, nanos(st.Created.Add(-gcKeep))); err != nil {
 		return fmt.Errorf("gc request: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO gc_requests (id, collect, node, created, deadline, force) VALUES (?, ?, ?, ?, ?, ?)`,
-		st.ID, b2i(st.Collect), st.Node, nanos(st.Created), nanos(st.Deadline), b2i(st.Force)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO gc_requests (id, collect, node, created, deadline, force, trust) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		st.ID, b2i(st.Collect), st.Node, nanos(st.Created), nanos(st.Deadline), b2i(st.Force), b2i(st.Trust)); err != nil {
 		return fmt.Errorf("gc request %s: %w", st.ID, err)
 	}
 	for _, n := range st.Nodes {
@@ -139,7 +139,7 @@ func (db *DB) HandGC(ctx context.Context, id, node string, asked []string, at ti
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	res, err := db.w.ExecContext(ctx, `UPDATE gc_asks SET handed = ?, asked = ? WHERE request = ? AND node = ?`, nanos(at), string(b), id, node)
+	res, err := db.cw().ExecContext(ctx, `UPDATE gc_asks SET handed = ?, asked = ? WHERE request = ? AND node = ?`, nanos(at), string(b), id, node)
 	if err != nil {
 		return fmt.Errorf("gc request %s for %s: %w", id, node, err)
 	}
@@ -157,7 +157,7 @@ func (db *DB) HandGC(ctx context.Context, id, node string, asked []string, at ti
 func (db *DB) AnswerGC(ctx context.Context, id string, a api.GCAnswer, at time.Time) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("gc answer: %w", err)
 	}
@@ -198,8 +198,8 @@ func (db *DB) AnswerGC(ctx context.Context, id string, a api.GCAnswer, at time.T
 func (db *DB) GC(ctx context.Context, id string) (api.GCStatus, error) {
 	var st api.GCStatus
 	var created, deadline int64
-	err := db.r.QueryRowContext(ctx, `SELECT id, collect, node, created, deadline, force FROM gc_requests WHERE id = ?`, id).
-		Scan(&st.ID, &st.Collect, &st.Node, &created, &deadline, &st.Force)
+	err := db.cr().QueryRowContext(ctx, `SELECT id, collect, node, created, deadline, force, trust FROM gc_requests WHERE id = ?`, id).
+		Scan(&st.ID, &st.Collect, &st.Node, &created, &deadline, &st.Force, &st.Trust)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, fmt.Errorf("gc request %s: %w", id, ErrNotFound)
 	}
@@ -230,7 +230,7 @@ func (db *DB) GC(ctx context.Context, id string) (api.GCStatus, error) {
 }
 
 func (db *DB) gcAsks(ctx context.Context, id string, collect bool) ([]api.GCNode, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT node, handed, asked, answered, cache_dir, freed, held FROM gc_asks
+	rows, err := db.cr().QueryContext(ctx, `SELECT node, handed, asked, answered, cache_dir, freed, held FROM gc_asks
 		WHERE request = ? ORDER BY node`, id)
 	if err != nil {
 		return nil, fmt.Errorf("gc request %s: %w", id, err)
@@ -260,7 +260,7 @@ func (db *DB) gcAsks(ctx context.Context, id string, collect bool) ([]api.GCNode
 // the nodes not yet handed it: what the coordinator still has to hand out,
 // for instance after a restart.
 func (db *DB) PendingGC(ctx context.Context, now time.Time) ([]api.GCStatus, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT r.id, r.collect, r.node, r.created, r.deadline, r.force, a.node
+	rows, err := db.cr().QueryContext(ctx, `SELECT r.id, r.collect, r.node, r.created, r.deadline, r.force, r.trust, a.node
 		FROM gc_requests r JOIN gc_asks a ON a.request = r.id
 		WHERE r.deadline > ? AND a.handed = 0 ORDER BY r.created, r.id, a.node`, nanos(now))
 	if err != nil {
@@ -272,7 +272,7 @@ func (db *DB) PendingGC(ctx context.Context, now time.Time) ([]api.GCStatus, err
 		var st api.GCStatus
 		var created, deadline int64
 		var node string
-		if err := rows.Scan(&st.ID, &st.Collect, &st.Node, &created, &deadline, &st.Force, &node); err != nil {
+		if err := rows.Scan(&st.ID, &st.Collect, &st.Node, &created, &deadline, &st.Force, &st.Trust, &node); err != nil {
 			return nil, fmt.Errorf("pending gc requests: %w", err)
 		}
 		if len(out) == 0 || out[len(out)-1].ID != st.ID {

@@ -8,23 +8,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
-
-// hubMigration is the number of the migration that makes catalog_hub
-// (migrations/0010_catalog_hub.sql), in this build's order.
-func hubMigration(t *testing.T) int {
-	names, _ := migrationNames()
-	for i, n := range names {
-		if strings.HasSuffix(n, "_catalog_hub.sql") {
-			return i + 1
-		}
-	}
-	t.Fatal("no catalog_hub migration")
-	return 0
-}
 
 func hubModel(name, repo, commit string, files ...string) api.Model {
 	h := &catalog.Hub{Repo: repo, Revision: "main", Commit: commit, Include: []string{"*.py"}}
@@ -52,7 +40,9 @@ func TestHubModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE catalog_hub_files; DROP TABLE catalog_hub; PRAGMA user_version = %d`, hubMigration(t)-1)); err != nil {
+	// Back to the released schema (undoLater undoes every migration after
+	// 0008, 0009 included), which open migrates again, 0010 among them.
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`PRAGMA user_version = %d`, releasedMigrations)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -116,7 +106,7 @@ func TestHubModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	db.r.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM catalog_hub) + (SELECT count(*) FROM catalog_hub_files)`).Scan(&n)
+	db.cr().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM catalog_hub) + (SELECT count(*) FROM catalog_hub_files)`).Scan(&n)
 	if n != 0 {
 		t.Errorf("%d Hub rows left after the model was removed", n)
 	}
@@ -129,5 +119,58 @@ func TestHubModels(t *testing.T) {
 	}
 	if got, _ := db.Model(ctx, "x"); got.Hub != nil {
 		t.Errorf("a Hub model made a plain one keeps its Hub: %+v", got.Hub)
+	}
+}
+
+// models mv of a Hub model: the entry keeps its repository, commit and
+// file list under the new name, so every node's catalog copy still names
+// the snapshot it holds (the Prolog's fast path finds it, gc keeps it);
+// the snapshot a node reported is the new name's at once; the repository
+// is still one model. Before, the rename moved the catalog row alone and
+// the Hub rows, which name the entry, either broke the rename's foreign
+// keys or were left behind.
+func TestRenameHubModel(t *testing.T) {
+	ctx := context.Background()
+	db := mustOpen(t)
+	c1 := strings.Repeat("a", 40)
+	m := hubModel("tiny", "org/Tiny", c1, "config.json", "model.safetensors")
+	if _, _, err := db.PutModel(ctx, m, t0); err != nil {
+		t.Fatal(err)
+	}
+	w := api.Weight{Path: "/cache/hub/models--org--Tiny/snapshots/" + c1, Size: 21, Complete: true, ModelID: "org/Tiny", Revision: c1}
+	r := report("n1", 1, w)
+	r.Cache.Dir = "/cache"
+	if _, err := db.Ingest(ctx, []*api.Report{r}, t0); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := db.RenameModel(ctx, "tiny", "tiny-chat", t0.Add(time.Minute))
+	if err != nil {
+		t.Fatalf("RenameModel of a Hub model: %v", err)
+	}
+	if got.Name != "tiny-chat" || !reflect.DeepEqual(got.Hub, m.Hub) || got.Source != m.Source {
+		t.Errorf("RenameModel returned %+v (Hub %+v); want tiny-chat with the same Hub", got, got.Hub)
+	}
+	if got, err := db.Model(ctx, "tiny-chat"); err != nil || !reflect.DeepEqual(got.Hub, m.Hub) {
+		t.Errorf("Model(tiny-chat) after the rename = %+v (Hub %+v), %v; want its Hub kept", got, got.Hub, err)
+	}
+	if _, err := db.Model(ctx, "tiny"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Model(tiny) after the rename: %v; want not found", err)
+	}
+	all, err := db.Models(ctx)
+	if err != nil || len(all) != 1 || all[0].Name != "tiny-chat" || !reflect.DeepEqual(all[0].Hub, m.Hub) {
+		t.Errorf("Models after the rename = %+v, %v", all, err)
+	}
+	var stale int
+	db.cr().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM catalog_hub WHERE name = 'tiny') + (SELECT count(*) FROM catalog_hub_files WHERE name = 'tiny')`).Scan(&stale)
+	if stale != 0 {
+		t.Errorf("%d Hub rows left under the old name", stale)
+	}
+	ps, err := db.NodePresence(ctx, "n1")
+	if err != nil || len(ps) != 1 || ps[0].Model != "tiny-chat" {
+		t.Errorf("the node's snapshot after the rename: %+v, %v; want it held as tiny-chat without a new report", ps, err)
+	}
+	if _, _, err := db.PutModel(ctx, hubModel("again", "org/tiny", c1, "model.safetensors"), t0); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "already model tiny-chat") {
+		t.Errorf("a second model of the renamed repository: %v; want a conflict naming tiny-chat", err)
 	}
 }

@@ -26,6 +26,11 @@ type Node struct {
 	CacheDir   string
 	CacheFree  int64
 	CacheTotal int64
+	// HFCacheFree and HFCacheTotal are the room of its Hugging Face cache
+	// when that is on another filesystem (api.Report.HFCache); 0 total
+	// when none was reported.
+	HFCacheFree  int64
+	HFCacheTotal int64
 	// GPUMemory is the node's total GPU memory in bytes, 0 when unknown.
 	GPUMemory    int64
 	AgentVersion string
@@ -38,6 +43,10 @@ type Node struct {
 	Started    time.Time
 	Seq        int64
 	Errors     []string
+	// GCHeld is why the node's gc is held by the catalog (api.Report), and
+	// GCHeldSince since when; empty while it trusts the catalog.
+	GCHeld      string
+	GCHeldSince time.Time
 	// Holdings are the reported weights that match a catalog entry,
 	// complete or not, in path order.
 	Holdings []Holding
@@ -70,38 +79,45 @@ func (s *stmts) close() {
 	}
 }
 
-func (db *DB) prepare(ctx context.Context) error {
+func prepare(ctx context.Context, w *sql.DB) (stmts, error) {
 	var err error
 	p := func(q string) *sql.Stmt {
 		if err != nil {
 			return nil
 		}
 		var st *sql.Stmt
-		st, err = db.w.PrepareContext(ctx, q)
+		st, err = w.PrepareContext(ctx, q)
 		return st
 	}
-	db.stmts = stmts{
+	s := stmts{
 		upsertNode: p(`INSERT INTO nodes (name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes, peer_addr)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				agent_version, received, report_time, report_id, started, seq, weights_hash, errors, gpu_memory_bytes,
+				peer_addr, gc_held, gc_held_since, hf_cache_free_bytes, hf_cache_total_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET fabric = excluded.fabric, looked = excluded.looked,
 				cache_dir = excluded.cache_dir, cache_free_bytes = excluded.cache_free_bytes,
 				cache_total_bytes = excluded.cache_total_bytes, agent_version = excluded.agent_version,
 				received = excluded.received, report_time = excluded.report_time,
 				report_id = excluded.report_id, started = excluded.started, seq = excluded.seq,
 				weights_hash = excluded.weights_hash, errors = excluded.errors,
-				gpu_memory_bytes = excluded.gpu_memory_bytes, peer_addr = excluded.peer_addr`),
+				gpu_memory_bytes = excluded.gpu_memory_bytes, peer_addr = excluded.peer_addr,
+				gc_held = excluded.gc_held, gc_held_since = excluded.gc_held_since,
+				hf_cache_free_bytes = excluded.hf_cache_free_bytes,
+				hf_cache_total_bytes = excluded.hf_cache_total_bytes`),
 		putPresence: p(`INSERT INTO presence (node, weights) VALUES (?, ?)
 			ON CONFLICT (node) DO UPDATE SET weights = excluded.weights`),
 		delFetches: p(`DELETE FROM fetches WHERE node = ?`),
 		insFetch: p(`INSERT INTO fetches (node, source, bytes_done, bytes_total, rate, started, progressed)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`),
 	}
-	return err
+	if err != nil {
+		s.close()
+	}
+	return s, err
 }
 
 func (db *DB) loadMeta(ctx context.Context) error {
-	rows, err := db.w.QueryContext(ctx, `SELECT n.name, n.started, n.seq, n.received, n.weights_hash,
+	rows, err := db.cw().QueryContext(ctx, `SELECT n.name, n.started, n.seq, n.received, n.weights_hash,
 		EXISTS (SELECT 1 FROM fetches f WHERE f.node = n.name) FROM nodes n`)
 	if err != nil {
 		return fmt.Errorf("load nodes: %w", err)
@@ -166,18 +182,22 @@ func (db *DB) Ingest(ctx context.Context, reports []*api.Report, now time.Time) 
 
 // IngestBatch is Ingest for reports some of which carry SameWeights.
 func (db *DB) IngestBatch(ctx context.Context, reports []Incoming, now time.Time) ([]Outcome, error) {
+	// Looked at before sqlite touches the files: see freeze.go.
+	if err := db.checkFrozen(); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	defer tx.Rollback()
 	st := stmts{
-		upsertNode:  tx.StmtContext(ctx, db.stmts.upsertNode),
-		putPresence: tx.StmtContext(ctx, db.stmts.putPresence),
-		delFetches:  tx.StmtContext(ctx, db.stmts.delFetches),
-		insFetch:    tx.StmtContext(ctx, db.stmts.insFetch),
+		upsertNode:  tx.StmtContext(ctx, db.st().upsertNode),
+		putPresence: tx.StmtContext(ctx, db.st().putPresence),
+		delFetches:  tx.StmtContext(ctx, db.st().delFetches),
+		insFetch:    tx.StmtContext(ctx, db.st().insFetch),
 	}
 	out := make([]Outcome, len(reports))
 	// Changes to meta apply only once the transaction commits.
@@ -224,7 +244,10 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		Name: r.Node, Fabric: r.Fabric, Looked: r.Looked, CacheDir: cacheDir,
 		CacheFree: r.Cache.FreeBytes, CacheTotal: r.Cache.TotalBytes, GPUMemory: r.GPUMemory, AgentVersion: r.AgentVersion, PeerAddr: r.PeerAddr,
 		Received: fromNanos(recv), ReportTime: r.Time.UTC(), ReportID: r.ID, Started: r.Started.UTC(), Seq: r.Seq,
-		Errors: r.Errors, Fetches: r.Fetches,
+		Errors: r.Errors, Fetches: r.Fetches, GCHeld: r.GCHeld, GCHeldSince: r.GCHeldSince.UTC(),
+	}
+	if r.HFCache != nil {
+		n.HFCacheFree, n.HFCacheTotal = r.HFCache.FreeBytes, r.HFCache.TotalBytes
 	}
 	// Clean paths once so that matching and the fingerprint see one
 	// spelling of each. Path order makes holdings, the stored array and
@@ -292,7 +315,8 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 		errs = string(b)
 	}
 	if _, err := st.upsertNode.ExecContext(ctx, r.Node, r.Fabric, r.Looked, cacheDir, r.Cache.FreeBytes,
-		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory, r.PeerAddr); err != nil {
+		r.Cache.TotalBytes, r.AgentVersion, recv, nanos(r.Time), r.ID, nanos(r.Started), r.Seq, hash[:], errs, r.GPUMemory,
+		r.PeerAddr, r.GCHeld, nanos(r.GCHeldSince), n.HFCacheFree, n.HFCacheTotal); err != nil {
 		return nil, hash, fmt.Errorf("node: %w", err)
 	}
 	if !known || hash != prev.hash {
@@ -329,13 +353,14 @@ func b2i(b bool) byte {
 // and after a catalog change.
 func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	// One read transaction, so the three queries see one state.
-	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := db.cr().BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `SELECT name, fabric, looked, cache_dir, cache_free_bytes, cache_total_bytes,
-		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes, peer_addr FROM nodes ORDER BY name`)
+		agent_version, received, report_time, report_id, started, seq, errors, gpu_memory_bytes, peer_addr, gc_held, gc_held_since,
+		hf_cache_free_bytes, hf_cache_total_bytes FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -343,14 +368,15 @@ func (db *DB) Nodes(ctx context.Context) ([]*Node, error) {
 	byName := map[string]*Node{}
 	for rows.Next() {
 		n := &Node{}
-		var recv, rt, started int64
+		var recv, rt, started, heldSince int64
 		var errs string
 		if err := rows.Scan(&n.Name, &n.Fabric, &n.Looked, &n.CacheDir, &n.CacheFree, &n.CacheTotal,
-			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory, &n.PeerAddr); err != nil {
+			&n.AgentVersion, &recv, &rt, &n.ReportID, &started, &n.Seq, &errs, &n.GPUMemory, &n.PeerAddr, &n.GCHeld, &heldSince,
+			&n.HFCacheFree, &n.HFCacheTotal); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
-		n.Received, n.ReportTime, n.Started = fromNanos(recv), fromNanos(rt), fromNanos(started)
+		n.Received, n.ReportTime, n.Started, n.GCHeldSince = fromNanos(recv), fromNanos(rt), fromNanos(started), fromNanos(heldSince)
 		if errs != "" {
 			if err := json.Unmarshal([]byte(errs), &n.Errors); err != nil {
 				n.Errors = []string{errs}
@@ -448,7 +474,7 @@ type Presence struct {
 // an error wrapping ErrNotFound when the node never reported.
 func (db *DB) NodePresence(ctx context.Context, node string) ([]Presence, error) {
 	var arr sql.NullString
-	err := db.r.QueryRowContext(ctx, `SELECT p.weights FROM nodes n LEFT JOIN presence p ON p.node = n.name
+	err := db.cr().QueryRowContext(ctx, `SELECT p.weights FROM nodes n LEFT JOIN presence p ON p.node = n.name
 		WHERE n.name = ?`, node).Scan(&arr)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("node %s: %w", node, ErrNotFound)
@@ -476,7 +502,7 @@ func (db *DB) NodePresence(ctx context.Context, node string) ([]Presence, error)
 func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("delete nodes: %w", err)
 	}
@@ -509,7 +535,7 @@ func (db *DB) DeleteNodes(ctx context.Context, names []string) ([]string, error)
 func (db *DB) SetNodeToken(ctx context.Context, node string, hash [32]byte, now time.Time) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	_, err := db.w.ExecContext(ctx, `INSERT INTO node_tokens (node, sha256, created) VALUES (?, ?, ?)
+	_, err := db.cw().ExecContext(ctx, `INSERT INTO node_tokens (node, sha256, created) VALUES (?, ?, ?)
 		ON CONFLICT (node) DO UPDATE SET sha256 = excluded.sha256, created = excluded.created`, node, hash[:], nanos(now))
 	if err != nil {
 		return fmt.Errorf("store the token of node %s: %w", node, err)
@@ -520,7 +546,7 @@ func (db *DB) SetNodeToken(ctx context.Context, node string, hash [32]byte, now 
 
 // NodeTokens returns every node token's sha256 with its node.
 func (db *DB) NodeTokens(ctx context.Context) (map[[32]byte]string, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT node, sha256 FROM node_tokens`)
+	rows, err := db.cr().QueryContext(ctx, `SELECT node, sha256 FROM node_tokens`)
 	if err != nil {
 		return nil, fmt.Errorf("load node tokens: %w", err)
 	}

@@ -34,7 +34,7 @@ func (e *PinConflict) Error() string {
 func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now time.Time) (api.Model, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return api.Model{}, fmt.Errorf("pin %s: %w", source, err)
 	}
@@ -94,7 +94,7 @@ func (db *DB) Pin(ctx context.Context, source, sha256, etag, node string, now ti
 func (db *DB) Unpin(ctx context.Context, name string) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("repin %s: %w", name, err)
 	}

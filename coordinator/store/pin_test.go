@@ -75,7 +75,7 @@ func TestPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM pins`).Scan(&n); err != nil || n != 0 {
+	if err := db.cr().QueryRowContext(ctx, `SELECT count(*) FROM pins`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("pins left after the entry went: %d, %v", n, err)
 	}
 }
@@ -93,7 +93,7 @@ func TestPinsMigrateAnOlderDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE catalog_hub_files; DROP TABLE catalog_hub; DROP TABLE chunk_sums; ALTER TABLE nodes DROP COLUMN peer_addr; DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_files; DROP TABLE pins; PRAGMA user_version = %d`, pinsMigration-1)); err != nil {
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE catalog_files; DROP TABLE pins; PRAGMA user_version = %d`, pinsMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -108,7 +108,7 @@ func TestPresenceQueryable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var holders []string
-	rows, err := db.r.QueryContext(ctx, `SELECT p.node FROM presence p, json_each(p.weights) j
+	rows, err := db.cr().QueryContext(ctx, `SELECT p.node FROM presence p, json_each(p.weights) j
 		WHERE j.value->>'model' = 'llama'`)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestPresenceQueryable(t *testing.T) {
 		Problem, ID, Rev, Mdl string
 	}
 	var got []row
-	rows, err = db.r.QueryContext(ctx, `SELECT node, path, size_bytes, shared, complete, problem, model_id,
+	rows, err = db.cr().QueryContext(ctx, `SELECT node, path, size_bytes, shared, complete, problem, model_id,
 		revision, coalesce(model, '') FROM presence_rows ORDER BY node, path`)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestRematchIsIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var before string
-	db.r.QueryRowContext(ctx, `SELECT weights FROM presence WHERE node = 'bystander'`).Scan(&before)
+	db.cr().QueryRowContext(ctx, `SELECT weights FROM presence WHERE node = 'bystander'`).Scan(&before)
 
 	steps := []struct {
 		name string
@@ -231,7 +231,7 @@ func TestRematchIsIngest(t *testing.T) {
 		})
 	}
 	var after string
-	db.r.QueryRowContext(ctx, `SELECT weights FROM presence WHERE node = 'bystander'`).Scan(&after)
+	db.cr().QueryRowContext(ctx, `SELECT weights FROM presence WHERE node = 'bystander'`).Scan(&after)
 	if after != before || before == "" {
 		t.Errorf("an unconcerned node's array changed:\n%s\n%s", before, after)
 	}

@@ -28,7 +28,7 @@ const (
 func (db *DB) CreateSeed(ctx context.Context, st api.SeedStatus) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.cw().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("seed request: %w", err)
 	}
@@ -72,7 +72,7 @@ func (db *DB) markSeed(ctx context.Context, column, id, node string, at time.Tim
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	// column is one of two constants, never from a request.
-	res, err := db.w.ExecContext(ctx, `UPDATE seed_asks SET `+column+` = CASE WHEN `+column+` = 0 THEN ? ELSE `+column+` END
+	res, err := db.cw().ExecContext(ctx, `UPDATE seed_asks SET `+column+` = CASE WHEN `+column+` = 0 THEN ? ELSE `+column+` END
 		WHERE request = ? AND node = ? AND held = 0`, nanos(at), id, node)
 	if err != nil {
 		return fmt.Errorf("seed request %s for %s: %w", id, node, err)
@@ -91,7 +91,7 @@ func (db *DB) markSeed(ctx context.Context, column, id, node string, at time.Tim
 func (db *DB) Seed(ctx context.Context, id string) (api.SeedStatus, error) {
 	var st api.SeedStatus
 	var created, deadline int64
-	err := db.r.QueryRowContext(ctx, `SELECT id, model, fabric, copies, created, deadline, note FROM seed_requests WHERE id = ?`, id).
+	err := db.cr().QueryRowContext(ctx, `SELECT id, model, fabric, copies, created, deadline, note FROM seed_requests WHERE id = ?`, id).
 		Scan(&st.ID, &st.Model, &st.Fabric, &st.Copies, &created, &deadline, &st.Note)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, fmt.Errorf("seed request %s: %w", id, ErrNotFound)
@@ -100,7 +100,7 @@ func (db *DB) Seed(ctx context.Context, id string) (api.SeedStatus, error) {
 		return st, fmt.Errorf("seed request %s: %w", id, err)
 	}
 	st.Created, st.Deadline = fromNanos(created), fromNanos(deadline)
-	rows, err := db.r.QueryContext(ctx, `SELECT node, held, handed, done FROM seed_asks WHERE request = ? ORDER BY node`, id)
+	rows, err := db.cr().QueryContext(ctx, `SELECT node, held, handed, done FROM seed_asks WHERE request = ? ORDER BY node`, id)
 	if err != nil {
 		return st, fmt.Errorf("seed request %s: %w", id, err)
 	}
@@ -131,7 +131,7 @@ func (db *DB) Seed(ctx context.Context, id string) (api.SeedStatus, error) {
 // first, each with only its nodes still asked (not held, not done): what
 // the coordinator still hands out, for instance after a restart.
 func (db *DB) PendingSeeds(ctx context.Context, now time.Time) ([]api.SeedStatus, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT r.id, r.model, r.fabric, r.copies, r.created, r.deadline, r.note, a.node, a.handed
+	rows, err := db.cr().QueryContext(ctx, `SELECT r.id, r.model, r.fabric, r.copies, r.created, r.deadline, r.note, a.node, a.handed
 		FROM seed_requests r JOIN seed_asks a ON a.request = r.id
 		WHERE r.deadline > ? AND a.held = 0 AND a.done = 0 ORDER BY r.created, r.id, a.node`, nanos(now))
 	if err != nil {

@@ -106,8 +106,8 @@ func TestSeedRequestsBounded(t *testing.T) {
 		t.Errorf("request 'first' is kept beyond the newest %d: %v", seedKeepMax, err)
 	}
 	var n, asks int
-	db.r.QueryRowContext(ctx, `SELECT count(*) FROM seed_requests`).Scan(&n)
-	db.r.QueryRowContext(ctx, `SELECT count(*) FROM seed_asks`).Scan(&asks)
+	db.cr().QueryRowContext(ctx, `SELECT count(*) FROM seed_requests`).Scan(&n)
+	db.cr().QueryRowContext(ctx, `SELECT count(*) FROM seed_asks`).Scan(&asks)
 	if n != seedKeepMax || asks != seedKeepMax {
 		t.Errorf("%d requests and %d asks kept, want %d each", n, asks, seedKeepMax)
 	}
@@ -127,10 +127,8 @@ func TestSeedMigratesAnOlderDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to before the seed migration: its tables go, and those of
-	// every later one (0009_chunk_sums.sql, 0010_catalog_hub.sql), which
-	// open makes again.
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`DROP TABLE seed_asks; DROP TABLE seed_requests; DROP TABLE chunk_sums; ALTER TABLE nodes DROP COLUMN peer_addr;
-		DROP TABLE catalog_hub_files; DROP TABLE catalog_hub; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
+	// every later one (undoLater), which open makes again.
+	if _, err := db.cw().ExecContext(ctx, fmt.Sprintf(undoLater+`DROP TABLE seed_asks; DROP TABLE seed_requests; PRAGMA user_version = %d`, seedMigration-1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

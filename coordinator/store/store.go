@@ -81,27 +81,71 @@ type DB struct {
 	ReplaceAfter time.Duration
 
 	path string
-	w    *sql.DB
-	r    *sql.DB
-	c    *sql.DB // the checkpointer's
+	dsn  string
+	// cur holds the connections in use; frozen swaps them for closed ones
+	// while the files cannot be written (see freeze.go).
+	cur       atomic.Pointer[conns]
+	frozen    atomic.Pointer[string] // why, while frozen
+	abandoned []*conns               // set aside by freeze; under mu
 
 	wrote       chan struct{} // a write committed; capacity 1
 	stop        chan struct{}
 	stopped     chan struct{}
+	watched     chan struct{} // closed when watch returns
 	stopOnce    sync.Once
 	checkpoints atomic.Int64 // background checkpoints run, for tests
 
 	mu    sync.Mutex
 	match *matcher
 	meta  map[string]nodeMeta
-	stmts stmts
 	buf   []byte // ingest encodes presence arrays here, under mu
 }
 
 // Open opens the coordinator database at path, creating it if needed, and
 // applies pending migrations (embedded from migrations/*.sql, in name order,
 // each in its own transaction so a failed one leaves no half-applied schema;
-// PRAGMA user_version counts the applied ones).
+// PRAGMA user_version counts the applied ones). The connections' settings
+// are openConns'.
+func Open(ctx context.Context, path string) (*DB, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("open database %q: want a file path", path)
+	}
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath()
+	db := &DB{path: path, dsn: dsn, meta: map[string]nodeMeta{},
+		wrote: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{}), watched: make(chan struct{})}
+	cs, err := openConns(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	db.cur.Store(cs)
+	if err := db.init(ctx); err != nil {
+		close(db.stopped)
+		close(db.watched)
+		db.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	go db.checkpointer()
+	go db.watch()
+	return db, nil
+}
+
+// conns are the connections the store uses: one writer, a pool of
+// readers, the checkpointer's own.
+type conns struct {
+	w, r, c *sql.DB
+	stmts   stmts
+}
+
+func (db *DB) cw() *sql.DB { return db.cur.Load().w }
+func (db *DB) cr() *sql.DB { return db.cur.Load().r }
+func (db *DB) cc() *sql.DB { return db.cur.Load().c }
+func (db *DB) st() *stmts  { return &db.cur.Load().stmts }
+func (cs *conns) close() error {
+	cs.stmts.close()
+	return errors.Join(cs.c.Close(), cs.r.Close(), cs.w.Close())
+}
+
+// openConns opens the connections to the database at dsn.
 //
 // WAL lets status reads run while reports are written. busy_timeout makes a
 // connection wait for the lock instead of failing with SQLITE_BUSY.
@@ -111,10 +155,7 @@ type DB struct {
 // rarely, and checkpointed (so synced) within checkpointPause of a change.
 // foreign_keys is off by default in SQLite for historical reasons, and a
 // node's presence and fetches must go with it.
-func Open(ctx context.Context, path string) (*DB, error) {
-	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return nil, fmt.Errorf("open database %q: want a file path", path)
-	}
+func openConns(dsn string) (*conns, error) {
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
 	q.Set("_busy_timeout", "5000")
@@ -132,10 +173,9 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// that holds the presence table's hot pages (64 MiB) keeps a node's
 	// first report from reading pages back from the OS.
 	wq.Set("_cache_size", "-65536")
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath()
 	w, err := sql.Open(writerDriver, dsn+"?"+wq.Encode())
 	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", path, err)
+		return nil, err
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
@@ -148,7 +188,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	r, err := sql.Open("sqlite3", dsn+"?"+rq.Encode())
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open database %s: %w", path, err)
+		return nil, err
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
@@ -156,20 +196,11 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		w.Close()
 		r.Close()
-		return nil, fmt.Errorf("open database %s: %w", path, err)
+		return nil, err
 	}
 	c.SetMaxOpenConns(1)
 	c.SetMaxIdleConns(1)
-
-	db := &DB{path: path, w: w, r: r, c: c, meta: map[string]nodeMeta{},
-		wrote: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
-	if err := db.init(ctx); err != nil {
-		close(db.stopped)
-		db.Close()
-		return nil, fmt.Errorf("open database %s: %w", path, err)
-	}
-	go db.checkpointer()
-	return db, nil
+	return &conns{w: w, r: r, c: c}, nil
 }
 
 // committed tells the checkpointer that a write transaction committed.
@@ -196,7 +227,7 @@ func (db *DB) checkpointer() {
 		case <-db.wrote:
 		}
 		var busy, frames, copied int
-		if err := db.c.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err == nil {
+		if err := db.cc().QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err == nil {
 			db.checkpoints.Add(1)
 		}
 		pause.Reset(checkpointPause)
@@ -210,7 +241,7 @@ func (db *DB) checkpointer() {
 
 func (db *DB) init(ctx context.Context) error {
 	var mode string
-	if err := db.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	if err := db.cw().QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return err
 	}
 	if mode != "wal" {
@@ -219,13 +250,15 @@ func (db *DB) init(ctx context.Context) error {
 	if err := db.migrate(ctx); err != nil {
 		return err
 	}
-	if err := db.prepare(ctx); err != nil {
+	st, err := prepare(ctx, db.cw())
+	if err != nil {
 		return err
 	}
+	db.cur.Load().stmts = st
 	if err := db.loadMeta(ctx); err != nil {
 		return err
 	}
-	m, err := loadMatcher(ctx, db.w)
+	m, err := loadMatcher(ctx, db.cw())
 	if err != nil {
 		return err
 	}
@@ -252,7 +285,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		return err
 	}
 	var have int
-	if err := db.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+	if err := db.cw().QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	if have > len(names) {
@@ -263,7 +296,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		tx, err := db.w.BeginTx(ctx, nil)
+		tx, err := db.cw().BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", names[i], err)
 		}
@@ -291,17 +324,26 @@ func (db *DB) Path() string { return db.path }
 func (db *DB) Close() error {
 	db.stopOnce.Do(func() { close(db.stop) })
 	<-db.stopped
+	<-db.watched
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	db.stmts.close()
-	return errors.Join(db.c.Close(), db.r.Close(), db.w.Close())
+	if db.unwritable() != "" {
+		// Closing would write the -shm (see freeze.go); the process is
+		// going anyway, and the kernel drops the mapping with it.
+		return nil
+	}
+	err := db.cur.Load().close()
+	for _, old := range db.abandoned {
+		err = errors.Join(err, old.close())
+	}
+	return err
 }
 
 // Ping checks that the database answers a query that reads the schema, for
 // readiness: a file that was removed or damaged fails here.
 func (db *DB) Ping(ctx context.Context) error {
 	var n int
-	if err := db.r.QueryRowContext(ctx, "SELECT count(*) FROM catalog").Scan(&n); err != nil {
+	if err := db.cr().QueryRowContext(ctx, "SELECT count(*) FROM catalog").Scan(&n); err != nil {
 		return fmt.Errorf("database %s: %w", db.path, err)
 	}
 	return nil
@@ -310,7 +352,7 @@ func (db *DB) Ping(ctx context.Context) error {
 // IntegrityCheck runs PRAGMA integrity_check and returns an error listing
 // what it found unless the answer is "ok".
 func (db *DB) IntegrityCheck(ctx context.Context) error {
-	rows, err := db.r.QueryContext(ctx, "PRAGMA integrity_check")
+	rows, err := db.cr().QueryContext(ctx, "PRAGMA integrity_check")
 	if err != nil {
 		return fmt.Errorf("integrity check %s: %w", db.path, err)
 	}

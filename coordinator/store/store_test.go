@@ -56,7 +56,7 @@ func TestOpenPragmas(t *testing.T) {
 			for _, pool := range []struct {
 				name string
 				q    querier
-			}{{"writer", db.w}, {"reader", db.r}} {
+			}{{"writer", db.cw()}, {"reader", db.cr()}} {
 				rows, err := pool.q.QueryContext(ctx, "PRAGMA "+tc.pragma)
 				if err != nil {
 					t.Fatal(err)
@@ -72,16 +72,16 @@ func TestOpenPragmas(t *testing.T) {
 		})
 	}
 	var pages int
-	db.w.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages)
+	db.cw().QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&pages)
 	if pages != walBackstopPages {
 		t.Errorf("writer: PRAGMA wal_autocheckpoint = %d, want %d (the background checkpointer's backstop)", pages, walBackstopPages)
 	}
 	var v int
-	db.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	db.cr().QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
 	if v != Migrations() || v == 0 {
 		t.Errorf("user_version = %d, want %d", v, Migrations())
 	}
-	if _, err := db.r.ExecContext(ctx, `DELETE FROM catalog`); err == nil {
+	if _, err := db.cr().ExecContext(ctx, `DELETE FROM catalog`); err == nil {
 		t.Error("the read pool accepted a write; it must be query-only")
 	}
 }
@@ -96,7 +96,7 @@ func TestOpenRefusesMemoryAndNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.w.ExecContext(ctx, "PRAGMA user_version = 99"); err != nil {
+	if _, err := db.cw().ExecContext(ctx, "PRAGMA user_version = 99"); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -30,10 +30,15 @@ func Need(t testing.TB) {
 // Mount mounts src on mnt with bindfs in the foreground, so the test holds
 // its process (to stop it), and returns once the mount answers. When the
 // test ends, whatever happened, the daemon is continued and the mount
-// removed.
-func Mount(t testing.TB, src, mnt string) *os.Process {
+// removed. opts are bindfs's -o options: Uncached, or "ro" for a filer
+// mounted read-only.
+func Mount(t testing.TB, src, mnt string, opts ...string) *os.Process {
 	t.Helper()
-	cmd := exec.Command("bindfs", "-f", src, mnt)
+	args := []string{"-f"}
+	for _, o := range opts {
+		args = append(args, "-o", o)
+	}
+	cmd := exec.Command("bindfs", append(args, src, mnt)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("bindfs %s %s: %v", src, mnt, err)
@@ -63,6 +68,37 @@ func Mount(t testing.TB, src, mnt string) *os.Process {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Uncached are the FUSE options that send every lookup and attribute
+// read to the daemon, as a filer without client caching does: with the
+// kernel's default caches a stat answered from the cache never meets a
+// slow or stopped daemon.
+var Uncached = []string{"attr_timeout=0", "entry_timeout=0", "negative_timeout=0"}
+
+// Slow makes the mount's daemon answer each operation about delay late, as
+// a slow filer does: it is stopped for delay, continued for a moment,
+// stopped again, until the test ends. An operation that arrives while it
+// is stopped waits for the next moment it runs.
+func Slow(t testing.TB, p *os.Process, delay time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			p.Signal(syscall.SIGSTOP)
+			select {
+			case <-done:
+				p.Signal(syscall.SIGCONT)
+				return
+			case <-time.After(delay):
+			}
+			p.Signal(syscall.SIGCONT)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
 }
 
 // Stop stops the mount's daemon: from then on it answers nothing, until

@@ -25,6 +25,7 @@ import (
 	"github.com/llmgw/llmgw/slurm"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
+	"github.com/llmgw/llmgw/weights/gc"
 )
 
 // coordinatorWait bounds the catalog lookup at the coordinator: past it
@@ -92,14 +93,15 @@ func (p *Prolog) Run(ctx context.Context, job prolog.Job, jobErr error) {
 		var m catalog.Model
 		if m, err = p.resolve(ctx, job); err == nil {
 			rec.Source, rec.Set = m.Source, prolog.SetOf(m)
-			prolog.HubRecord(p.Config, m, &rec)
 			what = rec.Source
 			if m.IsSet() {
 				// The failure names the file; the first file's source
 				// beside it would only mislead.
 				what = fmt.Sprintf("%d files in %s", len(m.Files), rec.Set)
 			}
-			rec.Path, err = p.present(ctx, job, m)
+			var hfCache string
+			rec.Path, hfCache, err = p.present(ctx, job, m)
+			prolog.HubRecord(p.Config, m, hfCache, &rec)
 		}
 	}
 	if err != nil {
@@ -132,7 +134,33 @@ func (p *Prolog) reason(ctx context.Context, job prolog.Job, source string, err 
 		fmt.Fprintf(&b, " (source %s)", source)
 	}
 	fmt.Fprintf(&b, " could not be had on %s: %v", job.Node, err)
+	if errors.Is(err, fetch.ErrNoSpace) {
+		b.WriteString(p.gcHolds())
+	}
 	return b.String()
+}
+
+// gcHolds says, for a job refused for space, what gc holds that it
+// would otherwise reclaim and why ("" when nothing): the admin's way out
+// is then in the job's own reason. It only lists, under every guard, as
+// the Epilog's gc would.
+func (p *Prolog) gcHolds() string {
+	cfg := p.Config
+	cp, cerr := catalog.ReadCopy(cfg.CatalogCopyPath())
+	r := gc.Run(gc.Options{CacheDir: cfg.CacheDir, Catalog: cp, CatalogErr: cerr, RunDir: cfg.RunDir, Recent: cfg.GCInterval,
+		MaxShare: cfg.GCMaxShare, PartMaxAge: cfg.GCPartMaxAge, Deadline: p.now().Add(5 * time.Second)})
+	var held int64
+	for _, f := range r.Files {
+		// What only the run's hold keeps: garbage by every rule for a
+		// single file.
+		if f.Action == gc.Listed || f.Action == gc.Kept && f.Reason == r.Held {
+			held += f.Size
+		}
+	}
+	if r.Held == "" || held == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; gc holds %s it would reclaim on this node: %s", catalog.FormatBytes(held), r.Held)
 }
 
 // resolve finds the model's catalog entry: at the coordinator when one is
@@ -146,7 +174,8 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 		cancel()
 		if err == nil {
 			cp := catalog.Copy{Coordinator: p.Coordinator.BaseURL, Fetched: p.now().UTC(), Models: cat.Models,
-				CatalogID: cat.CatalogID, Generation: cat.Generation}
+				CatalogID: cat.CatalogID, Generation: cat.Generation, History: cat.History, Superseded: cat.Superseded,
+				Adopted: cat.Trusted, AdoptedAt: cat.TrustedAt}
 			p.refreshCopy(job, cp)
 			if m, ok := cp.Lookup(job.Model); ok {
 				return m, nil
@@ -179,12 +208,25 @@ func (p *Prolog) resolve(ctx context.Context, job prolog.Job) (catalog.Model, er
 // not there: a stuck filer must not hold the Prolog (slurmd kills it and
 // drains the node), and neither the agent nor the fetcher bound their
 // stat of a path or of the cache.
-func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (string, error) {
-	path, err := prolog.PresentWithin(p.Config.CacheDir, p.Config.HFCacheDir(), m, p.Config.FSTimeout())
+//
+// A Hub model found in a weight directory's Hugging Face cache is had
+// there, and hfCache names that cache; one fetched is in hf_cache.
+func (p *Prolog) present(ctx context.Context, job prolog.Job, m catalog.Model) (path, hfCache string, err error) {
+	path, hfCache, err = prolog.PresentOnNode(p.Config, m, p.deadlineLeft(ctx))
 	if err == nil || !errors.Is(err, prolog.ErrNotPresent) {
-		return path, err
+		return path, hfCache, err
 	}
-	return p.ensure(ctx, job, m)
+	path, err = p.ensure(ctx, job, m)
+	return path, "", err
+}
+
+// deadlineLeft is what is left of the Prolog's deadline: the whole budget
+// of a look at the weights.
+func (p *Prolog) deadlineLeft(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return p.Config.FetchDeadline
 }
 
 // refreshCopy writes the catalog the coordinator just gave as the node's
@@ -302,7 +344,35 @@ func (p *Prolog) ensureSet(ctx context.Context, job prolog.Job, m catalog.Model,
 	}
 	set := catalog.SetName(m)
 	paths := make([]string, len(m.Files))
+	// Every file at once, through the agent: one revision, fetched once
+	// per fabric through its swarm when the files are pinned (issue 25).
+	// An agent older than that refuses the request's files (it decodes
+	// strictly), and one that is not there cannot answer: then file by
+	// file, as before.
+	_, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, Set: set, Files: m.Files}, progress)
+	var ae *api.Error
+	old := errors.As(err, &ae) && ae.Code == api.CodeInvalid && strings.Contains(ae.Message, `unknown field "files"`)
+	if err == nil {
+		for i, f := range m.Files {
+			paths[i] = catalog.SetFilePath(catalog.SetDir(p.Config.CacheDir, m), f.Source)
+		}
+	} else if !old && !agentAbsent(err) {
+		for _, f := range m.Files {
+			if e := pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, f.PinnedETag, err); e != err {
+				return "", e
+			}
+		}
+		// As below: no file's signed URL reaches the job's owner.
+		msg := err.Error()
+		for _, f := range m.Files {
+			msg = strings.ReplaceAll(msg, f.Source, catalog.RedactQuery(f.Source))
+		}
+		return "", &redacted{msg: msg, err: err}
+	}
 	for i, f := range m.Files {
+		if paths[i] != "" {
+			continue
+		}
 		path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: f.Source, SHA256: f.WantSHA256(), Size: f.Size, Set: set}, progress)
 		if err != nil {
 			err = pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, f.PinnedETag, err)

@@ -31,7 +31,7 @@ func TestPrologHungMount(t *testing.T) {
 	path := catalog.Model{Name: "llama", Source: filepath.Join(mnt, "llama")}
 	remote := catalog.Model{Name: "qwen", Source: "http://127.0.0.1:1/qwen.gguf"}
 	p, _, _ := newProlog(t, path, remote)
-	p.Config.DirTimeout = time.Second
+	p.Config.HookFSTimeout = time.Second
 	p.Config.FetchDeadline = time.Minute
 	fusetest.Stop(t, daemon)
 
@@ -56,7 +56,7 @@ func TestPrologHungMount(t *testing.T) {
 			t.Fatalf("%s: llmgw prolog still running after 30 s on a hung mount: slurmd would kill it and drain the node", tc.m.Name)
 		}
 		rec, err := catalog.ReadJobRecord(p.Config.RunDir, "7")
-		want := "the weights at " + tc.weights + " did not answer within 1 s (a hung mount?)"
+		want := "no answer to a stat of " + tc.weights + " within hook_fs_timeout (1 s; 0 earlier operations answered): the filesystem is not answering (a hung mount?)"
 		if err != nil || !strings.Contains(rec.Error, want) {
 			t.Errorf("%s: record %+v, %v; want the error %q", tc.m.Name, rec, err, want)
 		}

@@ -24,30 +24,33 @@
 #     SLURM_CONF=/var/tmp/llmgw-dev-cluster/slurm.conf scripts/bench/features.sh;
 #     scripts/dev-cluster down'
 #
-# --plan needs no cluster: it reports the distinct feature sets the
-# reconciler's plan leaves on 1,000 nodes holding random mixes of 50 models
-# (8 fabrics), unbounded and bounded by feature_sets_max (default 64; goal
-# <= 64), with the models withheld and what bounding costs a sync
-# (BenchmarkFeatureSets, coordinator/featuresets_test.go). Every distinct set
-# is a node config record slurmctld's scheduler walks for every job.
+# --plan needs no cluster: the reconciler's plan for 1,000 nodes in 8
+# fabrics holding random mixes of 50 models (BenchmarkFeaturePlan,
+# coordinator/offered_test.go): models withheld (goal 0), AvailableFeatures
+# writes (one per config record, whole), presence calls, and the distinct
+# sets, each of which split a config record when llmgw wrote presence as
+# AvailableFeatures (before issue 26).
 #
-# --records BOUND needs the cluster with 1000 extra nodes, freshly up: it
-# applies to x0001..x1000 the features the plan leaves on the same random
-# cluster (BOUND is max=-1, unbounded, or max=64, the default
-# feature_sets_max; TestWriteFeatureSets, coordinator/
-# featuresets_dump_test.go, writes them), one scontrol update per distinct
-# set, and reports slurmctld's node config records before, after, and after
-# the features are wiped again. Slurm shows the count nowhere (not in
-# scontrol show config, nor sdiag); its scheduler logs, at debug2, one line
-# per config record for each job it places (_build_node_list in Slurm's
-# src/slurmctld/node_scheduler.c, 22.05 to 26.05: "matched 0 nodes (HOSTS)",
-# "filtered all nodes (HOSTS)" or "found N usable nodes from config
-# containing HOSTS"), so the script raises slurmctld's log level for a
-# moment, submits two jobs to the extra partition and counts the distinct
-# HOSTS in those lines. Bring the cluster down and up between bounds: 22.05
-# never merges a record once split.
+# --records WAY needs the cluster with 1000 extra nodes, freshly up: it
+# gives x0001..x1000 random mixes of 0-6 of 50 models WAY (llmgw: the
+# reconciler's plan, every model offered to the whole record and presence as
+# ActiveFeatures; per-set: each node's set as AvailableFeatures and
+# ActiveFeatures, as before issue 26; TestWriteFeatureCommands,
+# coordinator/features_records_test.go, writes the commands), through one
+# interactive scontrol, and reports slurmctld's node config records before,
+# after, and after the features are wiped again. Slurm shows the count
+# nowhere (not in scontrol show config, nor sdiag); its scheduler logs, at
+# debug2, one line per config record for each job it places
+# (_build_node_list in Slurm's src/slurmctld/node_scheduler.c, 22.05 to
+# 26.05: "matched 0 nodes (HOSTS)", "filtered all nodes (HOSTS)" or "found N
+# usable nodes from config containing HOSTS"), so the script raises
+# slurmctld's log level for a moment, submits two jobs to the extra
+# partition and counts the distinct HOSTS in those lines
+# (internal/slurmtest.ConfigRecords counts the same way for the cluster
+# tests). Bring the cluster down and up between ways: 22.05 never merges a
+# record once split.
 #
-# Usage: scripts/bench/features.sh [--runs N] | --plan | --records BOUND
+# Usage: scripts/bench/features.sh [--runs N] | --plan | --records llmgw|per-set
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
@@ -59,15 +62,17 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) RUNS=$2; shift 2 ;;
 	--plan) PLAN=1; shift ;;
-	--records) RECORDS=${2:-}; shift 2 || { echo "features.sh: --records needs max=-1 or max=64" >&2; exit 2; } ;;
+	--records) RECORDS=${2:-}; shift 2 || { echo "features.sh: --records needs llmgw or per-set" >&2; exit 2; } ;;
 	-h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//; /^set -e/d'; exit 0 ;;
 	*) echo "features.sh: unknown argument $1; try --help" >&2; exit 2 ;;
 	esac
 done
 if [[ -n $PLAN ]]; then
-	echo "distinct feature sets on 1000 nodes, random mixes of 50 models (max=-1: unbounded):"
-	go test -run '^$' -bench 'BenchmarkFeatureSets' -benchtime 20x ./coordinator/ |
-		awk '/^BenchmarkFeatureSets/ { printf "  %-32s %8.0f sets %4.0f models withheld %8.2f ms per sync\n", $1, $5, $7, $3 / 1e6 }'
+	echo "the reconciler's plan for 1000 nodes in 8 fabrics, random mixes of 50 models:"
+	go test -run '^$' -bench '^BenchmarkFeaturePlan$' -benchtime 20x ./coordinator/ |
+		awk '/^BenchmarkFeaturePlan/ { for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+			printf "  %d models withheld, %d AvailableFeatures writes (whole records), %d presence calls; %d distinct sets (each a record split before issue 26); %.2f ms per plan\n",
+				m["withheld-models"], m["record-writes"], m["presence-calls"], m["distinct-sets"], m["ns/op"] / 1e6 }'
 	exit 0
 fi
 [[ -n ${SLURM_CONF:-} ]] || { echo "features.sh: SLURM_CONF is not set; see --help for how to start the cluster" >&2; exit 1; }
@@ -109,20 +114,21 @@ records() {
 if [[ -n $RECORDS ]]; then
 	sets=$(mktemp -d)
 	trap 'wipe; rm -rf "$sets"' EXIT
-	LLMGW_FEATURE_SETS_DIR=$sets go test -count=1 -run '^TestWriteFeatureSets$' ./coordinator/ >/dev/null
+	LLMGW_FEATURE_SETS_DIR=$sets go test -count=1 -run '^TestWriteFeatureCommands$' ./coordinator/ >/dev/null
 	[[ -r $sets/$RECORDS ]] || { echo "features.sh: --records $RECORDS: not one of $(ls "$sets")" >&2; exit 2; }
-	echo "Slurm $(sinfo --version | cut -d' ' -f2); 1000 nodes, random mixes of 50 models, 8 fabrics, $RECORDS"
+	echo "Slurm $(sinfo --version | cut -d' ' -f2); 1000 nodes, random mixes of 50 models, written $RECORDS"
 	before=$(records)
-	calls=0
-	while read -r set nodes; do
-		scontrol update NodeName="$(scontrol show hostlist "$nodes")" AvailableFeatures="$set" ActiveFeatures="$set"
-		calls=$((calls + 1))
-	done < <(awk '{ n[$2] = n[$2] (n[$2] ? "," : "") $1 } END { for (s in n) print s, n[s] }' "$sets/$RECORDS")
+	calls=$(wc -l <"$sets/$RECORDS")
+	t0=$(date +%s.%N)
+	# One scontrol for every command, as the coordinator runs them; an
+	# error is printed, never hidden.
+	scontrol <"$sets/$RECORDS" >/dev/null
+	t1=$(date +%s.%N)
 	after=$(records)
 	wipe
 	wiped=$(records)
-	printf '%-10s %8s %14s %14s %14s\n' bound "sets" "records before" "records after" "after a wipe"
-	printf '%-10s %8s %14s %14s %14s\n' "$RECORDS" "$calls" "$before" "$after" "$wiped"
+	printf '%-8s %8s %10s %14s %14s %14s\n' way calls seconds "records before" "records after" "after a wipe"
+	printf '%-8s %8s %10.2f %14s %14s %14s\n' "$RECORDS" "$calls" "$(echo "$t1 - $t0" | bc)" "$before" "$after" "$wiped"
 	exit 0
 fi
 

@@ -116,6 +116,8 @@ job() {
 s0=$(served)
 job 1
 s1=$(served)
+# What the node fetched is what its scan, and so the coordinator, calls held.
+held=$("$BIN" scan "$node/cache/hub" --json 2>/dev/null | python3 -c 'import json, sys; print(sum(1 for w in json.load(sys.stdin)["weights"] if w["complete"]))')
 # The selection's bytes, as the catalog lists them.
 want1=$("$BIN" models list --json | python3 -c 'import json, sys; print(sum(f["size_bytes"] for m in json.load(sys.stdin)["models"] for f in m["hub"]["files"]))')
 "$BIN" models repin big >"$W/repin.out"
@@ -138,6 +140,7 @@ printf 'repin, unchanged: %s\n' "$(head -n1 "$W/repin.out")"
 printf 'repin, one file changed: %s\n' "$(tail -n1 "$W/repin2.out")"
 printf 'snapshots on the node: %s (the first revision kept beside the new one)\n' "$snaps"
 fail=0
+[ "$held" -ge 1 ] || { echo "hub.sh: the node's scan does not call the fetched snapshot complete: $("$BIN" scan "$node/cache/hub" 2>&1)" >&2; fail=1; }
 [ "$((s1 - s0))" -eq "$want1" ] || { echo "hub.sh: the first fetch read $((s1 - s0)) bytes, want the selection's $want1" >&2; fail=1; }
 [ "$((s2 - r1))" -eq 0 ] || { echo "hub.sh: a repin to an unchanged commit read $((s2 - r1)) bytes" >&2; fail=1; }
 [ "$((s3 - r2))" -eq "$changed" ] || { echo "hub.sh: a new revision of one changed file read $((s3 - r2)) bytes, want $changed" >&2; fail=1; }

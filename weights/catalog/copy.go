@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,34 @@ type Copy struct {
 	// one identity, or when an operator forces a gc.
 	TrustedID         string `json:"trusted_catalog_id,omitempty"`
 	TrustedGeneration int64  `json:"trusted_generation,omitempty"`
+	// TrustedChange is the id of the change the anchor is at, when the
+	// coordinator keeps a history (api.Models.History): a later catalog is
+	// trusted when its History holds it, never for its generation alone.
+	TrustedChange string `json:"trusted_change,omitempty"`
+	// History is the coordinator's recent change ids, newest first.
+	History []string `json:"history,omitempty"`
+	// Adopted and AdoptedAt are the change an admin adopted with `llmgw
+	// gc --trust`, and when (api.Models.Trusted).
+	Adopted   string    `json:"adopted_change,omitempty"`
+	AdoptedAt time.Time `json:"adopted_at,omitzero"`
+	// DistrustSince is when this node began to distrust the catalog;
+	// zero while it trusts it.
+	DistrustSince time.Time `json:"distrust_since,omitzero"`
+
+	// Superseded are cache names an admin's own change dropped from a
+	// model still or once in the catalog (a source replaced by models add,
+	// an entry removed by models rm), each with the model that wanted it:
+	// the coordinator's record (api.Models.Superseded). gc removes them
+	// without counting them against gc_max_share, and eviction takes them
+	// right after what nothing ever wanted.
+	Superseded map[string]string `json:"superseded,omitempty"`
+}
+
+// SupersededBy says whether the cache name was dropped from a model by an
+// admin's change, and from which.
+func (c Copy) SupersededBy(name string) (string, bool) {
+	m, ok := c.Superseded[name]
+	return m, ok
 }
 
 // Refreshed returns next, a catalog just read from a coordinator, with the
@@ -41,20 +70,53 @@ type Copy struct {
 // says why, until an operator forces a gc (Trusted). A node must not learn
 // to trust a catalog that shrank merely by reading it.
 func (next Copy) Refreshed(prev Copy) Copy {
-	next.TrustedID, next.TrustedGeneration = prev.TrustedID, prev.TrustedGeneration
+	next.TrustedID, next.TrustedGeneration, next.TrustedChange = prev.TrustedID, prev.TrustedGeneration, prev.TrustedChange
+	next.DistrustSince = prev.DistrustSince
 	switch {
 	case next.CatalogID == "":
 		// A coordinator that carries no identity: nothing to anchor to.
-	case next.TrustedID == "", next.TrustedID == next.CatalogID && next.Generation >= next.TrustedGeneration:
+	case next.TrustedID == "", next.descends():
+		next = next.Trusted()
+	case next.Adopted != "" && slices.Contains(next.History, next.Adopted) &&
+		(prev.DistrustSince.IsZero() || next.AdoptedAt.After(prev.DistrustSince)):
+		// An admin adopted this catalog (llmgw gc --trust) after this
+		// node began to distrust it: the node need not have been up then.
 		next = next.Trusted()
 	}
+	if next.Distrust() == "" {
+		next.DistrustSince = time.Time{}
+	} else if next.DistrustSince.IsZero() {
+		next.DistrustSince = next.Fetched
+		if next.DistrustSince.IsZero() {
+			next.DistrustSince = time.Now().UTC()
+		}
+	}
 	return next
+}
+
+// descends says whether c is the trusted catalog, as it was or later: of
+// the same identity, and, with a history, one that holds the change the
+// anchor is at; without one (an older coordinator, or an anchor from
+// before histories), at the same or a later generation.
+func (c Copy) descends() bool {
+	if c.CatalogID != c.TrustedID {
+		return false
+	}
+	if c.TrustedChange != "" && len(c.History) > 0 {
+		return slices.Contains(c.History, c.TrustedChange)
+	}
+	return c.Generation >= c.TrustedGeneration
 }
 
 // Trusted returns c with its own catalog as the anchor: what a forced gc
 // leaves, after an operator said this catalog is the one.
 func (c Copy) Trusted() Copy {
 	c.TrustedID, c.TrustedGeneration = c.CatalogID, c.Generation
+	c.TrustedChange = ""
+	if len(c.History) > 0 {
+		c.TrustedChange = c.History[0]
+	}
+	c.DistrustSince = time.Time{}
 	return c
 }
 
@@ -69,7 +131,9 @@ func (c Copy) Distrust() string {
 			id = "none"
 		}
 		return fmt.Sprintf("the catalog from %s has identity %s, not %s that this node collected against: another coordinator database (a fresh install, a wrong coordinator URL?), whose catalog may lack what this node's jobs use", c.Coordinator, id, c.TrustedID)
-	case c.Generation < c.TrustedGeneration:
+	case c.TrustedChange != "" && len(c.History) > 0 && !slices.Contains(c.History, c.TrustedChange):
+		return fmt.Sprintf("the catalog from %s does not descend from the one this node collected against (change %s is not in its history: a coordinator database restored from a backup, or this node was away for more than %d changes)", c.Coordinator, c.TrustedChange, len(c.History))
+	case (c.TrustedChange == "" || len(c.History) == 0) && c.Generation < c.TrustedGeneration:
 		return fmt.Sprintf("the catalog from %s is at generation %d, older than generation %d that this node saw (a coordinator database restored from a backup?)", c.Coordinator, c.Generation, c.TrustedGeneration)
 	}
 	return ""
@@ -250,8 +314,32 @@ func decodeCopy(b []byte) (Copy, bool) {
 			v, ok := s.Int(64)
 			c.TrustedGeneration = v
 			return ok
+		case "trusted_change":
+			v, ok := s.String()
+			c.TrustedChange = v
+			return ok
+		case "history":
+			v, ok := s.Strings()
+			c.History = v
+			return ok
+		case "adopted_change":
+			v, ok := s.String()
+			c.Adopted = v
+			return ok
+		case "adopted_at":
+			return decodeTime(s, &c.AdoptedAt)
+		case "distrust_since":
+			return decodeTime(s, &c.DistrustSince)
+		case "superseded":
+			c.Superseded = map[string]string{}
+			return s.Object(func(name string) bool {
+				v, ok := s.String()
+				c.Superseded[name] = v
+				return ok
+			})
 		}
-		return jsonlite.Unknown(name, "coordinator", "fetched", "models", "catalog_id", "generation", "trusted_catalog_id", "trusted_generation") && s.Skip()
+		return jsonlite.Unknown(name, "coordinator", "fetched", "models", "catalog_id", "generation", "trusted_catalog_id", "trusted_generation", "superseded",
+			"trusted_change", "history", "adopted_change", "adopted_at", "distrust_since") && s.Skip()
 	})
 	return c, ok && s.End()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"path/filepath"
 	"strings"
@@ -111,6 +112,12 @@ func (m Model) IsHub() bool { return m.Hub != nil }
 // checkpoints have a few hundred shards, and the entry travels whole in
 // the catalog, the node's catalog copy and an ensure request.
 const MaxHubFiles = 4096
+
+// MaxHubBytes bounds a Hub model's size, and so each file's: a petabyte,
+// a thousand times the largest published checkpoint. A listing that says
+// more is wrong, and sizes adding up past int64 would make the model's
+// size negative, which every disk check then passes.
+const MaxHubBytes = 1 << 50
 
 // HubSource is the Source of the Hub model of repo at commit.
 func HubSource(repo, commit string) string { return "hf:" + repo + "@" + commit }
@@ -260,7 +267,12 @@ func CheckHub(h Hub) error {
 	}
 	seen := make(map[string]bool, len(h.Files))
 	weights := false
+	var total int64
 	for _, f := range h.Files {
+		if f.Size > MaxHubBytes || total+f.Size > MaxHubBytes {
+			return fmt.Errorf("%s at %s: the files add up to more than %s (%s alone is %d bytes); a listing that says so is wrong", h.Repo, h.Commit, FormatBytes(MaxHubBytes), f.Path, f.Size)
+		}
+		total += max(f.Size, 0)
 		if err := CheckRepoPath(f.Path); err != nil {
 			return err
 		}
@@ -379,6 +391,19 @@ func HubRefs(h Hub) []string {
 		refs = append(refs, h.Revision)
 	}
 	return refs
+}
+
+// ReadHubRef reads the ref at p (HubRefPath), at most a commit's length
+// and a byte: whoever wrote the cache (a shared one) chose its size, and
+// the hooks' fast path must not read a gigabyte to find it is no commit.
+func ReadHubRef(p string) (string, error) {
+	f, err := OpenRegular(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 41))
+	return string(b), err
 }
 
 // HubRepoOf reads a Hugging Face cache folder name back to its repository

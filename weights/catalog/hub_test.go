@@ -64,6 +64,10 @@ func TestCheckHub(t *testing.T) {
 		"partial name":  {func(h *Hub) { h.Files[1].Path = "model.safetensors.part" }, "no weight file"},
 		"too many":      {func(h *Hub) { h.Files = make([]HubFile, MaxHubFiles+1) }, "the limit is"},
 		"control chars": {func(h *Hub) { h.Files[0].Path = "a\tb" }, "control character"},
+		// A listing whose sizes add up past int64 made the model's size
+		// negative, which every disk check then passed.
+		"sizes overflow": {func(h *Hub) { h.Files[0].Size, h.Files[1].Size = 1<<62, 1<<62 }, "more than"},
+		"one file huge":  {func(h *Hub) { h.Files[1].Size = 1<<63 - 1 }, "more than"},
 	} {
 		h := validHub()
 		tc.mod(&h)

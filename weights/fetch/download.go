@@ -42,6 +42,10 @@ type download struct {
 	single bool
 	origin string // how the origin named the version served (originOf)
 
+	// hc, when set, makes the requests instead of the Fetcher's
+	// (an Origin's caller's; rangeorigin.go).
+	hc *http.Client
+
 	done  atomic.Int64 // bytes on disk, for progress
 	total atomic.Int64 // -1 until known
 }
@@ -52,6 +56,22 @@ type download struct {
 // thing is to throw them away and start over; splicing two versions of a file
 // is what curl -C -, wget -c and aria2c -c were measured doing.
 var errRestart = errors.New("the remote changed since the partial download started")
+
+// rangeIgnored is a resume answered with the whole file of the same
+// version: the origin ignores Range. The bytes on disk are sound but
+// cannot be continued, so it restarts like errRestart; said as what it is,
+// not as a remote that changed.
+type rangeIgnored struct {
+	from   int64
+	status string
+}
+
+func (e *rangeIgnored) Error() string {
+	return fmt.Sprintf("the origin ignores Range requests: a resume from byte %d was answered %s with the whole file, of the same version; "+
+		"each interruption starts the file over (an origin or proxy that serves Range, or one that does not drop the connection, fixes it)", e.from, e.status)
+}
+
+func (e *rangeIgnored) Is(target error) bool { return target == errRestart }
 
 // errNoRanges means the origin answered a bounded range request with the
 // whole file, or with other bytes, of the same version: it serves "bytes=N-"
@@ -71,7 +91,7 @@ func (d *download) run(ctx context.Context) (string, error) {
 		}
 		d.token = tok
 	}
-	d.log.WithField("url", redactURL(d.rem.url)).Info("fetch started")
+	d.log.WithField("url", redactURL(d.rem.url)).Log(levelOf(d.rem), "fetch started")
 	start := time.Now()
 
 	stop := d.reportProgress()
@@ -110,10 +130,10 @@ func (d *download) run(ctx context.Context) (string, error) {
 				err = &Error{Source: d.rem.source, Op: "get", Err: err}
 			}
 			// Info: the caller has the error and decides what it is worth.
-			d.log.WithError(err).Info("fetch failed")
+			d.log.WithError(err).Log(levelOf(d.rem), "fetch failed")
 			return "", err
 		}
-		d.log.WithFields(logrus.Fields{"path": d.target, "bytes": d.done.Load(), "took": time.Since(start).Round(time.Millisecond)}).Info("fetch finished")
+		d.log.WithFields(logrus.Fields{"path": d.target, "bytes": d.done.Load(), "took": time.Since(start).Round(time.Millisecond)}).Log(levelOf(d.rem), "fetch finished")
 		return sum, nil
 	}
 }
@@ -351,6 +371,11 @@ func (d *download) seal(ctx context.Context, hashed <-chan hashResult, size int6
 func (d *download) checkRange(resp *http.Response, st *rangeState, from, to int64) error {
 	if to >= 0 && ignoredRange(resp, st, from, to) {
 		return fmt.Errorf("%w: asked for bytes %d-%d, got %s with Content-Range %q", errNoRanges, from, to, resp.Status, resp.Header.Get("Content-Range"))
+	}
+	if to < 0 && resp.StatusCode == http.StatusOK && ignoredRange(resp, st, from, st.Size-1) {
+		// The same version, whole: not a remote that changed, an origin
+		// that does not serve ranges at all.
+		return &rangeIgnored{from: from, status: resp.Status}
 	}
 	if resp.StatusCode != http.StatusPartialContent {
 		return fmt.Errorf("%w: a range request for bytes %d- was answered %s", errRestart, from, resp.Status)

@@ -243,7 +243,14 @@ type Fetcher struct {
 	// stream reconnects and resumes.
 	MinSpeed int64
 
+	// MakeRoom, when set, is asked to free need bytes on the filesystem
+	// holding dir before a fetch that does not fit is refused (the agent
+	// evicts, weights/evict); it returns what it freed and, when that is
+	// short, what holds the rest and why, for the refusal to say.
+	MakeRoom func(ctx context.Context, dir string, need int64) (freed int64, held string)
+
 	mu            sync.Mutex
+	sizes         map[string]int64 // sources' sizes probeSize learnt
 	inflight      map[string]*call
 	defaultClient *http.Client
 }
@@ -319,16 +326,21 @@ func (f *Fetcher) ensureRemote(ctx context.Context, source, set string, want Wan
 		return "", &Error{Source: source, Op: "parse", Err: errors.New("no cache directory configured, so a remote source cannot be fetched; set --cache-dir")}
 	}
 	target := catalog.CachePathFor(f.CacheDir, source)
+	var claim func(context.Context) error
 	if set != "" {
 		target = catalog.SetFilePath(filepath.Join(f.CacheDir, set), source)
+		// The whole set's room before this file's first byte.
+		claim = func(ctx context.Context) error { return f.claimSetOf(ctx, set, source) }
 	}
-	return f.ensureAt(ctx, rem, target, want)
+	return f.ensureAt(ctx, rem, target, want, claim)
 }
 
 // ensureAt is Ensure of the remote rem into target: one fetch per target
 // for the process (and, through the lock, for the node), verified
-// against want before it gets target's name.
-func (f *Fetcher) ensureAt(ctx context.Context, rem remote, target string, want Want) (string, error) {
+// against want before it gets target's name. claim, when set, claims
+// room for more than this one file (a set's whole) once the file is
+// found missing and before its first byte.
+func (f *Fetcher) ensureAt(ctx context.Context, rem remote, target string, want Want, claim func(context.Context) error) (string, error) {
 	source := rem.source
 	if want.SHA256 != "" {
 		if !catalog.ValidSHA256(want.SHA256) {
@@ -346,6 +358,16 @@ func (f *Fetcher) ensureAt(ctx context.Context, rem remote, target string, want 
 		return "", &Error{Source: source, Op: "check", Err: err}
 	} else if ok {
 		return p, nil
+	}
+
+	if claim != nil {
+		if err := claim(ctx); err != nil {
+			var fe *Error
+			if errors.As(err, &fe) {
+				return "", err
+			}
+			return "", &Error{Source: source, Op: "get", Err: err}
+		}
 	}
 
 	f.mu.Lock()

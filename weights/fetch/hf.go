@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -28,6 +30,21 @@ type remote struct {
 	// progress, when set, is told the download's bytes instead of
 	// OnProgress: a file of a Hub model reports as part of the model.
 	progress func(done, total int64)
+	// quiet logs the file's start and end at debug: a file of a Hub
+	// model, whose fetch as a whole logs them (EnsureHub).
+	quiet bool
+	// slashHint, for an hf: source with an explicit revision and a file
+	// path of several segments, is the same source with the revision's
+	// slash escaped: a 404 may be a branch feature/x written unescaped.
+	slashHint string
+}
+
+// levelOf is the level a fetch of rem logs its start and end at.
+func levelOf(rem remote) logrus.Level {
+	if rem.quiet {
+		return logrus.DebugLevel
+	}
+	return logrus.InfoLevel
 }
 
 // parseRemote resolves an hf: or http(s):// source. endpoint is the hub's
@@ -73,10 +90,18 @@ func parseHF(source, endpoint string) (remote, error) {
 	if ref.Path == "" {
 		return remote{}, notFile
 	}
-	if ref.Revision == "" {
+	explicitRev := ref.Revision != ""
+	if !explicitRev {
 		ref.Revision = "main"
 	}
-	return hubRemote(source, endpoint, ref.Repo, ref.Revision, ref.Path)
+	rem, err := hubRemote(source, endpoint, ref.Repo, ref.Revision, ref.Path)
+	if err != nil {
+		return remote{}, err
+	}
+	if first, rest, ok := strings.Cut(ref.Path, "/"); ok && explicitRev && !strings.HasPrefix(ref.Revision, "refs/") {
+		rem.slashHint = "hf:" + ref.Repo + "@" + url.PathEscape(ref.Revision+"/"+first) + "/" + rest
+	}
+	return rem, nil
 }
 
 // hubRemote is the remote of the file at p in repo at rev, fetched from
@@ -316,6 +341,8 @@ func hintFor(rem remote, code int, tokenSent bool, hubCode string) string {
 			"its account must have accepted the repository's terms on the Hub, and a fine-grained token must be allowed to read it"
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return "; the origin refused access"
+	case code == http.StatusNotFound && rem.slashHint != "":
+		return "; check the repository, revision and file name on the hub. A branch with a slash in its name is written escaped, %2F for the slash: if the branch is the revision and the first part of the path, write " + rem.slashHint
 	case code == http.StatusNotFound && rem.hf:
 		return "; check the repository, revision and file name on the hub"
 	case code == http.StatusNotFound:

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"path"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -32,13 +35,18 @@ import (
 //     commit only once every file of it is linked, so an engine resolving
 //     the id never lands on a snapshot still being filled.
 //
-// The blobs of a cache on another filesystem than the llmgw cache (a
-// site's shared cache on a filer) are fetched into the llmgw cache first,
-// where the node's own locks and resume work, then copied beside their
-// final name and renamed into place: two nodes filling one filer never
-// write the same file.
+// Every blob is fetched in the llmgw cache first (.hub-staging/), where
+// the node's own locks and resume work and where only root writes, then
+// moved into the Hugging Face cache by a rename, or, on another filesystem
+// (a site's shared cache on a filer), copied to a fresh name there and
+// renamed: two nodes filling one filer never write the same file, and a
+// link a user planted in a shared cache never turns root's writes
+// elsewhere (hubfs.go).
 
-// stagingDir is where blobs bound for another filesystem are fetched first.
+// stagingDir is where the blobs of Hub models are fetched first: in the
+// llmgw cache, which only root writes, where the node's locks and resume
+// work; each is moved into the Hugging Face cache once verified (see
+// hubfs.go for why never in place).
 const stagingDir = catalog.HubStagingDir
 
 // EnsureHub makes every file of the Hub model h present in the Hugging
@@ -53,18 +61,92 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 	if err := catalog.CheckAbsPath("hf_cache", hfCache); err != nil {
 		return fail("parse", err)
 	}
-	snap := catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit)
-	for _, d := range []string{filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"), snap} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	if f.CacheDir == "" {
+		return fail("parse", errors.New("no cache directory configured: a Hub model's files are fetched into the llmgw cache before they move into the Hugging Face cache; set --cache-dir"))
+	}
+	if err := os.MkdirAll(hfCache, 0o755); err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	}
+	root, err := os.OpenRoot(hfCache)
+	if err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache): %w", err))
+	}
+	defer root.Close()
+	repo := &hubRepo{root: root, rel: catalog.RepoFolder(h.Repo)}
+	snapRel := "snapshots/" + h.Commit
+	blobs, err := repo.dir("blobs")
+	if err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	}
+	defer blobs.Close()
+	// The directories of the snapshot, by their path in it ("" for its
+	// top), each opened once.
+	dirs := map[string]*os.File{}
+	defer func() {
+		for _, d := range dirs {
+			d.Close()
+		}
+	}()
+	dirOf := func(p string) (*os.File, string, error) {
+		sub, name := path.Split(p)
+		if d := dirs[sub]; d != nil {
+			return d, name, nil
+		}
+		d, err := repo.dir(snapRel + "/" + sub)
+		if err != nil {
+			return nil, "", err
+		}
+		dirs[sub] = d
+		return d, name, nil
+	}
+	if _, _, err := dirOf(""); err != nil {
+		return fail("mkdir", fmt.Errorf("the Hugging Face cache (hf_cache) cannot be written: %w", err))
+	}
+	stage := filepath.Join(f.CacheDir, stagingDir, repo.rel)
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return fail("mkdir", fmt.Errorf("staging directory in the llmgw cache: %w", err))
+	}
+
+	// What is missing: a file the snapshot does not lead to with its size,
+	// whose blob is not there either.
+	for _, file := range h.Files {
+		if _, _, err := dirOf(file.Path); err != nil {
+			return fail("mkdir", fmt.Errorf("file %s: %w", file.Path, err))
 		}
 	}
-	stage, err := f.hubStaging(hfCache, h.Repo)
-	if err != nil {
-		return fail("mkdir", err)
+	had := func(file catalog.HubFile) bool {
+		d, name, err := dirOf(file.Path)
+		return (err == nil && regularAt(d, name, file.Size, true)) || regularAt(blobs, file.BlobName(), file.Size, false)
 	}
-	if err := hubRoom(hfCache, stage, h); err != nil {
+	var missing []int
+	for i, file := range h.Files {
+		if !had(file) {
+			missing = append(missing, i)
+		}
+	}
+	missingNow := func() missingFiles { return hubMissing(h, had, stage) }
+	if err := hubRoom(hfCache, stage, h, missingNow()); err != nil {
 		return fail("space", err)
+	}
+	// The whole model's room before its first byte, in the node's record
+	// of space (see claimHub); renewed at each file, dropped at the end.
+	blobsDir := filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs")
+	claim := func(ctx context.Context) error { return f.claimHub(ctx, h, blobsDir, stage, missingNow) }
+	if err := claim(ctx); err != nil {
+		return fail("space", err)
+	}
+	defer f.dropClaim(context.WithoutCancel(ctx), blobsDir)
+	// One line when the model's fetch starts and one when it ends, not
+	// two per file (those are at debug): a 200-file model wrote 400
+	// lines into slurmd's log on every node.
+	log := f.logger().WithFields(logrus.Fields{"model": h.Repo, "commit": h.Commit})
+	start := time.Now()
+	if len(missing) > 0 {
+		var need int64
+		for _, i := range missing {
+			need += h.Files[i].Size
+		}
+		log.WithFields(logrus.Fields{"files": len(missing), "bytes": need, "hf_cache": hfCache}).Info("fetching the files of a Hub model the node lacks")
 	}
 	total := catalog.HubSize(h)
 	var done int64
@@ -74,188 +156,258 @@ func (f *Fetcher) EnsureHub(ctx context.Context, hfCache string, h catalog.Hub) 
 		}
 	}
 	report(0)
-	dirs := map[string]bool{}
+	// place makes file i's link lead to its blob, fetching the blob first
+	// when it is not there.
+	place := func(i int) error {
+		file := h.Files[i]
+		d, name, err := dirOf(file.Path)
+		if err != nil {
+			return &Error{Source: source, Op: "mkdir", Err: fmt.Errorf("file %s: %w", file.Path, err)}
+		}
+		if regularAt(d, name, file.Size, true) {
+			return nil
+		}
+		if !regularAt(blobs, file.BlobName(), file.Size, false) {
+			if err := f.fetchBlob(ctx, h, file, blobs, stage, report, claim); err != nil {
+				return &Error{Source: source, Op: opOf(err), Err: fmt.Errorf("file %d of %d, %s: %w", i+1, len(h.Files), file.Path, errOf(err))}
+			}
+		}
+		if err := linkAt(d, name, catalog.HubLinkTarget(file.Path, file.BlobName())); err != nil {
+			return &Error{Source: source, Op: "link", Err: fmt.Errorf("file %s: %w", file.Path, err)}
+		}
+		return nil
+	}
 	for i, file := range h.Files {
-		link := catalog.HubFilePath(hfCache, h.Repo, h.Commit, file.Path)
-		dirs[filepath.Dir(link)] = true
-		if !linked(link, file.Size) {
-			blob := catalog.HubBlobPath(hfCache, h.Repo, file.BlobName())
-			if !whole(blob, file.Size) {
-				if err := f.fetchBlob(ctx, h, file, blob, stage, report); err != nil {
-					return "", &Error{Source: source, Op: opOf(err), Err: fmt.Errorf("file %d of %d, %s: %w", i+1, len(h.Files), file.Path, errOf(err))}
-				}
-			}
-			if err := linkBlob(link, catalog.HubLinkTarget(file.Path, file.BlobName())); err != nil {
-				return fail("link", fmt.Errorf("file %s: %w", file.Path, err))
-			}
+		if err := place(i); err != nil {
+			return "", err
 		}
 		done += file.Size
 		report(0)
 	}
-	for d := range dirs {
-		if err := syncDir(d); err != nil {
+	// Every link must lead to its file before the refs name the commit: a
+	// blob found above may have gone since (an old revision's gc in
+	// another process, racing this fetch), and the snapshot would be
+	// handed to engines with a dangling link. Such a file is placed again,
+	// once.
+	for pass := 0; ; pass++ {
+		var gone []string
+		for i, file := range h.Files {
+			d, name, _ := dirOf(file.Path)
+			if regularAt(d, name, file.Size, true) {
+				continue
+			}
+			if pass > 0 {
+				gone = append(gone, file.Path)
+				continue
+			}
+			if err := place(i); err != nil {
+				return "", err
+			}
+		}
+		if len(gone) > 0 {
+			return fail("link", fmt.Errorf("%s went from the Hugging Face cache as it was being filled (removed by something else); the next fetch tries again", strings.Join(gone, ", ")))
+		}
+		if pass > 0 {
+			break
+		}
+	}
+	for _, d := range dirs {
+		if err := d.Sync(); err != nil {
 			return fail("sync", err)
 		}
 	}
 	for _, ref := range catalog.HubRefs(h) {
-		if err := WriteHubRef(hfCache, h.Repo, ref, h.Commit); err != nil {
+		if err := writeRef(repo, ref, h.Commit); err != nil {
 			return fail("ref", err)
 		}
+	}
+	snap := catalog.HubSnapshotDir(hfCache, h.Repo, h.Commit)
+	if len(missing) > 0 {
+		log.WithFields(logrus.Fields{"snapshot": snap, "took": time.Since(start).Round(time.Millisecond)}).Info("fetched the files of a Hub model")
 	}
 	return snap, nil
 }
 
-// WriteHubRef makes refs/REF of repo in hfCache name commit, as
-// huggingface_hub writes it: the hash alone, no newline (it reads the
-// file whole into a path). A ref already naming it is not rewritten.
-func WriteHubRef(hfCache, repo, ref, commit string) error {
-	p := catalog.HubRefPath(hfCache, repo, ref)
-	if b, err := os.ReadFile(p); err == nil && string(b) == commit {
-		return nil
+// writeRef makes refs/REF of repo name commit, as huggingface_hub writes
+// it: the hash alone, no newline (it reads the file whole into a path). A
+// ref already naming it is not rewritten.
+func writeRef(repo *hubRepo, ref, commit string) error {
+	sub, name := path.Split(ref)
+	d, err := repo.dir("refs/" + sub)
+	if err != nil {
+		return err
 	}
-	return catalog.WriteAtomic(p, []byte(commit), 0o644)
+	defer d.Close()
+	var was string
+	if regularAt(d, name, int64(len(commit)), false) {
+		b, err := repo.root.ReadFile(path.Join(repo.rel, "refs", ref))
+		if err == nil && string(b) == commit {
+			return nil
+		}
+		if catalog.ValidCommit(string(b)) {
+			was = string(b)
+		}
+	}
+	err = writeAt(d, name, []byte(commit))
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		// A shared cache mounted read-only, or not root's to write: the
+		// files are there, but an engine given the id reads the ref.
+		names := "names no commit"
+		if was != "" {
+			names = "names " + was
+		}
+		repoID := catalog.HubRepoOf(repo.rel)
+		cause := err
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			cause = pe.Err
+		}
+		return fmt.Errorf("refs/%s of %s in the Hugging Face cache %s %s, not %s, and this node cannot write it (%w): an engine given %s would not load the model's commit. "+
+			"The cache's admin can point it there (printf %s > %s), or the model can be registered at the ref's commit",
+			ref, repoID, repo.root.Name(), names, commit, cause, repoID, commit, filepath.Join(repo.root.Name(), repo.rel, "refs", ref))
+	}
+	return err
 }
 
-// fetchBlob fetches file of h into blob, through the staging directory
-// when stage is set.
-func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blob, stage string, report func(int64)) error {
+// fetchBlob fetches file of h into the staging directory stage, then moves
+// it into blobs. The node-wide lock on the blob spans both: another
+// process that waited on it finds the blob in place and fetches nothing.
+// renew renews the model's claim before the file's first byte, so a fetch
+// longer than the claim's life keeps it.
+func (f *Fetcher) fetchBlob(ctx context.Context, h catalog.Hub, file catalog.HubFile, blobs *os.File, stage string, report func(int64), renew func(context.Context) error) error {
 	src := "hf:" + h.Repo + "@" + h.Commit + "/" + file.Path
+	unlock, err := f.lock(ctx, filepath.Join(stage, file.BlobName()+".publish"))
+	if err != nil {
+		return &Error{Source: src, Op: "lock", Err: err}
+	}
+	defer unlock()
+	if regularAt(blobs, file.BlobName(), file.Size, false) {
+		return nil
+	}
 	rem, err := hubRemote(src, f.hfEndpoint(), h.Repo, h.Commit, file.Path)
 	if err != nil {
 		return &Error{Source: src, Op: "parse", Err: err}
 	}
 	rem.progress = func(done, _ int64) { report(done) }
-	target := blob
-	if stage != "" {
-		target = filepath.Join(stage, file.BlobName())
-	}
+	rem.quiet = true
+	staged := filepath.Join(stage, file.BlobName())
 	want := Want{SHA256: file.SHA256, GitBlob: file.Blob, Size: file.Size, Commit: h.Commit}
-	if _, err := f.ensureAt(ctx, rem, target, want); err != nil {
+	if _, err := f.ensureAt(ctx, rem, staged, want, renew); err != nil {
 		return err
 	}
-	if stage == "" {
-		return nil
-	}
-	if err := publish(target, blob); err != nil {
+	if err := publishAt(staged, blobs, file.BlobName()); err != nil {
 		return &Error{Source: src, Op: "write", Err: err}
 	}
 	return nil
 }
 
-// hubRoom refuses, before the first byte, a model whose missing files do
-// not fit: each file's fetch checks its own size, and a model of thirty
-// shards that fit one by one but not together would otherwise fill the
-// disk at the twentieth and leave nineteen behind. Through a staging
-// directory, that one must hold the largest file, and the cache the sum.
-func hubRoom(hfCache, stage string, h catalog.Hub) error {
-	var missing, largest int64
+// missingFiles is what a Hub model still needs: bytes in all, the largest
+// file's, and what the .part files of a fetch resumed already hold.
+type missingFiles struct{ bytes, largest, partial int64 }
+
+// hubMissing is what h still needs: the files had does not find (neither
+// linked in the snapshot nor whole among the blobs), and what is already
+// in the staging directory of them: a stopped fetch's .part, or a blob
+// fetched whole that did not move in.
+func hubMissing(h catalog.Hub, had func(catalog.HubFile) bool, stage string) (m missingFiles) {
 	for _, f := range h.Files {
-		if linked(catalog.HubFilePath(hfCache, h.Repo, h.Commit, f.Path), f.Size) || whole(catalog.HubBlobPath(hfCache, h.Repo, f.BlobName()), f.Size) {
+		if had(f) {
 			continue
 		}
-		missing += f.Size
-		largest = max(largest, f.Size)
+		m.bytes += f.Size
+		m.largest = max(m.largest, f.Size)
+		for _, name := range []string{f.BlobName() + catalog.PartSuffix, f.BlobName()} {
+			var st syscall.Stat_t
+			if syscall.Lstat(filepath.Join(stage, name), &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				m.partial += min(f.Size, int64(st.Blocks)*512)
+				break
+			}
+		}
 	}
-	if err := checkSpace(filepath.Join(catalog.HubRepoDir(hfCache, h.Repo), "blobs"), missing); err != nil {
-		return fmt.Errorf("%s at %s is missing %s on this node: %w", h.Repo, h.Commit, catalog.FormatBytes(missing), err)
-	}
-	if stage != "" {
-		if err := checkSpace(stage, largest); err != nil {
+	return m
+}
+
+// hubRoom refuses, before the first byte, a model whose largest missing
+// file does not fit in the staging directory when that is on another
+// filesystem than the Hugging Face cache (each file moves out when done;
+// the model's whole claim on the cache's filesystem is claimHub's).
+func hubRoom(hfCache, stage string, h catalog.Hub, m missingFiles) error {
+	if !sameFilesystem(hfCache, stage) {
+		if err := checkSpace(stage, m.largest); err != nil {
 			return fmt.Errorf("the llmgw cache, where each file of %s is fetched before it moves to hf_cache: %w", h.Repo, err)
 		}
 	}
 	return nil
 }
 
-// hubStaging is the directory blobs of repo are fetched into before they
-// are copied into hfCache, or "" when hfCache is on the llmgw cache's own
-// filesystem and blobs are fetched in place.
-func (f *Fetcher) hubStaging(hfCache, repo string) (string, error) {
-	if f.CacheDir == "" {
-		return "", nil
+// claimHub claims the room h's missing files will take in its
+// repository's blobs directory dir, whole, before its first byte, in the
+// node's record of space where sets and single files claim theirs: each
+// file's fetch checks its own size, and a model of thirty shards that fit
+// one by one but not together would fill the disk at the twentieth and
+// leave nineteen behind. When it does not fit, MakeRoom evicts first by
+// the rules every fetch's shortfall goes through (the agent's eviction);
+// then it fails with ErrNoSpace. Calling it again renews it with what is
+// still missing (missing).
+//
+// Every blob is fetched into stage first. On the same filesystem (the
+// Hugging Face cache in the llmgw cache, as by default) the claim covers
+// it: what stage and dir gain is done, a resumed fetch's .part there is
+// on the disk already and not claimed again, and the file's own fetch
+// claims nothing beside the model's (a claim of its own counted each file
+// twice while it downloaded, and refused a model that fitted). On another
+// filesystem, the file's fetch claims its room there as any fetch does,
+// and the model's claim is what the blobs will take in dir.
+func (f *Fetcher) claimHub(ctx context.Context, h catalog.Hub, dir, stage string, missing func() missingFiles) error {
+	m := missing()
+	need := m.bytes
+	c := claim{PID: os.Getpid(), Part: dir, Set: true, Until: time.Now().Add(setClaimFor).UnixNano()}
+	if sameFilesystem(dir, stage) {
+		c.Stage = stage
+		need = max(0, m.bytes-m.partial)
 	}
-	var a, b syscall.Stat_t
-	if syscall.Stat(hfCache, &a) != nil || syscall.Stat(f.CacheDir, &b) != nil || a.Dev == b.Dev {
-		return "", nil
+	c.Size, c.Base = need, c.usage()
+	noRoom := func(err error) error {
+		return fmt.Errorf("%s at %s is missing %s on this node, claimed whole before its first byte: %w; nothing more of it was fetched",
+			h.Repo, h.Commit, catalog.FormatBytes(m.bytes), err)
 	}
-	d := filepath.Join(f.CacheDir, stagingDir, catalog.RepoFolder(repo))
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", fmt.Errorf("staging directory for the Hugging Face cache on another filesystem: %w", err)
-	}
-	return d, nil
-}
-
-// publish copies the verified file staged to a name beside blob that no
-// other writer uses (the host and process), syncs it and renames it to
-// blob, then removes staged. Another node that published the same blob
-// meanwhile published the same bytes.
-func publish(staged, blob string) error {
-	in, err := os.Open(staged)
+	b, err := f.openBook(ctx, dir)
 	if err != nil {
-		return err
-	}
-	defer in.Close()
-	host, _ := os.Hostname()
-	tmp := filepath.Join(filepath.Dir(blob), "."+filepath.Base(blob)+"."+host+"."+strconv.Itoa(os.Getpid())+".tmp")
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, blob)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	os.Remove(staged)
-	return syncDir(filepath.Dir(blob))
-}
-
-// linked reports whether the snapshot's entry at link leads to a regular
-// file of size bytes: a link into blobs/ as huggingface_hub makes it, or
-// whatever else put the file there.
-func linked(link string, size int64) bool {
-	st, err := os.Stat(link)
-	return err == nil && st.Mode().IsRegular() && st.Size() == size
-}
-
-// whole reports whether the blob is there, a regular file of size bytes.
-// A blob is named by its digest and only ever renamed into place whole.
-func whole(blob string, size int64) bool {
-	st, err := os.Lstat(blob)
-	return err == nil && st.Mode().IsRegular() && st.Size() == size
-}
-
-// linkBlob makes link a symlink to target, replacing what is there only
-// by a rename, so that a reader sees the old entry or the new one.
-func linkBlob(link, target string) error {
-	if cur, err := os.Readlink(link); err == nil && cur == target {
+		if err := checkSpace(dir, need); err != nil {
+			return noRoom(err)
+		}
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		return err
+	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
+		if b == nil && !isNoSpace(err) {
+			if err := checkSpace(dir, need); err != nil {
+				return noRoom(err)
+			}
+			return nil
+		}
+		return noRoom(err)
 	}
-	if st, err := os.Lstat(link); err == nil && st.IsDir() {
-		return fmt.Errorf("%s is a directory where the file's link belongs; remove it", link)
+	b.drop(dir)
+	if need > 0 {
+		b.claims = append(b.claims, c)
 	}
-	tmp := filepath.Join(filepath.Dir(link), "."+filepath.Base(link)+".llmgw-"+strconv.Itoa(os.Getpid())+".tmp")
-	os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
+	return b.close()
+}
+
+// sameFilesystem says whether a and b are on one filesystem.
+func sameFilesystem(a, b string) bool {
+	var sa, sb syscall.Stat_t
+	return syscall.Stat(a, &sa) == nil && syscall.Stat(b, &sb) == nil && sa.Dev == sb.Dev
+}
+
+// dropClaim drops this process's claim on part (a file or a directory).
+func (f *Fetcher) dropClaim(ctx context.Context, part string) {
+	b, err := f.openBook(ctx, part)
+	if err != nil {
+		return
 	}
-	if err := os.Rename(tmp, link); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	b.drop(part)
+	b.close()
 }
 
 // opOf and errOf take a fetch's *Error apart, so the Hub model's error

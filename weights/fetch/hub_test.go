@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/hub/hubtest"
 )
@@ -347,7 +349,7 @@ func TestHubModelNoRoom(t *testing.T) {
 	big.Files = append([]catalog.HubFile(nil), hb.Files...)
 	for i := range big.Files {
 		if strings.HasSuffix(big.Files[i].Path, ".safetensors") {
-			big.Files[i].Size = 1 << 60 // more than any disk
+			big.Files[i].Size = 1 << 45 // more than any disk, less than a listing that lies
 		}
 	}
 	_, err := x.f.EnsureHub(context.Background(), x.cache, big)
@@ -356,5 +358,99 @@ func TestHubModelNoRoom(t *testing.T) {
 	}
 	if n := x.h.Served(); n != 0 {
 		t.Errorf("%d bytes were fetched for a model that cannot fit", n)
+	}
+}
+
+// TestHubModelBlobGoneMidFetch: a blob that goes from the cache while the
+// model is being filled (the gc of an old revision in another process,
+// which shared the blob, racing this fetch) is fetched again before the
+// refs name the commit: the snapshot handed to engines never holds a
+// link that leads nowhere.
+func TestHubModelBlobGoneMidFetch(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	first := hb.Files[0]
+	removed := false
+	link := catalog.HubFilePath(x.cache, hb.Repo, hb.Commit, first.Path)
+	x.f.OnProgress = func(Progress) {
+		// Once the first file is linked, its blob goes.
+		if _, err := os.Lstat(link); !removed && err == nil {
+			removed = true
+			if err := os.Remove(catalog.HubBlobPath(x.cache, hb.Repo, first.BlobName())); err != nil {
+				t.Errorf("removing %s's blob: %v", first.Path, err)
+			}
+		}
+	}
+	snap := x.ensure(t, hb)
+	if !removed {
+		t.Fatal("the blob was never removed: the test did not test")
+	}
+	for _, f := range hb.Files {
+		if st, err := os.Stat(filepath.Join(snap, f.Path)); err != nil || st.Size() != f.Size {
+			t.Errorf("%s: %v; the snapshot leads nowhere for it", f.Path, err)
+		}
+	}
+}
+
+// TestHubModelLogsOnce: a Hub model's fetch logs a line when it starts and
+// one when it ends, whatever its number of files, at the level the agent
+// and the Prolog log at; each file's start and end are at debug. A
+// 200-file model wrote 400 lines into slurmd's log on every node.
+func TestHubModelLogsOnce(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	var buf bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&buf)
+	log.SetLevel(logrus.InfoLevel)
+	log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
+	x.f.Log = log
+	x.ensure(t, hb)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "org/tiny") || !strings.Contains(lines[1], "org/tiny") {
+		t.Errorf("fetching %d files logged %d lines at info; want 2, naming the model:\n%s", len(hb.Files), len(lines), buf.String())
+	}
+	buf.Reset()
+	x.ensure(t, hb)
+	if buf.Len() != 0 {
+		t.Errorf("a held model logged at info:\n%s", buf.String())
+	}
+}
+
+// TestHubModelKilledMidway: a fetch cut off in the middle of a shard (the
+// Prolog killed, the node rebooted) leaves nothing an engine would load:
+// no link for the shard, no refs; the next fetch resumes the shard where
+// it stopped, reading each byte from the Hub once.
+func TestHubModelKilledMidway(t *testing.T) {
+	x := newHubFixture(t)
+	x.h.Commit("org/tiny", "main", tinyRepo())
+	hb := x.model(t, "org/tiny")
+	x.h.Throttle(400 << 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	x.f.OnProgress = func(p Progress) {
+		if p.Done > 150<<10 { // well into the first shard
+			cancel()
+		}
+	}
+	if _, err := x.f.EnsureHub(ctx, x.cache, hb); err == nil {
+		t.Fatal("the fetch cut off midway succeeded")
+	}
+	x.f.OnProgress = nil
+	if _, err := os.Lstat(catalog.HubRefPath(x.cache, hb.Repo, "main")); err == nil {
+		t.Error("refs/main names a commit whose snapshot is not whole")
+	}
+	for _, f := range hb.Files {
+		if strings.HasSuffix(f.Path, ".safetensors") {
+			if _, err := os.Stat(catalog.HubFilePath(x.cache, hb.Repo, hb.Commit, f.Path)); err == nil {
+				t.Errorf("%s is linked though its fetch was cut off", f.Path)
+			}
+		}
+	}
+	x.h.Throttle(0)
+	x.ensure(t, hb)
+	if got, size := x.h.Served(), catalog.HubSize(hb); got > size+64<<10 {
+		t.Errorf("the Hub served %d bytes for a model of %d: the cut-off shard was not resumed", got, size)
 	}
 }

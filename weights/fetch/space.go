@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -40,6 +41,23 @@ type claim struct {
 	PID  int    `json:"pid"`
 	Part string `json:"part"`
 	Size int64  `json:"size"`
+	// Set marks the claim of a whole set (ClaimSet): Part is its directory,
+	// Size every file's, and what its directory holds is what is done. A
+	// Hub model's claim (claimHub) is one too, on its blobs directory.
+	Set bool `json:"set,omitempty"`
+	// Base is what the directory held when the claim was made, for a
+	// directory that holds other files than the claim's (a Hub
+	// repository's blobs of other revisions): only what it gains since
+	// is done.
+	Base int64 `json:"base,omitempty"`
+	// Stage, for a Hub model's claim, is the staging directory its blobs
+	// are fetched into before they move into Part, when that is on the
+	// same filesystem: what it gains is done too (Base counts both), and
+	// a file fetched there falls under this claim instead of claiming
+	// its own room beside it.
+	Stage string `json:"stage,omitempty"`
+	// Until, when set, is when the claim lapses (Unix nanoseconds).
+	Until int64 `json:"until,omitempty"`
 }
 
 // remaining is what the claim's fetch will still write: its size less what
@@ -48,6 +66,9 @@ func (c claim) remaining() int64 {
 	if c.Size <= 0 {
 		return 0
 	}
+	if c.Set {
+		return max(0, min(c.Size, c.Size-(c.usage()-c.Base)))
+	}
 	var st unix.Stat_t
 	if unix.Stat(c.Part, &st) != nil {
 		return c.Size
@@ -55,9 +76,25 @@ func (c claim) remaining() int64 {
 	return max(0, c.Size-st.Blocks*512)
 }
 
+// usage is what a set claim's directories hold now: its directory, and
+// its staging directory when it has one.
+func (c claim) usage() int64 {
+	n := dirUsage(c.Part)
+	if c.Stage != "" {
+		n += dirUsage(c.Stage)
+	}
+	return n
+}
+
 // alive reports whether the process that made the claim still runs. A
 // killed fetch leaves its claim behind; it is dropped at the next look.
 func (c claim) alive() bool {
+	if c.Until != 0 && time.Now().UnixNano() > c.Until {
+		return false
+	}
+	if c.Set && c.remaining() == 0 {
+		return false // the set is complete
+	}
 	return c.PID == os.Getpid() || unix.Kill(c.PID, 0) != unix.ESRCH
 }
 
@@ -95,6 +132,32 @@ func (f *Fetcher) openBook(ctx context.Context, dir string) (*spaceBook, error) 
 	}
 	b.claims = slices.DeleteFunc(b.claims, func(c claim) bool { return !c.alive() })
 	return b, nil
+}
+
+// othersThan is what the claims other than the one on path will still
+// write, whoever made them.
+func (b *spaceBook) othersThan(path string) (bytes int64, n int) {
+	for _, c := range b.claims {
+		if c.Part == path {
+			continue
+		}
+		if r := c.remaining(); r > 0 {
+			bytes += r
+			n++
+		}
+	}
+	return bytes, n
+}
+
+// setOf is the live set claim a fetch into dir falls under, if any: a
+// set's directory, or a Hub model's staging directory.
+func (b *spaceBook) setOf(dir string) bool {
+	for _, c := range b.claims {
+		if c.Set && (c.Part == dir || c.Stage != "" && c.Stage == dir) {
+			return true
+		}
+	}
+	return false
 }
 
 // others is what the claims other than part's will still write.
@@ -139,38 +202,114 @@ func (b *spaceBook) drop(part string) {
 // dropped by the returned release, or by the next look after the process
 // dies.
 func (d *download) claimSpace(ctx context.Context, need, size int64) (release func(), err error) {
-	dir := filepath.Dir(d.part)
-	b, err := d.f.openBook(ctx, dir)
+	return d.f.ClaimSpace(ctx, d.part, need, size)
+}
+
+// ClaimSpace claims, in the node's record of space on the filesystem
+// holding part, that part will still have need bytes written to reach
+// size (size < 0: unknown, nothing claimed): refused with ErrNoSpace when
+// it cannot fit beside the fetches in flight even after MakeRoom evicted
+// for it. A file of a set claimed whole (ClaimSet) claims nothing more.
+// The claim is dropped by release, or by the next look after this process
+// dies. Every writer of the cache claims here: the fetcher's downloads do,
+// and a fetch through peers (the swarm) or a prefetch must too, so that
+// one budget holds them all; a prefetch asks the agent's Room first
+// (weights/evict.Budget.Claim at evict.Prefetch), which never evicts.
+func (f *Fetcher) ClaimSpace(ctx context.Context, part string, need, size int64) (release func(), err error) {
+	dir := filepath.Dir(part)
+	b, err := f.openBook(ctx, dir)
 	if err != nil {
 		// No record: the fetch still has the plain check and ENOSPC.
-		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
+		f.logger().WithError(err).Warn("cannot record the disk space this fetch claims")
 		return func() {}, checkSpace(dir, need)
 	}
-	if need > 0 {
-		free, mount, serr := statfsFree(dir)
-		others, n := b.others(d.part)
-		if serr == nil && need > free-others {
-			b.close()
-			if n == 0 {
-				return nil, fmt.Errorf("%w: needs %s, %s free on %s", ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
-			}
-			return nil, fmt.Errorf("%w: needs %s, %s free on %s of which %s is claimed by fetches in flight (%d)",
-				ErrNoSpace, catalog.FormatBytes(need), catalog.FormatBytes(free), mount, catalog.FormatBytes(others), n)
-		}
+	if b.setOf(dir) {
+		// A file of a set claimed whole: its room is in the set's claim.
+		b.close()
+		return func() {}, nil
 	}
-	b.set(claim{PID: os.Getpid(), Part: d.part, Size: size})
+	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.others(part) }); err != nil {
+		if b == nil && !isNoSpace(err) {
+			return func() {}, checkSpace(dir, need)
+		}
+		return nil, err
+	}
+	b.set(claim{PID: os.Getpid(), Part: part, Size: size})
 	if err := b.close(); err != nil {
-		d.log.WithError(err).Warn("cannot record the disk space this fetch claims")
+		f.logger().WithError(err).Warn("cannot record the disk space this fetch claims")
 	}
 	return func() {
-		b, err := d.f.openBook(context.WithoutCancel(ctx), dir)
+		b, err := f.openBook(context.WithoutCancel(ctx), dir)
 		if err != nil {
 			return
 		}
-		b.drop(d.part)
+		b.drop(part)
 		b.close()
 	}, nil
 }
+
+// fit checks that need bytes fit on the filesystem holding dir beside
+// what the other claims (others, of the open record b) will still write,
+// and, when they do not, asks MakeRoom to evict the shortfall first, with
+// the record released (eviction reads it too, and a fetch elsewhere may be
+// waiting on it). It returns the record, open, when they fit; else an
+// ErrNoSpace error with the record closed, or, when the record could not
+// be opened again, a nil record and that error.
+func (f *Fetcher) fit(ctx context.Context, b *spaceBook, dir string, need int64, others func(*spaceBook) (int64, int)) (*spaceBook, error) {
+	if need <= 0 {
+		return b, nil
+	}
+	free, mount, serr := statfsFree(dir)
+	o, n := others(b)
+	if serr != nil || need <= free-o {
+		return b, nil // unknowable, or fits; ENOSPC during the fetch still says it clearly
+	}
+	held := ""
+	if f.MakeRoom != nil {
+		b.close()
+		_, held = f.MakeRoom(ctx, dir, need-(free-o))
+		var err error
+		if b, err = f.openBook(ctx, dir); err != nil {
+			return nil, err
+		}
+		free, mount, serr = statfsFree(dir)
+		o, n = others(b)
+		if serr != nil || need <= free-o {
+			return b, nil
+		}
+	}
+	b.close()
+	return nil, noRoom(need, free, o, n, mount, held)
+}
+
+// noRoom is the refusal of a fetch of need bytes that did not fit; held,
+// when set, is what eviction could not remove and why.
+func noRoom(need, free, others int64, n int, mount, held string) error {
+	msg := fmt.Sprintf("needs %s, %s free on %s", catalog.FormatBytes(need), catalog.FormatBytes(free), mount)
+	if n > 0 {
+		msg += fmt.Sprintf(" of which %s is claimed by fetches in flight (%d)", catalog.FormatBytes(others), n)
+	}
+	if held != "" {
+		msg += "; " + held
+	}
+	return fmt.Errorf("%w: %s", ErrNoSpace, msg)
+}
+
+// Claimed is what the fetches in flight on the filesystem holding dir
+// will still write: the room eviction must leave them.
+func (f *Fetcher) Claimed(ctx context.Context, dir string) (int64, error) {
+	b, err := f.openBook(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer b.close()
+	n, _ := b.others("")
+	return n, nil
+}
+
+// Reserve is the free space a stream without a length leaves on the
+// filesystem holding dir (cache_reserve, or its default); 0 for none.
+func (f *Fetcher) Reserve(dir string) int64 { return max(0, f.reserve(dir)) }
 
 // reserve is the free space a stream without a length leaves on the
 // filesystem: CacheReserve, or by default 5% of it up to 10 GB; -1 for

@@ -124,6 +124,9 @@ type Options struct {
 	// file is removed (each is kept, saying so) and the run returns. The
 	// Epilog sets it so that job end is never held up by a slow unlink.
 	Deadline time.Time
+
+	// evict is set by Evict: a wanted name may go.
+	evict bool
 	// HFCache is the node's Hugging Face cache (agent.toml's hf_cache),
 	// whose old revisions of Hub models the node's own gc judges too (see
 	// hub.go); "" judges none.
@@ -261,7 +264,11 @@ func Run(opt Options) Result {
 		if f.Action == "" {
 			continue // a wanted file found by listing: not garbage, not news
 		}
-		if f.Action == Listed {
+		if _, dropped := opt.Catalog.SupersededBy(name); f.Action == Listed && !dropped {
+			// What an admin's own change dropped (models add over an
+			// entry, models rm) was meant: it does not count against
+			// gc_max_share, which guards against a catalog that shrank by
+			// accident.
 			garbage += f.Size
 		}
 		judged = append(judged, judgement{f, fi})
@@ -296,7 +303,7 @@ func Run(opt Options) Result {
 		res.Files = append(res.Files, f)
 	}
 	if !asked {
-		for _, f := range g.hubRevisions(res.Held) {
+		for _, f := range append(g.hubRevisions(res.Held), g.hubStaging(res.Held)...) {
 			if f.Action == Removed {
 				res.Freed += f.Size
 			}
@@ -357,8 +364,39 @@ func (g *run) cacheNames() ([]string, error) {
 		if _, partial := partialOf(e.Name()); partial || catalog.IsCacheName(e.Name()) {
 			out = append(out, e.Name())
 		}
+		// A wanted set's fetches left behind inside it: an unwanted set
+		// goes whole, .part files and all.
+		if _, wanted := g.wanted[e.Name()]; wanted && e.IsDir() && catalog.IsSetName(e.Name()) {
+			inner, err := fs.ReadDir(g.root.FS(), e.Name())
+			if err != nil {
+				continue
+			}
+			for _, ie := range inner {
+				if isPartialFile(ie.Name()) {
+					out = append(out, e.Name()+"/"+ie.Name())
+				}
+			}
+		}
 	}
 	return out, nil
+}
+
+// isPartialFile says whether name is a fetch's .part, .part.ranges or
+// .part.ranges.tmp (inside a set directory, where files keep their own
+// names).
+func isPartialFile(name string) bool {
+	return catalog.IsPartialName(name) || strings.HasSuffix(name, catalog.RangesTmpSuffix)
+}
+
+// nestedPartial splits name when it is a fetch's file inside a set
+// directory, "SET/FILE.part": exactly one separator, a set's name before
+// it and a partial file's plain name after it.
+func nestedPartial(name string) (set, file string, ok bool) {
+	set, file, found := strings.Cut(name, "/")
+	if !found || strings.Contains(file, "/") || !catalog.IsSetName(set) || badName(set) != "" || badName(file) != "" || !isPartialFile(file) {
+		return "", "", false
+	}
+	return set, file, true
 }
 
 // partQuiet is how long a fetch's files must sit unwritten before gc
@@ -406,6 +444,10 @@ func (g *run) cacheBytes() (int64, error) {
 // every file, and is the reason given.
 func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	f := File{Name: name, Asked: asked}
+	if set, _, ok := nestedPartial(name); ok {
+		f.Path = filepath.Join(g.opt.CacheDir, name)
+		return g.judgeNestedPartial(f, set)
+	}
 	if why := badName(name); why != "" {
 		f.Action, f.Reason = Refused, why
 		return f, nil
@@ -418,7 +460,7 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 		f.Action, f.Reason = Refused, notCacheName(name)
 		return f, nil
 	}
-	if m, ok := g.wanted[name]; ok {
+	if m, ok := g.wanted[name]; ok && !g.opt.evict {
 		if !asked {
 			return File{}, nil // wanted and found by listing: leave it unsaid
 		}
@@ -434,7 +476,11 @@ func (g *run) judge(name string, asked bool, held string) (File, fs.FileInfo) {
 	if refused {
 		return f, nil
 	}
-	return g.keepOrList(f, fi, fi.ModTime(), held, "no catalog entry wants it; gc --collect would remove it")
+	why := "no catalog entry wants it; gc --collect would remove it"
+	if m, ok := g.opt.Catalog.SupersededBy(name); ok {
+		why = fmt.Sprintf("an admin's change dropped it from model %s (not counted against gc_max_share); gc --collect would remove it", m)
+	}
+	return g.keepOrList(f, fi, fi.ModTime(), held, why)
 }
 
 // keepOrList ends the judgement of an unwanted cache entry f, found as fi
@@ -448,7 +494,8 @@ func (g *run) keepOrList(f File, fi fs.FileInfo, written time.Time, held, listed
 		}
 	}
 	if g.opt.Recent > 0 && time.Since(written) < g.opt.Recent {
-		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy", g.opt.Recent)
+		f.Action, f.Reason = Kept, fmt.Sprintf("fetched within the last %s (the gc interval): a job may have fetched it against a newer catalog than this node's copy; it can go after %s, --force or not",
+			g.opt.Recent, written.Add(g.opt.Recent).UTC().Format(time.RFC3339))
 		return f, nil
 	}
 	if held != "" {
@@ -587,6 +634,40 @@ func (g *run) judgePartial(f File, base string) (File, fs.FileInfo) {
 	return f, fi
 }
 
+// judgeNestedPartial judges a fetch's file inside the set directory set:
+// one left untouched for PartMaxAge goes, as at the top of the cache,
+// though the catalog wants the set (an unwanted set goes whole instead);
+// a live one is not garbage; one of a set a running job uses is kept.
+func (g *run) judgeNestedPartial(f File, set string) (File, fs.FileInfo) {
+	if dfi, err := g.root.Lstat(set); err != nil || !dfi.IsDir() {
+		f.Action, f.Reason = Refused, "not inside a set directory of the cache (no such directory, or a symlink)"
+		return f, nil
+	}
+	if _, wanted := g.wanted[set]; !wanted {
+		f.Action, f.Reason = Refused, "inside a set no catalog entry wants: gc removes such a set whole, never one file of it"
+		return f, nil
+	}
+	fi, refused := g.look(&f)
+	if refused {
+		return f, nil
+	}
+	age := time.Since(fi.ModTime())
+	if age < partQuiet || age < g.opt.Recent || g.opt.PartMaxAge <= 0 || age < g.opt.PartMaxAge {
+		if !f.Asked {
+			return File{}, nil // a fetch in progress, or one not yet old: not news
+		}
+		f.Action, f.Reason = Refused, "a fetch in progress inside a set directory, or one not yet gc_part_max_age old: not garbage"
+		return f, nil
+	}
+	if job, ok := g.inUse[set]; ok {
+		f.Action, f.Reason = Kept, "a fetch for "+job+" on this node"
+		return f, nil
+	}
+	f.Action, f.Reason = Listed, fmt.Sprintf("a fetch left behind inside the set directory of model %s: untouched for %s, longer than gc_part_max_age (%s); gc --collect would remove it",
+		g.wanted[set], age.Round(time.Hour), g.opt.PartMaxAge)
+	return f, fi
+}
+
 // remove unlinks f after looking at it once more, through the same
 // directory handle: it must still be the regular file judged a moment ago
 // (same inode), not something swapped in under its name.
@@ -619,6 +700,10 @@ func (g *run) remove(f File, judged fs.FileInfo) File {
 		return f
 	}
 	if _, partial := partialOf(f.Name); partial {
+		f.Action, f.Reason = Removed, strings.TrimSuffix(f.Reason, "; gc --collect would remove it")
+		return f
+	}
+	if _, _, nested := nestedPartial(f.Name); nested {
 		f.Action, f.Reason = Removed, strings.TrimSuffix(f.Reason, "; gc --collect would remove it")
 		return f
 	}

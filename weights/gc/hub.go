@@ -30,7 +30,10 @@ import (
 //   - after the snapshots, the blobs no snapshot left links to and the
 //     catalog's list does not name, and the refs that named a removed
 //     commit; never a blob being written (.part, .incomplete) nor one
-//     written within Recent.
+//     written within Recent;
+//   - in the llmgw cache's staging directory, where Hub blobs are fetched
+//     before they move into the Hugging Face cache, what fetches that
+//     stopped left: by the rules of a fetch's .part (hubStaging).
 //
 // It runs only in the node's own gc (Options.Only nil): a coordinator
 // names cache files, and knows nothing of a node's revisions.
@@ -68,6 +71,10 @@ func (g *run) hubRevisions(held string) []File {
 
 // hubRepo judges the snapshots, then the blobs and refs, of one repository.
 func (g *run) hubRepo(root *os.Root, folder string, h catalog.Hub, held string) []File {
+	if d := plantedFolder(root, folder); d != "" {
+		return []File{{Name: d, Path: filepath.Join(g.opt.HFCache, d), Action: Kept,
+			Reason: "a symbolic link or a file where a folder of " + h.Repo + " belongs: gc does not judge a repository through one; remove it"}}
+	}
 	snaps, err := fs.ReadDir(root.FS(), folder+"/snapshots")
 	if err != nil {
 		return nil
@@ -103,6 +110,22 @@ func (g *run) hubRepo(root *os.Root, folder string, h catalog.Hub, held string) 
 		return out
 	}
 	return append(out, g.hubLeftovers(root, folder, h, keep, gone)...)
+}
+
+// plantedFolder names the first of a repository's folders (itself, its
+// snapshots/, blobs/ and refs/) that is a symbolic link or not a
+// directory, or "". In a cache users can write, one of them may be a link
+// planted to another repository's: judged or removed through it, that
+// repository's snapshots and blobs would go. The root keeps gc and
+// eviction inside the cache; this keeps them inside the repository. Both
+// look before they judge, and eviction again before it removes.
+func plantedFolder(root *os.Root, folder string) string {
+	for _, d := range []string{folder, folder + "/snapshots", folder + "/blobs", folder + "/refs"} {
+		if fi, err := root.Lstat(d); err == nil && (fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir()) {
+			return d
+		}
+	}
+	return ""
 }
 
 // keepOrListRevision is keepOrList for the old snapshot f of h's

@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,4 +167,130 @@ func TestHubRevisionsHeld(t *testing.T) {
 	if f := hubFile(r, old); f.Action != Kept || !strings.Contains(f.Reason, "another filesystem") {
 		t.Errorf("an old revision on a filer: %+v; want kept, saying why", f)
 	}
+}
+
+// TestHubStagingLeftovers: a Hub model's blobs are fetched in the llmgw
+// cache's staging directory and moved out once verified, so what stays
+// there is a fetch that stopped (a node rebooted mid-shard) or a blob that
+// could not be moved in. One whose blob no catalog Hub model lists, or
+// untouched for gc_part_max_age, is garbage, removed with --collect (it
+// stayed forever, 140 GB of a shard at a time); never one touched within
+// the quiet time or the gc interval, nor anything not named as a blob.
+func TestHubStagingLeftovers(t *testing.T) {
+	cache := t.TempDir()
+	hf := filepath.Join(cache, catalog.DefaultHFDir)
+	cp, _, _ := hubCache(t, hf)
+	stage := filepath.Join(cache, catalog.HubStagingDir, "models--org--tiny")
+	os.MkdirAll(stage, 0o755)
+	old := time.Now().Add(-2 * time.Hour)
+	write := func(name string, size int, at time.Time) string {
+		p := filepath.Join(stage, name)
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(p, at, at)
+		return p
+	}
+	wantedShard := strings.Repeat("5", 64) // the catalog's model.safetensors
+	gone := strings.Repeat("9", 64)        // a shard of a revision no longer in the catalog
+	paths := map[string]bool{              // path → stays
+		write(wantedShard+catalog.PartSuffix, 100, old):                   true,  // resumable, wanted
+		write(wantedShard+catalog.RangesSuffix, 10, old):                  true,  // its record
+		write(gone+catalog.PartSuffix, 300, old):                          false, // left behind
+		write(gone+catalog.RangesSuffix, 10, old):                         false,
+		write(strings.Repeat("8", 40), 20, old):                           false, // a whole blob never moved in, unwanted
+		write(strings.Repeat("7", 64)+catalog.PartSuffix, 50, time.Now()): true,  // a fetch running
+		write("notes.txt", 5, old):                                        true,  // not llmgw's
+	}
+	link := filepath.Join(stage, strings.Repeat("6", 64)+catalog.PartSuffix)
+	os.Symlink(filepath.Join(cache, "elsewhere"), link)
+	paths[link] = true
+
+	opt := Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir(), Collect: true, PartMaxAge: 24 * time.Hour, Recent: 10 * time.Minute}
+	list := opt
+	list.Collect = false
+	if f := hubFile(Run(list), gone+catalog.PartSuffix); f.Action != Listed {
+		t.Errorf("a stopped fetch of an unwanted blob, without --collect: %+v; want listed", f)
+	}
+	r := Run(opt)
+	for p, stays := range paths {
+		if _, err := os.Lstat(p); (err == nil) != stays {
+			t.Errorf("%s there: %v, want %v (%+v)", filepath.Base(p), err == nil, stays, hubFile(r, filepath.Base(p)))
+		}
+	}
+	if r.Freed < 330 {
+		t.Errorf("freed %d bytes, want at least the 330 left behind", r.Freed)
+	}
+
+	// Past gc_part_max_age, a wanted blob's stopped fetch goes too.
+	stale := opt
+	stale.PartMaxAge = time.Hour
+	Run(stale)
+	if _, err := os.Stat(filepath.Join(stage, wantedShard+catalog.PartSuffix)); !os.IsNotExist(err) {
+		t.Errorf("a wanted blob's fetch untouched past gc_part_max_age is still there: %v", err)
+	}
+}
+
+// TestHubRevisionsLinkedFolders: in a Hugging Face cache a user can write,
+// a repository's blobs/ or snapshots/ may be a link someone planted to
+// another repository's: gc, judging org/tiny's old revision, must not
+// remove the other repository's blobs (which org/tiny's snapshots do not
+// link) through it. A repository whose folders are links is left alone,
+// saying so.
+func TestHubRevisionsLinkedFolders(t *testing.T) {
+	for _, folder := range []string{"blobs", "snapshots"} {
+		t.Run(folder, func(t *testing.T) {
+			cache := t.TempDir()
+			hf := filepath.Join(cache, catalog.DefaultHFDir)
+			cp, old, _ := hubCache(t, hf)
+			victim, other := plantRepoLink(t, hf, folder, old)
+			r := Run(Options{CacheDir: cache, HFCache: hf, Catalog: cp, RunDir: t.TempDir(), Collect: true})
+			for _, b := range other {
+				if _, err := os.Stat(filepath.Join(victim, "blobs", b)); err != nil {
+					t.Errorf("gc of org/tiny removed else/where's blob %s through a planted link: %v (%+v)", b, err, r.Files)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(victim, "snapshots", old)); err != nil {
+				t.Errorf("gc of org/tiny removed else/where's snapshot through a planted link: %v", err)
+			}
+		})
+	}
+}
+
+// plantRepoLink lays out another repository, else/where, at commit with
+// blobs of its own (theirs), and makes org/tiny's folder (folder, or the
+// repository's own for "") a link to else/where's, relative, as a user
+// plants it: os.Root follows a link that stays inside the cache.
+func plantRepoLink(t *testing.T, hf, folder, commit string) (victim string, theirs []string) {
+	t.Helper()
+	victim = filepath.Join(hf, "models--else--where")
+	theirs = hubCacheRepo(t, hf, "else/where", commit)
+	tiny := filepath.Join(hf, "models--org--tiny", folder)
+	os.RemoveAll(tiny)
+	target := "models--else--where"
+	if folder != "" {
+		target = "../models--else--where/" + folder
+	}
+	if err := os.Symlink(target, tiny); err != nil {
+		t.Fatal(err)
+	}
+	return victim, theirs
+}
+
+// hubCacheRepo lays out repo at commit with two blobs of its own and
+// returns their names.
+func hubCacheRepo(t *testing.T, hf, repo, commit string) []string {
+	t.Helper()
+	dir := filepath.Join(hf, catalog.RepoFolder(repo))
+	names := []string{strings.Repeat("e", 40), strings.Repeat("f", 64)}
+	for i, n := range names {
+		os.MkdirAll(filepath.Join(dir, "blobs"), 0o755)
+		os.WriteFile(filepath.Join(dir, "blobs", n), make([]byte, 10+i), 0o644)
+		l := filepath.Join(dir, "snapshots", commit, fmt.Sprintf("f%d.safetensors", i))
+		os.MkdirAll(filepath.Dir(l), 0o755)
+		os.Symlink(catalog.HubLinkTarget(filepath.Base(l), n), l)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(filepath.Join(dir, "snapshots", commit), old, old)
+	return names
 }

@@ -108,3 +108,70 @@ func TestSetCollectedWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestStalePartInSetAgesOut: a fetch left behind inside a set directory
+// ages out like one at the top of the cache (gc_part_max_age), even while
+// the catalog wants the set, and a live one is left alone. On main
+// gc_part_max_age reached only the top level, and such a .part stayed.
+func TestStalePartInSetAgesOut(t *testing.T) {
+	n := newNode(t)
+	m := catalog.Model{Name: "wanted", Files: []catalog.File{
+		{Source: "https://origin.example/s/w-00001-of-00002.gguf"},
+		{Source: "https://origin.example/s/w-00002-of-00002.gguf"},
+	}}
+	n.cat.Models = append(n.cat.Models, m)
+	if err := catalog.WriteManifest(n.cache, m); err != nil {
+		t.Fatal(err)
+	}
+	dir := catalog.SetDir(n.cache, m)
+	n.write(catalog.SetFilePath(dir, m.Files[0].Source), 1000)
+	stale := catalog.SetFilePath(dir, m.Files[1].Source) + catalog.PartSuffix
+	n.write(stale, 500)
+	n.write(stale[:len(stale)-len(catalog.PartSuffix)]+catalog.RangesSuffix, 10)
+	old := time.Now().Add(-8 * 24 * time.Hour)
+	for _, p := range []string{stale, stale[:len(stale)-len(catalog.PartSuffix)] + catalog.RangesSuffix} {
+		os.Chtimes(p, old, old)
+	}
+	opt := n.opts(false)
+	opt.PartMaxAge = 7 * 24 * time.Hour
+	r := Run(opt)
+	name := filepath.Base(dir) + "/" + filepath.Base(stale)
+	f := find(t, r, name)
+	if f.Action != Listed || !strings.Contains(f.Reason, "gc_part_max_age") {
+		t.Fatalf("a week-old .part inside a wanted set: %+v; want it listed for its age", f)
+	}
+	opt.Collect = true
+	r = Run(opt)
+	if f := find(t, r, name); f.Action != Removed {
+		t.Fatalf("collect: %+v", f)
+	}
+	if n.exists(stale) || !n.exists(catalog.SetFilePath(dir, m.Files[0].Source)) || !n.exists(filepath.Join(dir, catalog.SetManifest)) {
+		t.Errorf("after collect: stale .part %v, the set's finished file %v, its manifest %v; want only the .part gone",
+			n.exists(stale), n.exists(catalog.SetFilePath(dir, m.Files[0].Source)), n.exists(filepath.Join(dir, catalog.SetManifest)))
+	}
+	// A fresh .part (a fetch under way) is not news.
+	n.write(stale, 500)
+	if r := Run(opt); hasEntry(r, name) {
+		t.Errorf("a live .part inside a set was judged: %+v", find(t, r, name))
+	}
+	// A coordinator naming a nested path that is no set's .part is refused.
+	opt.Only = []string{filepath.Base(dir) + "/" + filepath.Base(catalog.SetFilePath(dir, m.Files[0].Source)), "../x/y.part", filepath.Base(dir) + "/../../etc/passwd"}
+	for _, f := range Run(opt).Files {
+		if f.Action != Refused {
+			t.Errorf("asked %q: %+v; want refused", f.Name, f)
+		}
+	}
+}
+
+// A file kept for being fetched within the gc interval says when it can
+// go, and is kept under --force all the same.
+func TestRecentSaysWhenItCanGo(t *testing.T) {
+	n := newNode(t)
+	opt := n.opts(true)
+	opt.Recent, opt.Force = time.Hour, true
+	r := Run(opt)
+	f := find(t, r, filepath.Base(n.cachePath(goneSrc)))
+	if f.Action != Kept || !strings.Contains(f.Reason, "it can go after ") || !strings.Contains(f.Reason, "--force or not") {
+		t.Errorf("a file fetched just now, forced: %+v; want kept, saying when it can go", f)
+	}
+}

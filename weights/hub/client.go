@@ -49,9 +49,10 @@ const (
 	// maxAPIBody bounds one API answer: a tree page of a thousand files is
 	// a few hundred kilobytes.
 	maxAPIBody = 32 << 20
-	// maxTreeFiles bounds a listing: a repository of more files than this
-	// is not a model.
-	maxTreeFiles = 100000
+	// maxTreeEntries bounds a listing, counting its directories too: a
+	// repository of more entries than this is not a model, and a listing
+	// that never ends (a broken or hostile mirror) ends here.
+	maxTreeEntries = 100000
 )
 
 // Client asks one Hub. The zero value asks DefaultEndpoint (or
@@ -73,6 +74,10 @@ type Client struct {
 	UserAgent string
 	// Sleep waits between retries (tests make it instant).
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Waiting, when set, is told each wait before a retry, in words, so
+	// that a person at the command line is not left at a silent prompt
+	// through minutes of Retry-After.
+	Waiting func(msg string)
 }
 
 // File is one file of a repository at one commit, as the tree lists it.
@@ -263,6 +268,7 @@ func (c *Client) Tree(ctx context.Context, repo, commit string) ([]File, error) 
 	base, _ := url.Parse(next)
 	var files []File
 	seen := map[string]bool{}
+	entries := 0
 	for pages := 0; next != ""; pages++ {
 		if pages > 10000 {
 			return nil, &Error{Op: op, Err: errors.New("more than 10000 pages; the Hub's Link header goes round in circles")}
@@ -271,6 +277,9 @@ func (c *Client) Tree(ctx context.Context, repo, commit string) ([]File, error) 
 		resp, err := c.getJSON(ctx, op, next, &page)
 		if err != nil {
 			return nil, err
+		}
+		if entries += len(page); entries > maxTreeEntries {
+			return nil, &Error{Op: op, Err: fmt.Errorf("more than %d entries; not a model repository (or a listing that does not end: is HF_ENDPOINT %s a Hub?)", maxTreeEntries, c.endpoint())}
 		}
 		for _, e := range page {
 			if e.Type != "file" {
@@ -285,9 +294,6 @@ func (c *Client) Tree(ctx context.Context, repo, commit string) ([]File, error) 
 			}
 			seen[f.Path] = true
 			files = append(files, f)
-		}
-		if len(files) > maxTreeFiles {
-			return nil, &Error{Op: op, Err: fmt.Errorf("more than %d files; not a model repository", maxTreeFiles)}
 		}
 		next = nextPage(resp.Header, base)
 	}
@@ -443,6 +449,9 @@ func (c *Client) do(ctx context.Context, op, u string) (*http.Response, error) {
 		}
 		if wait <= 0 {
 			wait = min(positive(c.RetryWait, DefaultRetryWait)<<min(attempt, 16), maxRetryWait)
+		}
+		if c.Waiting != nil {
+			c.Waiting(fmt.Sprintf("%s; waiting %s before attempt %d of %d", strings.TrimRight(herr.Error(), "."), wait.Round(time.Second), attempt+2, retries+1))
 		}
 		if err := c.sleep(ctx, wait); err != nil {
 			return nil, &Error{Op: op, Err: err}

@@ -301,8 +301,41 @@ func (c *candidate) hubList(h catalog.Hub) {
 			t.file(f.Path, fmt.Sprintf("%d bytes, the Hub lists %d", size, f.Size))
 		}
 	}
+	if why := readOnlyRefs(c.path, h); why != "" {
+		t.add(why)
+	}
 	c.trouble = t
 }
+
+// readOnlyRefs says why a snapshot of h at path is not held for the refs
+// an engine reads, or "": a ref (refs/main) naming another commit in a
+// Hugging Face cache mounted read-only (a site's shared cache). An engine
+// given the repository id there loads the other commit, and the Prolog
+// cannot point the ref back, so a job sent there fails. Where the cache
+// can be written, the Prolog points it back, and the snapshot is held.
+func readOnlyRefs(path string, h catalog.Hub) string {
+	repo := path + "/../.."
+	for _, ref := range catalog.HubRefs(h) {
+		b, err := catalog.ReadHubRef(repo + "/refs/" + ref)
+		if err == nil && b == h.Commit {
+			continue
+		}
+		var st syscall.Statfs_t
+		if syscall.Statfs(repo, &st) != nil || st.Flags&stRdonly == 0 {
+			return ""
+		}
+		names := "names no commit"
+		if c := strings.TrimSpace(b); err == nil && catalog.ValidCommit(c) {
+			names = "names " + c
+		}
+		return fmt.Sprintf("refs/%s %s, not %s, and the Hugging Face cache is read-only here: an engine given %s would load that, and the Prolog cannot point the ref back (its admin can, or register the model at that commit)", ref, names, h.Commit, h.Repo)
+	}
+	return ""
+}
+
+// stRdonly is statfs's ST_RDONLY flag: the filesystem is mounted
+// read-only.
+const stRdonly = 0x1
 
 // hubConfigs are the files one of which an engine needs beside
 // safetensors to load them: transformers' and vLLM's config.json,

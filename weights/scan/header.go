@@ -91,6 +91,15 @@ func (s *walker) settling(p string, st fileStat) string {
 	if s.opt.Settle <= 0 || catalog.IsCacheName(path.Base(p)) || catalog.IsSetName(path.Base(path.Dir(p))) {
 		return ""
 	}
+	if s.opt.Memory.sameSize(st) {
+		// As large as at the last scan: not seen growing. A touch (an
+		// rsync that found nothing to copy, a backup tool restoring
+		// times) changes the mtime only, and must not make the model
+		// vanish from status and features for a scan interval; the
+		// header, read again for the new mtime, still says whether the
+		// bytes are whole.
+		return ""
+	}
 	if ago := s.now.Sub(time.Unix(0, st.mtime)); ago < s.opt.Settle {
 		return fmt.Sprintf("modified %s ago: still being written?", max(ago, 0).Round(time.Millisecond))
 	}

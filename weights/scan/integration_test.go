@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/internal/fusetest"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // These tests mount a real FUSE filesystem (Debian's bindfs), so statfs
@@ -208,5 +209,37 @@ func TestScanIntegrationHungEntry(t *testing.T) {
 	}
 	if len(got) != 4 {
 		t.Errorf("Scan reported %d weights, want 4: %+v", len(got), inv.Weights)
+	}
+}
+
+// TestScanIntegrationHubReadOnlyRefs: a snapshot of a Hub model's commit in
+// a read-only Hugging Face cache (a site's shared cache, mounted read-only
+// on the nodes) whose refs/main names another commit is not held: an
+// engine given the repository id there loads that other commit, and the
+// Prolog cannot point refs/main back, so every job sent there failed while
+// placement preferred the node. The same snapshot in a cache the node can
+// write is held: the Prolog points refs/main at the commit.
+func TestScanIntegrationHubReadOnlyRefs(t *testing.T) {
+	needBindfs(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	commit, other := strings.Repeat("c", 40), strings.Repeat("d", 40)
+	testHF(t, src, "org/tiny", commit, map[string]int64{"model.safetensors": 4096, "config.json": 20})
+	testWrite(t, filepath.Join(src, "models--org--tiny", "refs", "main"), other)
+	fusetest.Mount(t, src, mnt, "ro")
+	h := catalog.Hub{Repo: "org/tiny", Revision: "main", Commit: commit, Files: []catalog.HubFile{
+		{Path: "config.json", Size: 20, Blob: strings.Repeat("b", 40)}, {Path: "model.safetensors", Size: 4096, SHA256: strings.Repeat("a", 64)}}}
+	opt := Options{Hub: map[string]catalog.Hub{HubKey(h.Repo, h.Commit): h}}
+	for dir, wantHeld := range map[string]bool{mnt: false, src: true} {
+		inv := Scan(context.Background(), []string{dir}, opt)
+		if len(inv.Weights) != 1 {
+			t.Fatalf("%s: %+v", dir, inv.Weights)
+		}
+		l := inv.Weights[0]
+		if l.Complete != wantHeld {
+			t.Errorf("%s: complete %v (%s); want %v", dir, l.Complete, l.Problem, wantHeld)
+		}
+		if !wantHeld && (!strings.Contains(l.Problem, "refs/main names "+other) || !strings.Contains(l.Problem, "read-only")) {
+			t.Errorf("%s: problem %q; want it to say refs/main names %s on a read-only cache", dir, l.Problem, other)
+		}
 	}
 }

@@ -71,6 +71,11 @@ type Options struct {
 	// only once it is whole.
 	Settle time.Duration
 
+	// Memory, when set, carries each weight file's size from one scan to
+	// the next (a running agent keeps one): the settle rule then applies
+	// only to files seen growing, or not seen before, never to one whose
+	// mtime alone changed.
+	Memory *Memory
 	// Hub are the file lists of the catalog's Hub models (weights/catalog
 	// hub.go), by HubKey(repository, commit): a Hugging Face cache snapshot
 	// of one of them is complete when every file of the list is in it
@@ -115,6 +120,48 @@ func (o Options) withDefaults() Options {
 		o.Settle = DefaultSettle
 	}
 	return o
+}
+
+// Memory is what a scan remembers for the next one (Options.Memory): the
+// size each weight file had, by device and inode. Safe for one scan at a
+// time.
+type Memory struct {
+	mu         sync.Mutex
+	last, this map[devIno]int64
+}
+
+func (m *Memory) begin() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.this = map[devIno]int64{}
+	m.mu.Unlock()
+}
+
+// end makes this scan's sizes the ones the next scan compares with.
+func (m *Memory) end() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.last, m.this = m.this, nil
+	m.mu.Unlock()
+}
+
+// sameSize notes st's size for the next scan and says whether the last
+// scan saw the file at that size.
+func (m *Memory) sameSize(st fileStat) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.this != nil {
+		m.this[st.id] = st.size
+	}
+	n, ok := m.last[st.id]
+	return ok && n == st.size
 }
 
 // Scan lists the weights a node can see in dirs.
@@ -173,6 +220,8 @@ func Scan(ctx context.Context, dirs []string, opt Options) Inventory {
 	}
 
 	opt.roots = paths
+	opt.Memory.begin()
+	defer opt.Memory.end()
 
 	// Every directory at once: the time a scan takes is that of the slowest
 	// directory, bounded by DirTimeout, not the sum of them.

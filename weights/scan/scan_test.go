@@ -1063,3 +1063,51 @@ func TestScanSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestTouchDoesNotFlap is item 6: a model stays held when only its mtime
+// changed (a touch, an rsync that copied nothing) and its size is the one
+// the last scan saw; on main it counted as "still being written?" until a
+// scan after the settle time, a whole scan interval at the agent's pace,
+// and jobs constrained to its feature pended meanwhile. A file seen
+// growing between two scans, or never seen before, still settles.
+func TestTouchDoesNotFlap(t *testing.T) {
+	root := t.TempDir()
+	model, growing := root+"/m.gguf", root+"/g.gguf"
+	testFile(t, model, 4096)
+	testFile(t, growing, 4096)
+	long := time.Now().Add(-time.Hour)
+	os.Chtimes(model, long, long)
+	os.Chtimes(growing, long, long)
+	mem := &Memory{}
+	opt := Options{Settle: time.Minute, Memory: mem}
+	scan := func() map[string]Local {
+		got := map[string]Local{}
+		for _, l := range Scan(context.Background(), []string{root}, opt).Weights {
+			got[l.Path] = l
+		}
+		return got
+	}
+	if got := scan(); !got[model].Complete || !got[growing].Complete {
+		t.Fatalf("the first scan: %+v", got)
+	}
+	// A touch of one; the other grows by a write.
+	now := time.Now()
+	os.Chtimes(model, now, now)
+	f, _ := os.OpenFile(growing, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(make([]byte, 512))
+	f.Close()
+	got := scan()
+	if l := got[model]; !l.Complete {
+		t.Errorf("a model touched, its size as at the last scan: %+v; want it still held", l)
+	}
+	if l := got[growing]; l.Complete || !strings.Contains(l.Problem, "still being written?") {
+		t.Errorf("a file seen growing between two scans: %+v; want it settling", l)
+	}
+	// A file never seen before settles, memory or not.
+	fresh := root + "/new.gguf"
+	testFile(t, fresh, 4096)
+	os.Chtimes(fresh, time.Now(), time.Now())
+	if l := scan()[fresh]; l.Complete {
+		t.Errorf("a file never seen before, written just now: %+v; want it settling", l)
+	}
+}

@@ -112,8 +112,11 @@ type Options struct {
 	// the agent would not start with it.
 	AgentConfigErr error
 	// From the agent's configuration.
-	Socket      string
-	CacheDir    string
+	Socket   string
+	CacheDir string
+	// HFCache is the Hugging Face cache Hub models are fetched into
+	// (agent.toml's hf_cache, defaults applied).
+	HFCache     string
 	Coordinator string
 	TokenFile   string
 	// TLSCA is the CA file the agent verifies the coordinator with.
@@ -139,6 +142,7 @@ func Run(ctx context.Context, o Options) []Finding {
 	fs = append(fs, checkCoordinator(ctx, o)...)
 	fs = append(fs, checkFeatures(ctx, o)...)
 	fs = append(fs, checkCache(ctx, o)...)
+	fs = append(fs, checkHFCache(ctx, o)...)
 	return fs
 }
 
@@ -299,6 +303,7 @@ func checkSlurm(v slurmView, o Options) []Finding {
 	fs = append(fs, checkJobSubmit(v)...)
 	fs = append(fs, checkPreferValidation(v)...)
 	fs = append(fs, checkBackfill(v)...)
+	fs = append(fs, checkNodeFeatures(v)...)
 	return fs
 }
 
@@ -751,6 +756,15 @@ func checkAgent(ctx context.Context, o Options) []Finding {
 			Message: fmt.Sprintf("the agent has no fresh catalog copy at %s (%s): the hooks cannot resolve models added since", st.Catalog.Path, orNone(st.Catalog.Error)),
 			Fix:     "make the coordinator reachable from this node"})
 	}
+	if st.Catalog.GCHeld != "" {
+		since := ""
+		if !st.Catalog.GCHeldSince.IsZero() {
+			since = " since " + st.Catalog.GCHeldSince.UTC().Format(time.RFC3339)
+		}
+		fs = append(fs, Finding{Check: "gc", Severity: Warn,
+			Message: "this node's gc removes nothing" + since + ": " + st.Catalog.GCHeld,
+			Fix:     "if the coordinator's catalog is the right one (a database restored or moved on purpose), run 'llmgw gc --trust': every node adopts it, gc_max_share still holds"})
+	}
 	return fs
 }
 
@@ -865,6 +879,56 @@ func checkCache(ctx context.Context, o Options) []Finding {
 		fstype = " (" + inv.Dirs[0].FSType + ")"
 	}
 	return append(fs, Finding{Check: "cache dir", Message: dir + " is writable and node-local" + fstype})
+}
+
+// checkHFCache checks the Hugging Face cache Hub models are fetched into,
+// when agent.toml puts it elsewhere than the cache (inside it, the cache's
+// checks are its): that it is a directory, whether root can write it (a
+// read-only shared cache is fine, but only what it holds is had), and
+// whether every user can (then any of them can change what the jobs of a
+// Hub model load: llmgw never writes through a link one planted, but
+// engines read whatever is there).
+func checkHFCache(ctx context.Context, o Options) []Finding {
+	dir := o.HFCache
+	if dir == "" {
+		return nil
+	}
+	if o.CacheDir != "" && strings.HasPrefix(dir, filepath.Clean(o.CacheDir)+"/") {
+		return []Finding{{Check: "hf_cache", Message: dir + " is inside the cache: Hub models are fetched there, by the cache's rules"}}
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return []Finding{{Check: "hf_cache", Message: dir + " does not exist yet; the first Hub model a job asks for makes it"}}
+	case err != nil:
+		return []Finding{{Check: "hf_cache", Severity: Error, Message: err.Error(), Fix: "set hf_cache in agent.toml to a directory root can read"}}
+	case !st.IsDir():
+		return []Finding{{Check: "hf_cache", Severity: Error, Message: dir + " is not a directory; every job of a Hub model fails", Fix: "set hf_cache in agent.toml to a directory"}}
+	}
+	var fs []Finding
+	if st.Mode().Perm()&0o002 != 0 {
+		fs = append(fs, Finding{Check: "hf_cache", Severity: Warn,
+			Message: dir + " is writable by every user: any of them can change what the jobs of a Hub model load (a snapshot's link, a blob); llmgw never writes through a link planted there, but engines read what is there",
+			Fix:     "make it writable by root alone (chmod o-w), and give users their own caches, or accept that they share one"})
+	}
+	f, err := os.CreateTemp(dir, ".llmgw-doctor-*")
+	if err != nil {
+		return append(fs, Finding{Check: "hf_cache", Severity: Warn,
+			Message: fmt.Sprintf("cannot write in %s: %v; a Hub model is had on this node only when this cache holds it, with refs/main naming its commit, and a job of any other fails", dir, err),
+			Fix:     "run llmgw doctor as root; if the cache is a site's read-only one, that is how it is meant; else make it writable or set hf_cache elsewhere"})
+	}
+	f.Close()
+	os.Remove(f.Name())
+	where := "node-local"
+	inv := scan.Scan(ctx, []string{dir}, scan.Options{DirTimeout: o.Timeout, MaxSkipped: -1})
+	if len(inv.Dirs) == 1 {
+		if inv.Dirs[0].Shared {
+			where = "shared (" + inv.Dirs[0].FSType + "): each blob is fetched in the cache and moved in whole, and old revisions there are its admin's to remove"
+		} else {
+			where += " (" + inv.Dirs[0].FSType + ")"
+		}
+	}
+	return append(fs, Finding{Check: "hf_cache", Message: dir + " is writable and " + where})
 }
 
 // checkFeatures asks the coordinator how its Slurm feature reconciler is

@@ -296,6 +296,38 @@ func TestCache(t *testing.T) {
 	}
 }
 
+// TestHFCache: the doctor looks at the Hugging Face cache Hub models are
+// fetched into, when agent.toml puts it elsewhere than the cache: there,
+// not a directory, writable by every user (any of them could change what
+// jobs load), or one root cannot write (a read-only shared cache: only
+// what it holds is had).
+func TestHFCache(t *testing.T) {
+	ctx := context.Background()
+	cache, hf := t.TempDir(), t.TempDir()
+	os.Chmod(hf, 0o755)
+	o := Options{CacheDir: cache, HFCache: hf, Timeout: time.Second}
+	if sev, msg := worst(checkHFCache(ctx, o), "hf_cache"); sev != OK || !strings.Contains(msg, hf) {
+		t.Errorf("a root-only local hf_cache: %s %q", sev, msg)
+	}
+	if ents, _ := os.ReadDir(hf); len(ents) != 0 {
+		t.Errorf("the write test left %v behind", ents)
+	}
+	os.Chmod(hf, 0o777)
+	if sev, msg := worst(checkHFCache(ctx, o), "hf_cache"); sev != Warn || !strings.Contains(msg, "every user") {
+		t.Errorf("a world-writable hf_cache: %s %q; want a warning saying any user can change what jobs load", sev, msg)
+	}
+	file := filepath.Join(hf, "f")
+	write(t, file, "", 0o644)
+	o.HFCache = file
+	if sev, _ := worst(checkHFCache(ctx, o), "hf_cache"); sev != Error {
+		t.Errorf("a file as hf_cache: %s, want error", sev)
+	}
+	o.HFCache = filepath.Join(cache, "hub")
+	if sev, msg := worst(checkHFCache(ctx, o), "hf_cache"); sev != OK || !strings.Contains(msg, "inside the cache") {
+		t.Errorf("the default hf_cache: %s %q", sev, msg)
+	}
+}
+
 // TestCoordinator checks reachability and the token against a real
 // coordinator on 127.0.0.1.
 func TestCoordinator(t *testing.T) {

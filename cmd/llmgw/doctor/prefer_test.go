@@ -56,3 +56,25 @@ func TestBackfillContinue(t *testing.T) {
 		t.Errorf("file with bf_continue, running slurmctld without: %s %q; want a warning for the running slurmctld", sev, msg)
 	}
 }
+
+// TestNodeFeaturesPlugin: with a NodeFeatures plugin llmgw writes no node
+// features (the plugin rewrites ActiveFeatures updates): a warning that
+// says so and names the plugin; without one, what llmgw writes.
+func TestNodeFeaturesPlugin(t *testing.T) {
+	h := newHost(t)
+	for _, c := range []struct {
+		plugins string
+		sev     Severity
+		want    string
+	}{
+		{"<unset>", OK, "writes presence as ActiveFeatures"},
+		{"(null)", OK, "writes presence as ActiveFeatures"},
+		{"node_features/helpers", Warn, "NodeFeaturesPlugins=node_features/helpers"},
+		{"node_features/knl_generic", Warn, "writes no node features on this cluster"},
+	} {
+		fs := CheckSettings(with(h.good(), "nodefeaturesplugins", c.plugins), h.conf, nil, h.opts())
+		if sev, msg := worst(fs, "node features plugin"); sev != c.sev || !strings.Contains(msg, c.want) {
+			t.Errorf("NodeFeaturesPlugins=%s: %s %q; want %s saying %q", c.plugins, sev, msg, c.sev, c.want)
+		}
+	}
+}
