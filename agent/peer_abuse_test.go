@@ -68,8 +68,8 @@ func TestSwarmHolderFileGoneOrReplaced(t *testing.T) {
 			ka, kb := 161+2*i, 162+2*i
 			e.url = startCoordinator(t, realm, map[string]string{nodeName(ka): fmt.Sprintf("127.0.0.%d", ka), nodeName(kb): fmt.Sprintf("127.0.0.%d", kb)}, 0)
 			e.o = newFOrigin(t, e, 0)
-			a := startSwarmAgent(t, e, ka, 31160+2*i)
-			b := startSwarmAgent(t, e, kb, 31161+2*i)
+			a := startSwarmAgent(t, e, ka, 0)
+			b := startSwarmAgent(t, e, kb, 0)
 			req := api.EnsureRequest{Source: e.o.url, SHA256: sum, Size: int64(len(data))}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -244,7 +244,7 @@ func TestSwarmWithdrawHeldCopy(t *testing.T) {
 	e := emptyFabric(t, realm, data, sum, faultChunk)
 	e.url = startCoordinator(t, realm, map[string]string{"n231": "127.0.0.231", "n232": "127.0.0.232"}, faultChunk)
 	e.o = newFOrigin(t, e, 0)
-	a := startSwarmAgent(t, e, 231, 31231)
+	a := startSwarmAgent(t, e, 231, 0)
 	req := api.EnsureRequest{Source: e.o.url, SHA256: sum, Size: int64(len(data))}
 	path := catalog.CachePathFor(a.Config().CacheDir, e.o.url)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -38,7 +38,7 @@ func TestSwarmHubRoomClaimedWhole(t *testing.T) {
 	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
 	x := newHubFabric(t, twelveFiles(), 191, 192)
 	base := x.hub.Served()
-	a := x.agent(191, 31780, mnt)
+	a := x.agent(191, 0, mnt)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := x.ensure(ctx, a)

@@ -36,7 +36,7 @@ func TestSwarmHubForgingHolder(t *testing.T) {
 	if _, leases, _ := liar.Plans(); leases == 0 {
 		t.Fatal("the forger did not take the lease first")
 	}
-	a := x.agent(242, 31730, "")
+	a := x.agent(242, 0, "")
 	base := x.hub.Served()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

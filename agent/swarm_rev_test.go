@@ -165,6 +165,9 @@ func (x *hubFabric) agent(k, port int, dir string) *Agent {
 	cfg.Node, cfg.Fabric = fmt.Sprintf("n%d", k), "ib-a"
 	cfg.Coordinator = x.e.url
 	cfg.MungeSocket = x.e.realm.Start(ip).Socket()
+	if port == 0 {
+		port = freePort(t, ip)
+	}
 	cfg.PeerAddr = fmt.Sprintf("%s:%d", ip, port)
 	cfg.HFEndpoint = x.hub.URL
 	if dir != "" {
@@ -339,8 +342,8 @@ func TestSwarmHubRepository(t *testing.T) {
 	// join: the revision goes through the pipeline, not copy after copy.
 	x.hub.Throttle(6 << 20)
 	var agents []*Agent
-	for i, k := range []int{111, 112, 113} {
-		agents = append(agents, x.agent(k, 31700+i, ""))
+	for _, k := range []int{111, 112, 113} {
+		agents = append(agents, x.agent(k, 0, ""))
 	}
 	paths, errs := ensureAll(agents, x.request)
 	for i, a := range agents {
@@ -378,8 +381,8 @@ func TestSwarmHubSeedKilledMidFile(t *testing.T) {
 	base := x.hub.Served()
 	x.hub.Throttle(3 << 20)
 	seedDir := t.TempDir()
-	seed := x.agent(121, 31710, seedDir)
-	others := []*Agent{x.agent(122, 31711, ""), x.agent(123, 31712, "")}
+	seed := x.agent(121, 0, seedDir)
+	others := []*Agent{x.agent(122, 0, ""), x.agent(123, 0, "")}
 	sctx, killSeed := context.WithCancel(context.Background())
 	seedDone := make(chan error, 1)
 	go func() {
@@ -420,7 +423,7 @@ func TestSwarmHubSeedKilledMidFile(t *testing.T) {
 	// The dead node again, on its cache, as after a reboot: what it
 	// verified is kept, the rest comes from its peers, not the Hub.
 	before := x.hub.Served()
-	again := x.agent(121, 31713, seedDir)
+	again := x.agent(121, 0, seedDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := x.ensure(ctx, again); err != nil {
@@ -461,7 +464,7 @@ func TestSwarmHubWrongBlobOnDisk(t *testing.T) {
 	}
 	// The member with the wrong blob asks first, so that it takes the
 	// lease: were it to trust the blob, its chunks would be the fabric's.
-	agents := []*Agent{x.agent(131, 31720, liarDir), x.agent(132, 31721, ""), x.agent(133, 31722, "")}
+	agents := []*Agent{x.agent(131, 0, liarDir), x.agent(132, 0, ""), x.agent(133, 0, "")}
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i, a := range agents {
@@ -501,7 +504,7 @@ func TestSwarmHubRepositoryHeldFilesStayLocal(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir()}
 	var agents []*Agent
 	for i, k := range []int{141, 142} {
-		agents = append(agents, x.agent(k, 31730+i, dirs[i]))
+		agents = append(agents, x.agent(k, 0, dirs[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -552,7 +555,7 @@ func TestSwarmHubRepositoryHeldFilesStayLocal(t *testing.T) {
 func TestSwarmHubGated(t *testing.T) {
 	x := newHubFabric(t, twelveFiles(), 151, 152)
 	x.hub.Gate("org/twelve", "hf_secret")
-	agents := []*Agent{x.agent(151, 31740, ""), x.agent(152, 31741, "")}
+	agents := []*Agent{x.agent(151, 0, ""), x.agent(152, 0, "")}
 	_, errs := ensureAll(agents, x.request)
 	for i, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "hf_token_file") {
@@ -567,7 +570,7 @@ func TestSwarmHubGated(t *testing.T) {
 func TestSwarmHubRateLimited(t *testing.T) {
 	x := newHubFabric(t, twelveFiles(), 161, 162)
 	base := x.hub.Served()
-	agents := []*Agent{x.agent(161, 31750, ""), x.agent(162, 31751, "")}
+	agents := []*Agent{x.agent(161, 0, ""), x.agent(162, 0, "")}
 	x.hub.Limit(1, 1)
 	start := time.Now()
 	_, errs := ensureAll(agents, x.request)
@@ -670,8 +673,8 @@ func TestSwarmSetModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var agents []*Agent
-	for i, k := range ks {
-		agents = append(agents, x.agent(k, 31760+i, ""))
+	for _, k := range ks {
+		agents = append(agents, x.agent(k, 0, ""))
 	}
 	set := catalog.SetName(m)
 	paths, errs := ensureAll(agents, func(*Agent) api.EnsureRequest { return api.EnsureRequest{Source: m.Source, Set: set, Files: m.Files} })
@@ -727,8 +730,8 @@ func TestSwarmHFFile(t *testing.T) {
 	base := x.hub.Served()
 	x.hub.Throttle(6 << 20)
 	var agents []*Agent
-	for i, k := range []int{181, 182, 183} {
-		agents = append(agents, x.agent(k, 31770+i, ""))
+	for _, k := range []int{181, 182, 183} {
+		agents = append(agents, x.agent(k, 0, ""))
 	}
 	paths, errs := ensureAll(agents, func(*Agent) api.EnsureRequest { return api.EnsureRequest{Source: src, SHA256: f.SHA256, Size: f.Size} })
 	for i, a := range agents {
@@ -799,7 +802,7 @@ func TestSwarmHubSameBlobTwice(t *testing.T) {
 	x := newHubFabric(t, files, 201, 202)
 	want := x.reference()
 	base := x.hub.Served()
-	agents := []*Agent{x.agent(201, 31790, ""), x.agent(202, 31791, "")}
+	agents := []*Agent{x.agent(201, 0, ""), x.agent(202, 0, "")}
 	_, errs := ensureAll(agents, x.request)
 	for i, a := range agents {
 		if errs[i] != nil {
@@ -819,7 +822,7 @@ func TestSwarmHubSameBlobTwice(t *testing.T) {
 func TestSwarmHubClaimIsTheNodesBudget(t *testing.T) {
 	x := newHubFabric(t, twelveFiles(), 211)
 	x.hub.Throttle(4 << 20)
-	a := x.agent(211, 31795, "")
+	a := x.agent(211, 0, "")
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
