@@ -172,11 +172,18 @@ func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscr
 	var err error
 	if req.Hub != nil {
 		// A Hugging Face repository at one commit, into the node's Hugging
-		// Face cache. Through the fabric's swarm is phase 2 of issue 25.
-		path, err = f.EnsureHub(ctx, cfg.HFCacheDir(), *req.Hub)
+		// Face cache, through the fabric's swarm as one revision (issue 25).
+		path, err = a.ensureHubModel(ctx, cfg, f, req)
+	} else if len(req.Files) > 0 {
+		// Every file of a model of several, into its set directory, as one
+		// revision.
+		path, err = a.ensureSetModel(ctx, cfg, f, req)
 	} else if req.Set != "" {
 		// One file of a model of several: into its set directory.
 		path, err = f.EnsureIn(ctx, req.Set, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+	} else if a.hfSwarmable(cfg, req) {
+		// One hf: file: a revision of one file, read at the Hub.
+		path, err = a.ensureHFFile(ctx, cfg, f, req)
 	} else if why := a.whyNoSwarm(cfg, req); why == "" {
 		// One copy per fabric: through the swarm (issue 18).
 		path, err = a.ensureSwarm(ctx, cfg, f, req)

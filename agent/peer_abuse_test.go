@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,8 +68,8 @@ func TestSwarmHolderFileGoneOrReplaced(t *testing.T) {
 			ka, kb := 161+2*i, 162+2*i
 			e.url = startCoordinator(t, realm, map[string]string{nodeName(ka): fmt.Sprintf("127.0.0.%d", ka), nodeName(kb): fmt.Sprintf("127.0.0.%d", kb)}, 0)
 			e.o = newFOrigin(t, e, 0)
-			a := startSwarmAgent(t, e, ka, 31160+2*i)
-			b := startSwarmAgent(t, e, kb, 31161+2*i)
+			a := startSwarmAgent(t, e, ka, 0)
+			b := startSwarmAgent(t, e, kb, 0)
 			req := api.EnsureRequest{Source: e.o.url, SHA256: sum, Size: int64(len(data))}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -224,4 +225,62 @@ func TestPeerServerSlowReadersCannotHoldSlots(t *testing.T) {
 	if served > maxUploadsPerNode {
 		t.Errorf("%d slow readers of one node were served at once, want at most %d", served, maxUploadsPerNode)
 	}
+}
+
+// TestSwarmWithdrawHeldCopy: a node holds a file it did not fetch through
+// the swarm (found in its cache: its chunk size is the protocol's 16 MiB,
+// the swarm's is 256 KiB here) and is offered to its fabric once a reader
+// asks for it; the model is then repinned, gc removes the old copy, and
+// the next scan withdraws it. The coordinator takes the withdrawal, whose
+// chunk size is not the swarm's and whose file is no longer the catalog's,
+// and stops offering the copy.
+//
+// Seen failing as it should before: the coordinator refused the Gone (409:
+// the node's catalog copy is older than the pin), and kept the removed copy
+// a complete member of its swarm for completeRetention (10 min).
+func TestSwarmWithdrawHeldCopy(t *testing.T) {
+	realm := mungetest.New(t)
+	data, sum := testData(t, 8*faultChunk)
+	e := emptyFabric(t, realm, data, sum, faultChunk)
+	e.url = startCoordinator(t, realm, map[string]string{"n231": "127.0.0.231", "n232": "127.0.0.232"}, faultChunk)
+	e.o = newFOrigin(t, e, 0)
+	a := startSwarmAgent(t, e, 231, 0)
+	req := api.EnsureRequest{Source: e.o.url, SHA256: sum, Size: int64(len(data))}
+	path := catalog.CachePathFor(a.Config().CacheDir, e.o.url)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if got, err := a.ensure(ctx, req, nil); err != nil || got != path {
+		t.Fatalf("ensure of a file in the cache: %q, %v", got, err)
+	}
+	h := a.swarm.files.get(sum)
+	if h == nil || h.chunkSize != api.DefaultChunkSize {
+		t.Fatalf("the held copy: %+v; want one held whole, in the protocol's chunks", h)
+	}
+	// A reader asked for it: the chunk server asks for the swarm's members,
+	// which makes the node a complete member.
+	if err := h.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 5*time.Second, "the coordinator counts the held copy complete", func() bool {
+		s := swarmStatusOf(t, e.url, sum)
+		return s != nil && s.Complete == 1
+	})
+	admin := &api.Client{BaseURL: e.url, Token: "admin-secret"}
+	if _, err := admin.PutModel(ctx, api.Model{Name: "model", Source: e.o.url, SHA256: strings.Repeat("c", 64), Size: int64(len(data))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	a.scan(ctx)
+	until(t, 5*time.Second, "the coordinator no longer offers the removed copy", func() bool {
+		s := swarmStatusOf(t, e.url, sum)
+		return s == nil || s.Complete == 0
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -46,12 +47,24 @@ type held struct {
 	// plan of its swarm lists them (api.SwarmPlan.Members); nil before any
 	// plan: nobody (peermembers.go).
 	members *swarmMembers
+	// membersVersion is the version of the plan members came from,
+	// which reports give back (api.SwarmReport.MembersVersion).
+	membersVersion uint64
 	// refresh, when set, asks the coordinator for a plan now, and so for
 	// the members; refreshMu serialises the asks, and refreshed is when
 	// the last began.
 	refresh   func(context.Context) error
 	refreshMu sync.Mutex
 	refreshed time.Time
+	// rev, when set, is a revision of several files (swarmrev.go): what
+	// open reads and check checks instead of path.
+	rev *revision
+}
+
+// heldFile is what an answer reads a held file's bytes from.
+type heldFile interface {
+	io.ReaderAt
+	io.Closer
 }
 
 // liveChunk is one chunk as it arrives from the origin: buf[:n] has come,
@@ -119,6 +132,16 @@ func (h *held) verified(from, to int64) bool {
 func (h *held) mark(i int) {
 	h.mu.Lock()
 	h.have = api.SetChunk(h.have, i)
+	h.mu.Unlock()
+}
+
+// unmark takes chunk i back: it was verified against a digest found false
+// (swarm.unland).
+func (h *held) unmark(i int) {
+	h.mu.Lock()
+	if i >= 0 && i/8 < len(h.have) {
+		h.have[i/8] &^= 1 << (i % 8)
+	}
 	h.mu.Unlock()
 }
 
@@ -247,7 +270,10 @@ func (h *held) same(id, got fileID, complete bool) bool {
 // at: a file fetched again at the same pin). A complete file that is gone
 // or is other bytes is an error: the caller drops the entry. A .part that
 // is gone is errMoving: its fetch renamed it, or will drop the entry.
-func (h *held) open(sum string) (*os.File, error) {
+func (h *held) open(sum string) (heldFile, error) {
+	if h.rev != nil {
+		return h.rev.open(h.isComplete())
+	}
 	for try := 0; ; try++ {
 		h.mu.Lock()
 		path, id, complete := h.path, h.id, h.complete

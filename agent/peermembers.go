@@ -42,7 +42,10 @@ func (h *held) setMembers(p api.SwarmPlan) {
 	case p.Instance == "":
 		m.legacy = true
 	case len(p.Members) == 0:
-		return // a plan for a member leaving, or refused: nothing new
+		// A plan for a member leaving, or refused, or one that left the
+		// members out because this node holds them (the report's
+		// MembersVersion): nothing new.
+		return
 	}
 	for _, x := range p.Members {
 		as := []netip.Addr{}
@@ -54,7 +57,7 @@ func (h *held) setMembers(p api.SwarmPlan) {
 		m.addrs[x.Node] = as
 	}
 	h.mu.Lock()
-	h.members = m
+	h.members, h.membersVersion = m, p.MembersVersion
 	h.mu.Unlock()
 }
 
@@ -115,7 +118,7 @@ func (h *held) admit(ctx context.Context, node string, addr netip.Addr) bool {
 // this, a plan it never had left its chunk server refusing every reader.
 func (a *Agent) heldPlan(ctx context.Context, sum string, h *held) error {
 	h.mu.Lock()
-	r := api.SwarmReport{Source: h.source, SHA256: sum, Size: h.size, ChunkSize: h.chunkSize, Complete: true}
+	r := api.SwarmReport{Source: h.source, SHA256: sum, Size: h.size, ChunkSize: h.chunkSize, Complete: true, MembersVersion: h.membersVersion}
 	h.mu.Unlock()
 	cfg := a.Config()
 	if r.Source == "" || cfg.Coordinator == "" {

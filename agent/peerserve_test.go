@@ -105,7 +105,7 @@ func TestAgentPeerPortTaken(t *testing.T) {
 	e.url = startCoordinator(t, realm, map[string]string{"n201": "127.0.0.201"}, 0)
 	// An origin any fetcher reads (the Fetcher asks open ranges).
 	o := newPinOrigin(t, data, data, 0)
-	const port = 31600
+	port := freePort(t, "127.0.0.201")
 	release := squat(t, fmt.Sprintf("127.0.0.201:%d", port))
 	a := startSwarmAgentWith(t, e, 201, port, func(a *Agent) { a.peerRetry = 200 * time.Millisecond })
 	lc := &api.LocalClient{Socket: a.Config().Socket}

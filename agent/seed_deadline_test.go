@@ -33,7 +33,7 @@ func TestSeedAskEndsWhenStuck(t *testing.T) {
 	e.url = startCoordinator(t, realm, map[string]string{"n205": "127.0.0.205"}, 0)
 	addCatalogFile(t, e.url, source, sum, int64(len(data)))
 	const deadline = 2 * time.Second
-	a := startSwarmAgentWith(t, e, 205, 31605, func(a *Agent) { a.cfg.FetchDeadline = deadline })
+	a := startSwarmAgentWith(t, e, 205, 0, func(a *Agent) { a.cfg.FetchDeadline = deadline })
 	seeding := func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()

@@ -63,9 +63,17 @@ type swarm struct {
 	chunk int64
 	n     int
 	// fh is the .part; set before run by a caller that opened it under the
-	// Fetcher's locks (fetch.LockFile), else run opens it.
-	fh *os.File
+	// Fetcher's locks (fetch.LockFile), else run opens it. For a revision
+	// of several files it is rev, which lands each chunk's bytes in their
+	// files.
+	fh swarmFile
 	h  *held
+	// rev, when set, is the revision of several files (or one hf: file)
+	// this swarm fetches (swarmrev.go): its files laid end to end are the
+	// swarm's bytes, each verified against its own digest and named as
+	// soon as its last chunk lands, where a single file is sealed at the
+	// end against the pin.
+	rev *revision
 
 	mu      sync.Mutex
 	sums    []string       // known digests, by chunk
@@ -128,6 +136,17 @@ type swarm struct {
 	waited     bool
 	answeredIn time.Duration
 
+	// A lease holder that made up digests and served bytes to match them
+	// (issue 24): every chunk passes its check and only the whole file
+	// fails the pin. ownRead are the chunks this run read from the origin
+	// itself, whose digests are its own; accuse, when set, is the
+	// Mismatch the run's reports carry until a plan answers one (the
+	// digests this node verified its peers' chunks against); mismatches
+	// counts this run's files that failed the pin. Under mu.
+	ownRead    map[int]bool
+	accuse     []string
+	mismatches int
+
 	// live is this member's stream of the chunk the lease holder is reading
 	// from the origin (liveFetch), nil when none runs; under mu.
 	live *liveFetch
@@ -176,6 +195,7 @@ func (s *swarm) run(ctx context.Context) error {
 	s.staleValidators = map[string]bool{}
 	s.verifiedc = make(chan struct{}, 1)
 	s.liveAtDigest = map[int]int64{}
+	s.ownRead = map[int]bool{}
 	defer s.dropLive()
 	if err := os.MkdirAll(filepath.Dir(s.target), 0o755); err != nil {
 		return err
@@ -214,6 +234,9 @@ func (s *swarm) run(ctx context.Context) error {
 	// reads the origin with none.
 	s.sums = make([]string, s.n)
 	s.h = &held{path: s.part, size: s.size, chunkSize: s.chunk, chunked: true, have: have, source: s.source, refresh: s.refreshMembers}
+	if s.rev != nil {
+		s.rev.start(s)
+	}
 	s.files.put(s.sum, s.h)
 	done := false
 	defer func() {
@@ -236,6 +259,12 @@ func (s *swarm) run(ctx context.Context) error {
 		plan, err := s.coord.Swarm(ctx, rep)
 		s.answeredIn, s.waited = time.Since(asked), waitFor > 0
 		waitFor = 0
+		if err == nil && rep.Mismatch != nil {
+			// Heard: the next reports no longer carry it.
+			s.mu.Lock()
+			s.accuse = nil
+			s.mu.Unlock()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -267,7 +296,14 @@ func (s *swarm) run(ctx context.Context) error {
 			return err
 		}
 		if s.missing() < 0 {
-			break
+			again, err := s.checkWhole(ctx)
+			if err != nil {
+				return err
+			}
+			if !again {
+				break
+			}
+			continue
 		}
 		every := time.Duration(max(plan.ReportEvery, 100)) * time.Millisecond
 		until := time.Now().Add(every)
@@ -301,16 +337,8 @@ func (s *swarm) run(ctx context.Context) error {
 			return err
 		}
 	}
-	sum, err := s.digest()
-	if err != nil {
-		return fmt.Errorf("swarm fetch of %s: hashing %s: %w", s.source, s.part, err)
-	}
-	if err := fetch.SealHashed(ctx, fh, s.part, s.target, fetch.Want{SHA256: s.sum, Size: s.size}, sum); err != nil {
-		// Every chunk matched its digest and the whole does not: a digest
-		// list from a bad origin read. Nothing of it can be trusted.
-		os.Remove(s.part)
-		os.Remove(s.target + swarmSuffix)
-		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
+	if err := s.seal(ctx); err != nil {
+		return err
 	}
 	os.Remove(s.target + swarmSuffix)
 	s.h.completeAt(s.target)
@@ -319,6 +347,31 @@ func (s *swarm) run(ctx context.Context) error {
 	defer cancel()
 	if p, err := s.coord.Swarm(cctx, s.report(true, false)); err == nil {
 		s.h.setMembers(p)
+	}
+	return nil
+}
+
+// seal verifies the whole file against the pin and renames it into place;
+// a revision's files, each verified against its own digest as its last
+// chunk landed, are checked to be all there (revision.finish).
+func (s *swarm) seal(ctx context.Context) error {
+	if s.rev != nil {
+		if err := s.rev.finish(ctx); err != nil {
+			os.Remove(s.target + swarmSuffix)
+			return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
+		}
+		return nil
+	}
+	sum, err := s.digest()
+	if err != nil {
+		return fmt.Errorf("swarm fetch of %s: hashing %s: %w", s.source, s.part, err)
+	}
+	if err := fetch.SealHashed(ctx, s.fh.(*os.File), s.part, s.target, fetch.Want{SHA256: s.sum, Size: s.size}, sum); err != nil {
+		// Every chunk matched its digest and the whole does not: a digest
+		// list from a bad origin read. Nothing of it can be trusted.
+		os.Remove(s.part)
+		os.Remove(s.target + swarmSuffix)
+		return fmt.Errorf("swarm fetch of %s: %w", s.source, err)
 	}
 	return nil
 }
@@ -387,12 +440,13 @@ func (s *swarm) withoutPlan(last *api.SwarmPlan, refused time.Time) (api.SwarmPl
 func (s *swarm) report(complete, gone bool) api.SwarmReport {
 	s.h.mu.Lock()
 	have := append([]byte(nil), s.h.have...)
+	mv := s.h.membersVersion
 	s.h.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := api.SwarmReport{Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
+	r := api.SwarmReport{MembersVersion: mv, Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
 		Complete: complete, Gone: gone, FromOrigin: s.fromOrigin.Load(), FromPeers: s.fromPeers.Load(),
-		Unreachable: s.unreach, Validator: s.validator}
+		Unreachable: s.unreach, Validator: s.validator, Mismatch: s.accuse}
 	s.unreach = nil
 	for p := range s.bad {
 		r.Bad = append(r.Bad, p)
@@ -408,8 +462,16 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 
 func (s *swarm) takePlan(p api.SwarmPlan) {
 	s.h.setMembers(p)
+	// Chunks verified against a digest the plan withdrew or replaced are
+	// taken back once mu is released (deferred first, run last).
+	var dropped []int
+	defer func() { s.unland(dropped) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The same coordinator process: a digest it gave and no longer gives
+	// was withdrawn (frozen, or its reader refuted), where a new process
+	// knows none yet.
+	same := p.Instance != "" && p.Instance == s.instance
 	if p.Instance != "" && p.Instance != s.instance {
 		if s.instance != "" {
 			// Another coordinator process: it has none of the digests
@@ -442,6 +504,17 @@ func (s *swarm) takePlan(p api.SwarmPlan) {
 		s.sums = append(s.sums, make([]string, s.n-len(s.sums))...)
 	}
 	for i, v := range p.Sums {
+		if i < s.n && s.sums[i] != "" && s.sums[i] != v && (v != "" || same) && !s.ownRead[i] {
+			// A chunk verified against it is not verified any more: its
+			// bytes are a liar's, or another reader's of other bytes.
+			// Served on, it would be found bad by the peers that read it
+			// against the new digest, and accused.
+			if s.has(i) {
+				dropped = append(dropped, i)
+			}
+			s.sums[i] = v
+			continue
+		}
 		if i < s.n && v != "" {
 			if s.sums[i] == "" && s.live != nil && s.live.i == i {
 				s.liveAtDigest[i] = s.live.got.Load()

@@ -43,8 +43,8 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 	e.o = newFOrigin(t, e, 64<<20)
 
 	var agents []*Agent
-	for i, k := range names {
-		agents = append(agents, startSwarmAgent(t, e, k, 31100+i))
+	for _, k := range names {
+		agents = append(agents, startSwarmAgent(t, e, k, 0))
 	}
 
 	req := api.EnsureRequest{Source: e.o.url, SHA256: sum, Size: int64(len(data))}
@@ -125,7 +125,9 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 }
 
 // startSwarmAgent runs an agent of fabric ib-a as the daemon runs, named
-// nK, on 127.0.0.K (its chunk server on port), reporting to e's coordinator
+// nK, on 127.0.0.K (its chunk server on port, or any free one for 0: the
+// agent tests of other worktrees on this machine may run at the same
+// time, on the same addresses), reporting to e's coordinator
 // with its own munged, and waits for its first report to be taken.
 func startSwarmAgent(t *testing.T, e *fabricEnv, k, port int) *Agent {
 	return startSwarmAgentWith(t, e, k, port, nil)
@@ -139,6 +141,9 @@ func startSwarmAgentWith(t *testing.T, e *fabricEnv, k, port int, set func(*Agen
 	cfg.Node, cfg.Fabric = fmt.Sprintf("n%d", k), "ib-a"
 	cfg.Coordinator = e.url
 	cfg.MungeSocket = e.realm.Start(ip).Socket()
+	if port == 0 {
+		port = freePort(t, ip)
+	}
 	cfg.PeerAddr = fmt.Sprintf("%s:%d", ip, port)
 	a := newTestAgent(t, cfg)
 	// The origin knows a node by the address it connects from.
@@ -176,7 +181,7 @@ func TestSwarmEnsureWaitsForAnotherFetch(t *testing.T) {
 	e := emptyFabric(t, realm, data, sum, api.DefaultChunkSize)
 	e.url = startCoordinator(t, realm, map[string]string{"n91": "127.0.0.91"}, 0)
 	e.o = newFOrigin(t, e, 0)
-	a := startSwarmAgent(t, e, 91, 31150)
+	a := startSwarmAgent(t, e, 91, 0)
 	f := a.fetcherLocked()
 	other := &fetch.Fetcher{CacheDir: f.CacheDir, LockDir: f.LockDir}
 	target := catalog.CachePathFor(f.CacheDir, e.o.url)
@@ -212,4 +217,17 @@ func TestSwarmEnsureWaitsForAnotherFetch(t *testing.T) {
 	if n := e.o.sent.Load(); n != 0 {
 		t.Errorf("the origin served %d bytes; the file was there when the lock came free", n)
 	}
+}
+
+// freePort is a port free on ip now, for an agent's peer_addr (which must
+// name its port before the agent listens): a fixed one collided with the
+// same test run from another worktree at the same time.
+func freePort(t testing.TB, ip string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

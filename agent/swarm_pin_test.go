@@ -76,7 +76,7 @@ func TestSwarmEnsureJoinerWithAnotherPin(t *testing.T) {
 	// 1.5 MiB/s: the first fetch takes about 2 s, so the second ensure
 	// arrives while it runs.
 	o := newPinOrigin(t, v1, v2, 3<<19)
-	a, lc, pin := pinAgent(t, 111, 31400)
+	a, lc, pin := pinAgent(t, 111, 0)
 	pin(o.url, v1)
 
 	type answer struct {
@@ -132,7 +132,7 @@ func TestSwarmEnsureJoinerWithAnotherPinRefused(t *testing.T) {
 	v1, _ := testData(t, 3<<20+4321)
 	other, _ := testData(t, len(v1))
 	o := newPinOrigin(t, v1, v1, 3<<19)
-	_, lc, pin := pinAgent(t, 112, 31401)
+	_, lc, pin := pinAgent(t, 112, 0)
 	pin(o.url, v1)
 	req := func(sum string) api.EnsureRequest {
 		return api.EnsureRequest{Source: o.url, SHA256: sum, Size: int64(len(v1))}

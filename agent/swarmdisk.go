@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -39,7 +40,7 @@ func (s *swarm) landed(i int) {
 	s.h.mark(i)
 	from, to := s.bounds(i)
 	// Best effort: the fsync in fetch.SealHashed is what makes it durable.
-	unix.SyncFileRange(int(s.fh.Fd()), from, to-from+1, unix.SYNC_FILE_RANGE_WRITE)
+	syncRange(s.fh, from, to-from+1)
 	if err := s.hashAhead(); err != nil {
 		s.log.WithError(err).Debug("swarm: running digest stopped; the file is hashed whole before the rename")
 	}
@@ -49,6 +50,10 @@ func (s *swarm) landed(i int) {
 // One goroutine at a time: the others go on reading chunks, and whatever
 // they verified meanwhile is taken by the next call or by digest.
 func (s *swarm) hashAhead() error {
+	if s.rev != nil {
+		// Each file of a revision is hashed on its own (swarmrev.go).
+		return s.rev.hashAhead()
+	}
 	if !s.hmu.TryLock() {
 		return nil
 	}
@@ -143,6 +148,26 @@ func (s *swarm) saveSidecar() {
 	tmp := s.target + swarmSuffix + ".tmp"
 	if os.WriteFile(tmp, b, 0o644) == nil {
 		os.Rename(tmp, s.target+swarmSuffix)
+	}
+}
+
+// swarmFile is where a swarm fetch's bytes land: the .part of one file
+// (an *os.File), or a revision's files end to end (swarmrev.go).
+type swarmFile interface {
+	io.ReaderAt
+	io.WriterAt
+	Stat() (os.FileInfo, error)
+	Truncate(size int64) error
+}
+
+// syncRange starts writing n bytes of f from off to disk: best effort, the
+// fsync before a rename is what makes them durable.
+func syncRange(f swarmFile, off, n int64) {
+	switch f := f.(type) {
+	case *os.File:
+		unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	case *revision:
+		f.syncRange(off, n)
 	}
 }
 

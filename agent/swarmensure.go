@@ -71,14 +71,19 @@ func (a *Agent) whyNoSwarm(cfg Config, req api.EnsureRequest) string {
 		return "this node's chunk server is not serving (llmgw doctor says why): fetching from the origin"
 	case req.Set != "":
 		return "a file of a model of several is fetched from its origin (swarm fetches into set directories are not built yet)"
-	case !strings.HasPrefix(req.Source, "http://") && !strings.HasPrefix(req.Source, "https://"):
-		return "only http(s) sources are fetched through the swarm yet; hf: sources are read from the hub"
+	case !strings.HasPrefix(req.Source, "http://") && !strings.HasPrefix(req.Source, "https://") && !strings.HasPrefix(req.Source, "hf:"):
+		return "only http(s) and hf: sources are fetched through the swarm"
 	case req.SHA256 == "" || req.Size <= 0:
 		return "the catalog entry pins no sha256 and size, and a swarm verifies every chunk against them: fetching from the origin; pin them (llmgw models pin) to fetch once per fabric"
 	case cfg.MungeSocket == "":
 		return "no munge_socket: peers know each other by MUNGE credentials, so this node fetches from the origin; set munge_socket in agent.toml"
 	case cfg.Coordinator == "":
 		return "no coordinator to plan the swarm: fetching from the origin"
+	case strings.HasPrefix(req.Source, "hf:"):
+		// A pinned hf: file goes through the swarm as a revision of one
+		// file (ensureHFFile), never this way: this swarm asks the origin
+		// for the source as a URL.
+		return "-"
 	}
 	return ""
 }
@@ -93,29 +98,45 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 		return target, nil
 	}
 	st := &a.swarm
-	key := swarmCallKey{target, want.SHA256, want.Size}
+	err := st.flight(ctx, swarmCallKey{target, want.SHA256, want.Size}, func(fctx context.Context) error {
+		client, err := a.client(cfg)
+		if err != nil {
+			return err
+		}
+		return a.runSwarm(fctx, f, req.Source, target, want, func(fh *os.File) error {
+			s := &swarm{fh: fh, coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
+				source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
+				origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
+				onBytes:       func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
+				onPeerFailure: func(why string) { a.metrics.swarmPeerFailures.WithLabelValues(why).Inc() },
+				onProgress: func(done, total int64) {
+					a.onProgress(fetch.Progress{Source: req.Source, Done: done, Total: total})
+				}}
+			return s.run(fctx)
+		})
+	})
+	if err != nil {
+		return "", &fetch.Error{Source: req.Source, Op: "get", Err: err}
+	}
+	// The call was for exactly this pin, and it ended with the file sealed
+	// against it under the file's lock (runSwarm): what the Fetcher's
+	// joiners check with checkWant holds here by the key.
+	return target, nil
+}
+
+// flight runs start once on this node for every caller of key at a time,
+// like the Fetcher's own calls: on a context of its own, canceled when the
+// last waiter gives up. It returns what start returned, or the caller's
+// ctx.Err() when it gave up first.
+func (st *swarmState) flight(ctx context.Context, key swarmCallKey, start func(context.Context) error) error {
 	st.mu.Lock()
 	c := st.calls[key]
 	if c == nil {
 		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		c = &swarmCall{done: make(chan struct{}), cancel: cancel}
 		st.calls[key] = c
-		client, err := a.client(cfg)
 		go func() {
-			if err == nil {
-				err = a.runSwarm(fctx, f, req.Source, target, want, func(fh *os.File) error {
-					s := &swarm{fh: fh, coord: client, codec: munge.New(cfg.MungeSocket), node: cfg.Node, fabric: cfg.Fabric,
-						source: req.Source, sum: want.SHA256, size: want.Size, target: target, part: target + catalog.PartSuffix,
-						origin: st.origin, peer: st.peer, files: &st.files, log: a.log.WithField("source", req.Source),
-						onBytes:       func(from string, n int64) { a.metrics.swarmBytes.WithLabelValues(from).Add(float64(n)) },
-						onPeerFailure: func(why string) { a.metrics.swarmPeerFailures.WithLabelValues(why).Inc() },
-						onProgress: func(done, total int64) {
-							a.onProgress(fetch.Progress{Source: req.Source, Done: done, Total: total})
-						}}
-					return s.run(fctx)
-				})
-			}
-			c.err = err
+			c.err = start(fctx)
 			st.mu.Lock()
 			if st.calls[key] == c {
 				delete(st.calls, key)
@@ -144,16 +165,10 @@ func (a *Agent) ensureSwarm(ctx context.Context, cfg Config, f *fetch.Fetcher, r
 	select {
 	case <-c.done:
 		leave()
-		if c.err != nil {
-			return "", &fetch.Error{Source: req.Source, Op: "get", Err: c.err}
-		}
-		// The call was for exactly this pin, and it ended with the file
-		// sealed against it under the file's lock (runSwarm): what the
-		// Fetcher's joiners check with checkWant holds here by the key.
-		return target, nil
+		return c.err
 	case <-ctx.Done():
 		leave()
-		return "", &fetch.Error{Source: req.Source, Op: "get", Err: ctx.Err()}
+		return ctx.Err()
 	}
 }
 

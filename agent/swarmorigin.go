@@ -90,10 +90,16 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 	// for three fabrics, 5 s a chunk). Counted per chunk, a reading seed
 	// lost its lease mid-chunk and a second node of its fabric read the
 	// origin too (1.24 copies per fabric).
-	body := countReader{resp.Body, func(n int) {
+	count := func(n int) {
 		s.fromOrigin.Add(int64(n))
 		s.onBytes("origin", int64(n))
-	}}
+	}
+	body := io.Reader(countReader{resp.Body, count})
+	if rb, ok := resp.Body.(*revBody); ok {
+		// A revision's body counts its origin bytes itself: a chunk that
+		// spans a file this node holds already reads that part from disk.
+		body = rb.counting(count)
+	}
 	for i := first; i <= last; i++ {
 		cf, ct := s.bounds(i)
 		buf := make([]byte, ct-cf+1)
@@ -133,6 +139,7 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		}
 		s.mu.Lock()
 		s.mine[i] = sum
+		s.ownRead[i] = true
 		known := s.sums[i]
 		if known == "" {
 			s.sums[i] = sum
@@ -176,6 +183,11 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 // (for this member, for good: the swarm's plan keeps offering it) and the
 // range asked for again without it.
 func (s *swarm) originGet(ctx context.Context, from, to int64) (*http.Response, string, error) {
+	if s.rev != nil {
+		// A revision's bytes are its files', each asked of its own origin
+		// (swarmrevorigin.go).
+		return s.rev.originGet(ctx, from, to)
+	}
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.source, nil)
 		if err != nil {

@@ -135,7 +135,7 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	}
 	taken := map[int]bool{}
 	var mu sync.Mutex
-	next := func(worker int) (job, bool) {
+	next := func() (job, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := 0; i < s.n; i++ {
@@ -148,7 +148,12 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 			if !known {
 				continue
 			}
-			// Spread the workers over the holders of this chunk.
+			// Consecutive chunks go to consecutive holders, whichever
+			// worker takes them: the workers, which take consecutive
+			// chunks, spread over the holders, and which holder a chunk
+			// is asked of first does not depend on the order the
+			// scheduler ran the workers in. (By worker and chunk, three
+			// workers starting on chunks 0-2 all asked one holder of two.)
 			var holders []api.SwarmPeer
 			s.mu.Lock()
 			for _, p := range plan.Peers {
@@ -161,7 +166,7 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 				continue
 			}
 			taken[i] = true
-			return job{i, holders[(worker+i)%len(holders)]}, true
+			return job{i, holders[i%len(holders)]}, true
 		}
 		return job{}, false
 	}
@@ -193,10 +198,10 @@ func (s *swarm) fromPeersRun(ctx context.Context, plan api.SwarmPlan, until time
 	}
 	var wg sync.WaitGroup
 	var moved atomic.Int64
-	for w := 0; w < peerParallel; w++ {
+	for range peerParallel {
 		wg.Go(func() {
 			for time.Now().Before(until) && rctx.Err() == nil {
-				j, ok := next(w)
+				j, ok := next()
 				if !ok {
 					return
 				}

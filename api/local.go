@@ -50,6 +50,14 @@ type EnsureRequest struct {
 	// refuses the request (it decodes strictly) rather than fetch the file
 	// where no engine would find its siblings.
 	Set string `json:"set,omitempty"`
+	// Files, with Set, asks for every file of a model of several at once
+	// (the catalog entry's files, in order), and the answer's path is the
+	// set directory: the agent fetches them through the fabric's swarm as
+	// one revision when every file is pinned (issue 25), else one by one.
+	// Source is then the first file's. An agent older than this field
+	// refuses the request (it decodes strictly), and the Prolog then asks
+	// for each file in turn.
+	Files []catalog.File `json:"files,omitempty"`
 	// Hub, when set, asks for a Hugging Face repository at one commit
 	// (catalog.Hub): every file of it in the node's Hugging Face cache, in
 	// huggingface_hub's layout (weights/fetch/hub.go), and the answer's

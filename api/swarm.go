@@ -29,7 +29,10 @@ type SwarmReport struct {
 	Source string `json:"source"`
 	// SHA256 is the pinned digest of the whole file: the swarm's key with
 	// the node's fabric and the source. A member never joins a swarm for a
-	// source without one.
+	// source without one. For a model of several files (a Hub model, a set
+	// of pinned files) fetched as one revision, Source is the model's and
+	// SHA256 and Size are its revision's (catalog.RevisionDigest, the sum
+	// of its files' sizes): its files end to end are the swarm's bytes.
 	SHA256    string `json:"sha256"`
 	Size      int64  `json:"size_bytes"`
 	ChunkSize int64  `json:"chunk_size"`
@@ -75,6 +78,21 @@ type SwarmReport struct {
 	// second over the management network. A coordinator that does not
 	// know the field answers at once.
 	WaitMs int `json:"wait_ms,omitempty"`
+	// Mismatch, from a member whose file, every chunk verified, did not
+	// match the pin, is the digest list it verified the chunks it read
+	// from peers against, by chunk index ("" for a chunk it read from the
+	// origin itself, whose digest is its own). The coordinator knows who
+	// published each digest: a digest it still publishes on one origin
+	// reader's word is that reader's, which then loses its digests, the
+	// lease and its place as a reader and a peer in this swarm, so that
+	// the member's next read proceeds (a lease holder that made up its
+	// digests and served matching bytes passes every chunk check and
+	// fails only the whole file's). Sent until a plan answers it.
+	Mismatch []string `json:"mismatch,omitempty"`
+	// MembersVersion is the SwarmPlan.MembersVersion of the Members this
+	// member holds (0: none): a plan leaves Members out when they are
+	// still those (docs/design.md "The swarm").
+	MembersVersion uint64 `json:"members_version,omitempty"`
 }
 
 // SwarmPlan is the coordinator's answer: what the member may read, and from
@@ -142,6 +160,12 @@ type SwarmPlan struct {
 	// list), the node name is all a chunk server can check, and
 	// `llmgw doctor` says so.
 	AddrsBound bool `json:"addrs_bound,omitempty"`
+	// MembersVersion names Members' content (a hash of the list): a
+	// report that gives it back (SwarmReport.MembersVersion) is answered
+	// without Members, which are then unchanged. The list goes out in
+	// every plan otherwise; a member that does not send the field (older)
+	// gets it every time.
+	MembersVersion uint64 `json:"members_version,omitempty"`
 }
 
 // SwarmMember is one member of a swarm as a chunk server checks it.
@@ -190,17 +214,43 @@ func (c *Client) Swarm(ctx context.Context, r SwarmReport) (SwarmPlan, error) {
 
 // Peer chunk requests (agent to agent, on the fabric):
 //
-//	GET /v1/chunks/{sha256}    with a Range header within the file
+//	GET /v1/chunks/{sha256}    Range: bytes=A-B, exactly one chunk
 //	X-Llmgw-Node: n3           the requesting node
 //	X-Llmgw-Fabric: ib-b       its fabric
 //	Authorization: MUNGE <credential of PeerMungePayload>
 //
-// The serving agent answers only a uid-0 (or agent-user) credential whose
-// fabric is its own and whose node is a member of the file's swarm in its
-// latest plan (SwarmPlan.Members), made on one of that member's addresses
-// when the plan binds them (SwarmPlan.AddrsBound); only from its cache
-// directory, and only with verified bytes: 206 with the range, or 416 when
-// a chunk of the range is not verified there (yet).
+// Who is served: a uid-0 (or agent-user) credential made for exactly this
+// request to this server, from a node whose fabric header is the server's
+// own, that the server's latest plan of the file's swarm lists as a member
+// (SwarmPlan.Members), and, when the plan binds addresses
+// (SwarmPlan.AddrsBound), whose credential's origin address is one of that
+// member's; a node the plan does not list makes the server ask the
+// coordinator for a plan first (at most every 250 ms), so a member that
+// joined since, with nothing verified, is served. Anyone else: 403.
+//
+// A request covers exactly one chunk of the swarm's chunk size (the last
+// one shorter); for a file the holder fetched outside a swarm, whose chunk
+// size it does not know, a range of at most 64 MiB on a boundary of its own
+// length, or the file's tail. Anything else, or a chunk not verified there
+// (yet): 416. Only verified bytes are served, from the cache directory,
+// each checked first to be the file that was verified (inode; size and
+// mtime once complete). The answers:
+//
+//   - 206 with the chunk, written under deadlines (each write within 2 s,
+//     the whole within 2 s plus its size at 1 MiB/s): a reader that does
+//     not read is cut off.
+//
+//   - 503 with Retry-After when busy: the server's 8 upload slots, or the
+//     3 a node may hold at once, are taken, or the file is being renamed
+//     into place. A reader leaves the holder alone a second and asks
+//     another; a 503 without Retry-After, a 404 or a 416 for a chunk the
+//     plan says the peer holds is a failed read, reported.
+//
+//   - 404 when the file is not held here, or no longer: removed or
+//     replaced since it was verified. It is then dropped and withdrawn
+//     from its swarm (a Gone report).
+//
+// The live route,
 //
 //	GET /v1/chunks/{sha256}?live=1    Range exactly one chunk
 //
@@ -208,10 +258,11 @@ func (c *Client) Swarm(ctx context.Context, r SwarmReport) (SwarmPlan, error) {
 // now, before it is verified: 206, the bytes so far and then the rest as
 // the origin delivers them, a body cut short when the origin read breaks;
 // 416 from any node that is not reading exactly that chunk from the origin
-// (a relay never answers it). The reader keeps the bytes in memory and
-// writes or serves them only once they match the chunk's digest from the
-// coordinator: cut-through of the last chunk saves the fabric a chunk's
-// transfer after the origin's last byte.
+// (a relay never answers it); 503 with Retry-After beyond 4 live streams,
+// or a second one for the same node. The reader keeps the bytes in memory
+// and writes or serves them only once they match the chunk's digest from
+// the coordinator: cut-through of the last chunk saves the fabric a
+// chunk's transfer after the origin's last byte.
 const (
 	PeerNodeHeader   = "X-Llmgw-Node"
 	PeerFabricHeader = "X-Llmgw-Fabric"

@@ -41,6 +41,12 @@ type SwarmStatus struct {
 	// Refuted are the members whose digests lost such a dispute, or
 	// contradict the recorded list: liars, or readers of other bytes.
 	Refuted []string `json:"refuted,omitempty"`
+	// LeaseRevoked are the members that lost the origin lease for what
+	// they did rather than for silence: no evidence of reading the origin
+	// (they said they read, and published nothing), chunks two members
+	// found bad, or digests that contradict the recorded list or made a
+	// member's file fail the pin. They are passed over for the lease.
+	LeaseRevoked []string `json:"lease_revoked,omitempty"`
 }
 
 // FabricSwarmBytes is what one fabric's swarm members received, from the

@@ -86,8 +86,9 @@ type swarmMember struct {
 	verified int
 	complete bool
 	gone     bool
-	// held says the member took this swarm's origin lease since this
-	// coordinator started: its digests are an origin reader's.
+	// held says the member published a digest under this swarm's origin
+	// lease since this coordinator started: its digests are an origin
+	// reader's.
 	held bool
 	// noLeaseUntil: a member that lost the lease for want of evidence is
 	// not given it again before then while another member can take it.
@@ -101,6 +102,35 @@ type swarmMember struct {
 	// bad and unreach are the peers this member accused.
 	bad     map[string]bool
 	unreach map[string]time.Time
+	// suspect are chunks this member held when their digests were
+	// withdrawn (takeMismatch): its claims of them are not taken until a
+	// report of it no longer makes them (it dropped them, as an agent
+	// does on seeing the digest withdrawn), since it verified them against
+	// a forger's digests.
+	suspect bitmap
+}
+
+// bitmap is a set of chunks, as api.SwarmReport.Have.
+type bitmap []byte
+
+// keep takes out of have the chunks of b it still marks, and returns those
+// (nil when none): a suspect chunk a member no longer claims is suspect no
+// more, and one it still claims is not counted.
+func (b bitmap) keep(have []byte) bitmap {
+	var out bitmap
+	for i := range b {
+		if i >= len(have) {
+			break
+		}
+		if x := b[i] & have[i]; x != 0 {
+			if out == nil {
+				out = make(bitmap, len(b))
+			}
+			out[i] = x
+			have[i] &^= x
+		}
+	}
+	return out
 }
 
 type swarm struct {
@@ -250,6 +280,12 @@ func (s *Server) swarmInput(ctx context.Context, rep *api.SwarmReport) (swarmIn,
 	}
 	file, err := s.swarmFile(rep)
 	if err != nil {
+		if rep.Gone {
+			// Leaving needs no catalog file: a holder withdraws a copy gc
+			// removed because the model was repinned or removed, and the
+			// swarm it is in must stop offering it all the same.
+			return s.leaving(fabric, rep), nil
+		}
 		return swarmIn{}, err
 	}
 	chunk := swarmChunk(file.size, s.cfg.SwarmMinChunk)
@@ -272,6 +308,21 @@ func (s *Server) swarmInput(ctx context.Context, rep *api.SwarmReport) (swarmIn,
 		}
 	}
 	return in, nil
+}
+
+// leaving is what a Gone report whose file the catalog no longer pins
+// needs to be applied: the swarm's own chunking when the coordinator keeps
+// it, and nothing of the report read (not readable).
+func (s *Server) leaving(fabric string, rep *api.SwarmReport) swarmIn {
+	in := swarmIn{fabric: fabric, chunkSize: rep.ChunkSize}
+	sw := s.swarms
+	sw.mu.Lock()
+	if g := sw.m[swarmKey{fabric, rep.Source, rep.SHA256}]; g != nil {
+		in.file = catalogFile{model: g.model, size: g.size, sha256: g.key.sha}
+		in.chunkSize, in.chunks = g.chunkSize, g.chunks
+	}
+	sw.mu.Unlock()
+	return in
 }
 
 // report applies one member's report to its swarm and returns its plan;
@@ -319,6 +370,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 		// earlier still reference the old one while they are encoded,
 		// after sw.mu is released.
 		m.have = append([]byte(nil), rep.Have...)
+		m.suspect = m.suspect.keep(m.have)
 		m.verified = countBits(m.have)
 	}
 	m.complete = rep.Complete
@@ -336,6 +388,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 		sw.bytes.add(in.fabric, 0, d)
 	}
 	sw.noteAccusations(g, m, rep, now, log)
+	sw.takeMismatch(s, g, m, rep, in.readable, now, log)
 
 	// The lease before the digests: a member that takes it now gives its
 	// digests as the holder (after a restart, the seed taking the lease
@@ -360,7 +413,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 	}
 	rec := sw.claim(g, m, in.readable)
 
-	plan := sw.plan(s, g, m, known, rep.Gone, now)
+	plan := sw.plan(s, g, m, known, rep, now)
 	if g.published != published0 || g.holder != holder0 || m.verified > verified0 || rep.Gone {
 		g.notify()
 	}

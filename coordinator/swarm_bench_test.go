@@ -96,3 +96,98 @@ func BenchmarkSwarmReport(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSwarmPlanMembers is the cost of one report in a swarm of 1,000
+// members (issue 24, 3e: Members went out in every plan), through the real
+// handler, and the size of the plan it is answered with, for a member that
+// holds the members' list (members_version) and one that does not. Half the
+// members hold chunks (peers, with their bitmaps); every member is listed
+// in Members with its address.
+//
+//	go test ./coordinator -run '^$' -bench SwarmPlanMembers -benchtime 2000x
+func BenchmarkSwarmPlanMembers(b *testing.B) {
+	const members = 1000
+	node := func(n int) string { return fmt.Sprintf("node%04d", n) }
+	addr := func(n int) string { return fmt.Sprintf("10.1.%d.%d", n/250, n%250+1) }
+	// Slurm's node list, with each node's address: the plan binds members
+	// to them, as at a site with munge_socket or fabric_features.
+	known := make([]KnownNode, members)
+	for n := range known {
+		known[n] = KnownNode{Name: node(n), Addrs: []string{addr(n)}, Features: []string{"ib-a"}}
+	}
+	e := newEnv(b, Config{ReportInterval: 30 * time.Second, SwarmMinChunk: 16 << 20, FabricFeatures: []string{"ib-a", "ib-b"},
+		Nodes: &fixedNodes{nodes: known}}, testTokens)
+	ctx := context.Background()
+	admin := e.client(testTokens.Admin)
+	const size int64 = 140e9 // a 140 GB model: 8,345 chunks of 16 MiB
+	src, sum := "https://origin.example/m/big.gguf", fmt.Sprintf("%064x", 7)
+	if _, err := admin.PutModel(ctx, api.Model{Name: "big", Source: src, SHA256: sum, Size: size}); err != nil {
+		b.Fatal(err)
+	}
+	for n := range members {
+		r := report(node(n), "ib-a", 1)
+		r.PeerAddr = addr(n) + ":8421"
+		if _, err := admin.PostReport(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	chunks := int((size + (16<<20 - 1)) / (16 << 20))
+	rep := func(n int) api.SwarmReport {
+		r := api.SwarmReport{Node: node(n), Source: src, SHA256: sum, Size: size, ChunkSize: 16 << 20}
+		if n%2 == 1 {
+			// A member half-way, its chunks spread over the file.
+			for i := n % 7; i < chunks; i += 2 {
+				r.Have = api.SetChunk(r.Have, i)
+			}
+		}
+		return r
+	}
+	var last api.SwarmPlan
+	for n := range members {
+		p, err := admin.Swarm(ctx, rep(n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = p
+	}
+	for _, c := range []struct {
+		name    string
+		version uint64
+	}{{"members sent", 0}, {"members held", last.MembersVersion}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := rep(0)
+			r.MembersVersion = c.version
+			body, err := json.Marshal(r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := e.srv.Handler()
+			var planBytes, membersBytes int
+			b.ResetTimer()
+			for range b.N {
+				req := httptest.NewRequest(http.MethodPost, "/"+api.Version+"/swarm", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+testTokens.Admin)
+				req.Header.Set("Content-Type", "application/json")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("swarm report: %d %s", w.Code, w.Body)
+				}
+				planBytes = w.Body.Len()
+				if membersBytes == 0 {
+					var p api.SwarmPlan
+					if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+						b.Fatal(err)
+					}
+					m, _ := json.Marshal(p.Members)
+					membersBytes = len(m)
+					if p.Members == nil {
+						membersBytes = -1
+					}
+				}
+			}
+			b.ReportMetric(float64(planBytes), "plan-bytes")
+			b.ReportMetric(float64(max(membersBytes, 0)), "members-bytes")
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http/httptest"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
 )
@@ -177,6 +180,51 @@ func TestSwarmLeaseNeedsEvidence(t *testing.T) {
 	}
 	if p := ask(t, e, sreport("n2")); !p.Lease {
 		t.Errorf("n2 did not get the lease the liar lost (holder %q)", p.Holder)
+	}
+}
+
+// TestSwarmLeaseNeedsAnOriginRate (6, what the first pass left): a holder
+// that says it reads, a little at a time (4 KiB every 200 ms), and
+// publishes nothing, loses the lease within the lease timeout: its count
+// grows slower than an origin read (a chunk in slowestChunk: 256 KiB/s
+// for these 16 MiB chunks). An honest holder reading at that floor keeps
+// it.
+//
+// Seen failing as it should before: two chunks of allowance at that pace
+// lasted over two hours, and the liar kept the lease for the whole 40 s
+// the test runs.
+func TestSwarmLeaseNeedsAnOriginRate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		step int64 // bytes a report, every 200 ms
+		keep bool
+	}{{"a liar's trickle", 4 << 10, false}, {"an honest read at the floor", int64(minOriginRate(DefaultSwarmMinChunk))/5 + 1<<10, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := swarmEnv(t)
+			h := sreport("n1")
+			if p := ask(t, e, h); !p.Lease {
+				t.Fatal("the first asker has no lease")
+			}
+			var lost time.Duration
+			for d := 200 * time.Millisecond; d <= 40*time.Second; d += 200 * time.Millisecond {
+				e.clock.set(t0.Add(d))
+				h.FromOrigin += c.step
+				if p := ask(t, e, h); !p.Lease {
+					lost = d
+					break
+				}
+				ask(t, e, sreport("n2"))
+				if c.keep && h.FromOrigin >= DefaultSwarmMinChunk {
+					break // an honest holder publishes the chunk's digest now
+				}
+			}
+			switch {
+			case c.keep && lost != 0:
+				t.Errorf("a holder reading at %d bytes/s lost the lease after %v", c.step*5, lost)
+			case !c.keep && (lost == 0 || lost > DefaultSwarmLeaseTimeout+time.Second):
+				t.Errorf("a holder counting 20 KiB/s and publishing nothing kept the lease %v; want it gone within the lease timeout (%v)", lost, DefaultSwarmLeaseTimeout)
+			}
+		})
 	}
 }
 
@@ -367,5 +415,267 @@ func TestPeerAddrValidated(t *testing.T) {
 		if _, err := e.agent.PostReport(ctx, r); err != nil {
 			t.Errorf("peer_addr %q: %v", a, err)
 		}
+	}
+}
+
+// TestSwarmForgedHolderRefuted (issue 24, the gap the first pass left): a
+// lease holder that publishes made-up digests before a list is recorded,
+// and serves bytes to match them, passes every chunk check of its readers;
+// only the whole file fails the pin. The reader then says which digests it
+// used (Mismatch), the coordinator names their origin reader: its digests
+// are withdrawn, it loses the lease and is passed over for it, it is no
+// peer and no reader any more, status and /metrics show it, and the next
+// read proceeds: another member takes the lease and its digests are
+// published.
+//
+// Seen failing as it should before: the report's mismatch field was an
+// unknown field (400); without it, nothing moved the fabric on: the
+// forger's digests stayed published and its lease held.
+func TestSwarmForgedHolderRefuted(t *testing.T) {
+	e := swarmEnv(t)
+	base := pastResends(t, e)
+	forged := make([]string, 4)
+	for i := range forged {
+		forged[i] = fmt.Sprintf("%064x", 0xf0+i)
+	}
+	liar := sreport("n1")
+	if p := ask(t, e, liar); !p.Lease {
+		t.Fatal("the first asker has no lease")
+	}
+	liar = sreport("n1", 0, 1, 2, 3)
+	liar.Sums = map[int]string{0: forged[0], 1: forged[1], 2: forged[2], 3: forged[3]}
+	liar.FromOrigin = 4 * DefaultSwarmMinChunk
+	if p := ask(t, e, liar); !p.Lease || p.SumsKnown != 4 {
+		t.Fatalf("the holder's digests: lease %v, known %d", p.Lease, p.SumsKnown)
+	}
+	// n2 read every chunk from n1 (they matched), and its file failed the
+	// pin. n3 is further behind.
+	ask(t, e, sreport("n3", 0))
+	p := ask(t, e, sreport("n2", 0, 1, 2, 3))
+	if !slices.Equal(p.Sums, forged) || !slices.Contains(peerNames(p), "n1") {
+		t.Fatalf("n2's plan before: sums %q, peers %v", p.Sums, peerNames(p))
+	}
+	mis := sreport("n2")
+	mis.Mismatch = slices.Clone(forged)
+	p = ask(t, e, mis)
+	if slices.ContainsFunc(p.Sums, func(s string) bool { return s != "" }) || slices.Contains(peerNames(p), "n1") || p.Holder == "n1" {
+		t.Fatalf("n2's plan after its mismatch: sums %q, peers %v, holder %q; want the digests withdrawn, and n1 neither peer nor holder", p.Sums, peerNames(p), p.Holder)
+	}
+	// The lease goes to another member (the accuser, live and as far
+	// ahead as any now that n3's chunk 0 is taken back), never back to n1
+	// while one can take it; n1's digests are not taken again.
+	if p.Holder != "n2" || !p.Lease {
+		t.Fatalf("after the mismatch: holder %q; want n2, the live member now as far ahead as any", p.Holder)
+	}
+	e.clock.set(base.Add(2 * successorWait))
+	if p := ask(t, e, liar); p.Lease || p.Holder != "n2" {
+		t.Fatalf("the forger asking: lease %v, holder %q", p.Lease, p.Holder)
+	}
+	honest := sreport("n2", 0)
+	honest.Sums = map[int]string{0: strings.Repeat("1", 64)}
+	honest.FromOrigin = DefaultSwarmMinChunk
+	if p := ask(t, e, honest); p.Sums[0] != strings.Repeat("1", 64) || p.Sums[1] != "" {
+		t.Fatalf("the next read: sums %q; want n2's digest of chunk 0 published, n1's not back", p.Sums)
+	}
+	if p := ask(t, e, liar); p.Lease || p.Sums[1] != "" {
+		t.Errorf("the forger again: lease %v, chunk 1 %q; want nothing", p.Lease, p.Sums[1])
+	}
+	// n3's chunk 0 was verified against n1's digest: not offered, nor
+	// counted, even in a report n3 sent before it saw the digest go; once
+	// n3 dropped it, a chunk 0 it verifies again counts.
+	offered := func(what string, want bool) {
+		t.Helper()
+		e.srv.swarms.mu.Lock()
+		g := e.srv.swarms.m[swarmKey{"ib-a", swarmSource, swarmSHA}]
+		got := api.HasChunk(g.members["n3"].have, 0)
+		e.srv.swarms.mu.Unlock()
+		if got != want {
+			t.Errorf("%s: n3's chunk 0 counted %v, want %v", what, got, want)
+		}
+	}
+	offered("after the mismatch", false)
+	ask(t, e, sreport("n3", 0))
+	offered("n3's report sent before it dropped the chunk", false)
+	ask(t, e, sreport("n3"))
+	ask(t, e, sreport("n3", 0))
+	offered("n3 verified chunk 0 again", true)
+	st := swarmStatus(t, e, "ib-a")
+	if !slices.Contains(st.Refuted, "n1") || !slices.Equal(st.LeaseRevoked, []string{"n1"}) {
+		t.Errorf("status: refuted %v, lease revoked %v; want n1 in both", st.Refuted, st.LeaseRevoked)
+	}
+	if err := testutil.GatherAndCompare(e.srv.metrics.reg, strings.NewReader(`
+# HELP llmgw_coordinator_swarm_lease_revoked_members Members of the swarms kept now that lost the origin lease for what they did (no evidence of reading, bad chunks, false digests), not for silence, per fabric.
+# TYPE llmgw_coordinator_swarm_lease_revoked_members gauge
+llmgw_coordinator_swarm_lease_revoked_members{fabric="ib-a"} 1
+llmgw_coordinator_swarm_lease_revoked_members{fabric="ib-b"} 0
+# HELP llmgw_coordinator_swarm_refuted_members Members of the swarms kept now whose chunk digests lost to other readers', contradict the recorded list or made a member's file fail the pin, per fabric (summed over swarms; status names them).
+# TYPE llmgw_coordinator_swarm_refuted_members gauge
+llmgw_coordinator_swarm_refuted_members{fabric="ib-a"} 1
+llmgw_coordinator_swarm_refuted_members{fabric="ib-b"} 0
+`), "llmgw_coordinator_swarm_refuted_members", "llmgw_coordinator_swarm_lease_revoked_members"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSwarmMismatchBounded: a mismatch report is a member's word, so what
+// it costs is bounded. Against digests a third member completed the file
+// with, or the recorded list, it names nobody; and a member is heard
+// maxAccusations times in a swarm.
+func TestSwarmMismatchBounded(t *testing.T) {
+	e := swarmEnv(t)
+	pastResends(t, e)
+	list := make([]string, 4)
+	for i := range list {
+		list[i] = fmt.Sprintf("%064x", 0xa0+i)
+	}
+	seed := sreport("n1")
+	ask(t, e, seed)
+	seed = sreport("n1", 0, 1, 2, 3)
+	seed.Sums = map[int]string{0: list[0], 1: list[1], 2: list[2], 3: list[3]}
+	ask(t, e, seed)
+	done := sreport("n3", 0, 1, 2, 3)
+	done.Complete = true
+	ask(t, e, done)
+	liar := sreport("n2")
+	liar.Mismatch = slices.Clone(list)
+	if p := ask(t, e, liar); !slices.Equal(p.Sums, list) || p.Holder != "n1" {
+		t.Errorf("a mismatch against digests n3 completed the file with: sums %q, holder %q; want both kept", p.Sums, p.Holder)
+	}
+	if st := swarmStatus(t, e, "ib-a"); len(st.Refuted) != 0 {
+		t.Errorf("refuted %v on one member's word against another's", st.Refuted)
+	}
+
+	// A swarm of another file, no complete member: a lying accuser is
+	// heard maxAccusations times, each costing a holder its digests.
+	src := "https://origin/b.gguf"
+	addModel(t, e, api.Model{Name: "b", Source: src, SHA256: swarmSHA, Size: 4 * DefaultSwarmMinChunk})
+	for _, n := range []string{"n5", "n6"} {
+		r := report(n, "ib-a", 1)
+		r.PeerAddr = "127.0.0.1:4100" + n[1:]
+		if _, err := e.agent.PostReport(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	of := func(n string, f func(*api.SwarmReport)) api.SwarmReport {
+		r := sreport(n)
+		r.Source = src
+		f(&r)
+		return r
+	}
+	nothing := func(*api.SwarmReport) {}
+	for k, h := range []string{"n1", "n3", "n5", "n6"} {
+		e.clock.set(e.clock.now().Add(2 * successorWait))
+		if p := ask(t, e, of(h, nothing)); !p.Lease {
+			t.Fatalf("%s did not take the free lease (holder %q)", h, p.Holder)
+		}
+		d := fmt.Sprintf("%064x", 0xb0+k)
+		ask(t, e, of(h, func(r *api.SwarmReport) { r.Have, r.Sums = api.SetChunk(nil, 0), map[int]string{0: d} }))
+		p := ask(t, e, of("n4", func(r *api.SwarmReport) { r.Mismatch = []string{d} }))
+		switch withdrawn := p.Sums[0] == ""; {
+		case k < maxAccusations && !withdrawn:
+			t.Fatalf("accusation %d against %s not heard", k+1, h)
+		case k == maxAccusations && withdrawn:
+			t.Fatalf("accusation %d heard; a member is heard %d times in a swarm", k+1, maxAccusations)
+		}
+		// The accuser leaves (it may have taken the lease), and comes
+		// back with its next accusation: still the same accuser.
+		ask(t, e, of("n4", func(r *api.SwarmReport) { r.Gone = true }))
+	}
+}
+
+func with(r api.SwarmReport, f func(*api.SwarmReport)) api.SwarmReport { f(&r); return r }
+
+// TestSwarmHolderThatReadNothingIsNoReader: a member that took the lease
+// and published nothing under it (a fake holder: it only said it read) is
+// no origin reader once it has lost the lease: its digests later do not
+// freeze the chunks the next holder read. The liars benchmark's cycle
+// does exactly this: fake lease progress, then made-up digests.
+//
+// Seen failing as it should before: taking the lease made a member an
+// origin reader for the swarm's life, and its made-up digest froze the
+// honest holder's chunk (none published; the fabric waited on it until
+// the holder finished the whole file).
+func TestSwarmHolderThatReadNothingIsNoReader(t *testing.T) {
+	e := swarmEnv(t)
+	base := pastResends(t, e)
+	liar := sreport("n1")
+	liar.FromOrigin = 1 << 20
+	if p := ask(t, e, liar); !p.Lease {
+		t.Fatal("the first asker has no lease")
+	}
+	ask(t, e, sreport("n2"))
+	// The liar reports, and shows no evidence for the lease timeout: it
+	// loses the lease.
+	for d := 200 * time.Millisecond; d <= DefaultSwarmLeaseTimeout+time.Second; d += 200 * time.Millisecond {
+		e.clock.set(base.Add(d))
+		ask(t, e, liar)
+		ask(t, e, sreport("n2"))
+	}
+	e.clock.set(base.Add(DefaultSwarmLeaseTimeout + 3*successorWait))
+	if p := ask(t, e, sreport("n2")); !p.Lease {
+		t.Fatalf("n2 did not take the lease the fake holder lost (holder %q)", p.Holder)
+	}
+	d := strings.Repeat("2", 64)
+	honest := sreport("n2", 0)
+	honest.Sums, honest.FromOrigin = map[int]string{0: d}, DefaultSwarmMinChunk
+	ask(t, e, honest)
+	liar = sreport("n1", 0, 1, 2, 3)
+	liar.Complete = true
+	liar.Sums = map[int]string{0: strings.Repeat("9", 64), 1: strings.Repeat("9", 64)}
+	p := ask(t, e, liar)
+	if p.Sums[0] != d || p.Sums[1] != "" {
+		t.Errorf("after the fake holder's made-up digests: chunk 0 %q, chunk 1 %q; want n2's, and nothing", p.Sums[0], p.Sums[1])
+	}
+	if st := swarmStatus(t, e, "ib-a"); st.Frozen != 0 || !slices.Equal(st.LeaseRevoked, []string{"n1"}) {
+		t.Errorf("status: %d frozen, lease revoked %v; want none frozen, n1 revoked", st.Frozen, st.LeaseRevoked)
+	}
+}
+
+// TestSwarmGoneWhateverItsChunkSize: an agent withdraws a complete file
+// its chunk server dropped (gone or replaced) with the chunk size it knows,
+// which for a file a Fetcher fetched is the protocol's default, not the
+// swarm's; and by then the catalog may have moved on (the model repinned
+// or removed: gc removing the old copy is how the file went). The Gone is
+// taken whatever its chunk size, and whatever the catalog says now, for a
+// swarm the member is in: the coordinator stops offering it.
+func TestSwarmGoneWhateverItsChunkSize(t *testing.T) {
+	const chunk = 1 << 20
+	for _, then := range []string{"", "repinned", "removed"} {
+		t.Run("catalog "+cmp.Or(then, "as it was"), func(t *testing.T) {
+			e := newEnv(t, Config{ReportInterval: 30 * time.Second, StallAfter: time.Minute, SwarmMinChunk: chunk}, testTokens)
+			for _, n := range []string{"n1", "n2"} {
+				r := report(n, "ib-a", 1)
+				r.PeerAddr = "127.0.0.1:4000" + n[1:]
+				if _, err := e.agent.PostReport(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			addModel(t, e, api.Model{Name: "m", Source: swarmSource, SHA256: swarmSHA, Size: 4 * chunk})
+			held := api.SwarmReport{Node: "n1", Source: swarmSource, SHA256: swarmSHA, Size: 4 * chunk, ChunkSize: api.DefaultChunkSize, Complete: true}
+			ask(t, e, held)
+			if p := ask(t, e, api.SwarmReport{Node: "n2", Source: swarmSource, SHA256: swarmSHA, Size: 4 * chunk, ChunkSize: chunk}); fmt.Sprint(peerNames(p)) != "[n1]" {
+				t.Fatalf("n2's peers %v; want the complete holder n1", peerNames(p))
+			}
+			switch then {
+			case "repinned":
+				addModel(t, e, api.Model{Name: "m", Source: swarmSource, SHA256: strings.Repeat("c", 64), Size: 4 * chunk})
+			case "removed":
+				if err := e.admin.DeleteModel(context.Background(), "m"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gone := held
+			gone.Complete, gone.Gone = false, true
+			if _, err := e.agent.Swarm(context.Background(), gone); err != nil {
+				t.Fatalf("the withdrawal (chunk size %d, the swarm's %d): %v", gone.ChunkSize, chunk, err)
+			}
+			e.srv.swarms.mu.Lock()
+			g := e.srv.swarms.m[swarmKey{"ib-a", swarmSource, swarmSHA}]
+			in := g != nil && g.members["n1"] != nil
+			e.srv.swarms.mu.Unlock()
+			if in {
+				t.Errorf("n1 withdrew its copy and is still a member of the swarm")
+			}
+		})
 	}
 }

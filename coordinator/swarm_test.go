@@ -197,6 +197,9 @@ func TestSwarmSumsFromOriginReaders(t *testing.T) {
 	if st := swarmStatus(t, e, "ib-a"); st.Frozen != 1 {
 		t.Fatalf("status: %d frozen chunks, want 1", st.Frozen)
 	}
+	if got := gauge(e, "llmgw_coordinator_swarm_frozen_chunks", "ib-a"); got != 1 {
+		t.Errorf("llmgw_coordinator_swarm_frozen_chunks{fabric=\"ib-a\"} = %v, want 1", got)
+	}
 	// n2 takes the lease next and reads chunk 0: it agrees with n1.
 	r4.Gone = true
 	ask(t, e, r4)
@@ -498,5 +501,51 @@ func TestSwarmWaitAnswersOnNews(t *testing.T) {
 	ask(t, e, idle)
 	if d := time.Since(start); d > 200*time.Millisecond {
 		t.Errorf("a member with a chunk to read waited %v", d)
+	}
+}
+
+// gauge is one of the coordinator's per-fabric gauges as a scrape reads
+// it, -1 when the fabric has no series.
+func gauge(e *testEnv, name, fabric string) float64 {
+	mfs, _ := e.srv.metrics.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "fabric" && l.GetValue() == fabric {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestSwarmPlanMembersOnlyWhenChanged (issue 24, 3e): the plan's Members
+// (every member, with its addresses) went out in every plan: 42 KB of each
+// at 1,000 members (BenchmarkSwarmPlanMembers). A member that gives back
+// the version of the list it holds is not sent it again until the list
+// changes; one that gives none (an older agent) gets it every time.
+func TestSwarmPlanMembersOnlyWhenChanged(t *testing.T) {
+	e := swarmEnv(t)
+	ask(t, e, sreport("n1"))
+	p := ask(t, e, sreport("n2"))
+	if len(p.Members) != 2 || p.MembersVersion == 0 {
+		t.Fatalf("the first plan: members %+v, version %d; want both members and a version", p.Members, p.MembersVersion)
+	}
+	v := p.MembersVersion
+	r := sreport("n2")
+	r.MembersVersion = v
+	if p := ask(t, e, r); p.Members != nil || p.MembersVersion != v {
+		t.Errorf("a member holding the list: members %+v, version %d; want none sent, version %d", p.Members, p.MembersVersion, v)
+	}
+	if p := ask(t, e, sreport("n2")); len(p.Members) != 2 {
+		t.Errorf("a member that gives no version (older): members %+v; want the list", p.Members)
+	}
+	ask(t, e, sreport("n3"))
+	if p := ask(t, e, r); len(p.Members) != 3 || p.MembersVersion == v {
+		t.Errorf("after n3 joined: members %+v, version %d (was %d); want the new list and another version", p.Members, p.MembersVersion, v)
 	}
 }

@@ -37,7 +37,7 @@ func catalogFiles(models []api.Model) map[string]catalogFile {
 			}
 			continue
 		}
-		if catalog.KindOf(m.Source) == catalog.KindRemote {
+		if catalog.KindOf(m.Source) == catalog.KindRemote && !m.IsHub() {
 			out[m.Source] = catalogFile{model: m.Name, size: m.Size, sha256: strings.ToLower(m.WantSHA256())}
 		}
 	}
@@ -50,6 +50,10 @@ func catalogFiles(models []api.Model) map[string]catalogFile {
 func (s *Server) swarmFile(r *api.SwarmReport) (catalogFile, error) {
 	s.view.mu.RLock()
 	f, ok := s.view.files[r.Source]
+	if rv, isRev := s.view.revisions[r.Source]; isRev && (!ok || f.sha256 != r.SHA256) {
+		// A model of several files, as one revision (swarmrev.go).
+		f, ok = rv, true
+	}
 	s.view.mu.RUnlock()
 	src := api.RedactSource(r.Source)
 	switch {
@@ -121,6 +125,14 @@ func validSwarmReport(r *api.SwarmReport) error {
 			return api.Errorf(api.CodeInvalid, "swarm report from %s: sums[%d] is not 64 lowercase hex digits", r.Node, i)
 		}
 	}
+	if len(r.Mismatch) > maxChunks {
+		return api.Errorf(api.CodeInvalid, "swarm report from %s: mismatch lists %d digests; a swarm has at most %d chunks", r.Node, len(r.Mismatch), maxChunks)
+	}
+	for i, s := range r.Mismatch {
+		if s != "" && !validDigest(s) {
+			return api.Errorf(api.CodeInvalid, "swarm report from %s: mismatch[%d] is neither empty nor 64 lowercase hex digits", r.Node, i)
+		}
+	}
 	return nil
 }
 
@@ -148,6 +160,9 @@ func checkChunks(r *api.SwarmReport, chunkSize int64, chunks int) (ok bool, err 
 		if i < 0 || i >= chunks {
 			return false, api.Errorf(api.CodeInvalid, "swarm report from %s: sums has chunk %d; the file has chunks 0-%d", r.Node, i, chunks-1)
 		}
+	}
+	if len(r.Mismatch) > chunks {
+		return false, api.Errorf(api.CodeInvalid, "swarm report from %s: mismatch lists %d digests; the file has %d chunks", r.Node, len(r.Mismatch), chunks)
 	}
 	return true, nil
 }

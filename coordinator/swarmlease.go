@@ -36,6 +36,13 @@ const (
 	// evidenceBan is how long a member that lost the lease for want of
 	// evidence is passed over for it.
 	evidenceBan = time.Minute
+	// slowestChunk is the longest a holder's count of origin bytes may take
+	// to grow by a chunk and still be progress: for 16 MiB chunks 256 KiB/s
+	// (2 Mbit/s), far below any uplink's share. Without a rate a liar
+	// adding a byte a report kept the lease for as long as its two chunks
+	// of allowance lasted at that pace (months); now for two slowestChunk
+	// at most, plus the lease timeout.
+	slowestChunk = 64 * time.Second
 )
 
 // lease is a swarm's origin lease.
@@ -48,6 +55,8 @@ type lease struct {
 	// origin, or took the lease; leaseAt when it took it.
 	progressAt time.Time
 	leaseAt    time.Time
+	// progressBytes is the holder's count of origin bytes at progressAt.
+	progressBytes int64
 	// orig0 is the holder's FromOrigin when it took the lease; evidenced
 	// the chunks whose digest it gave under this lease.
 	orig0     int64
@@ -55,7 +64,27 @@ type lease struct {
 	// validator is the origin's, as the holder that last published a digest
 	// under its lease saw it (api.SwarmPlan.Validator).
 	validator string
+	// revoked are the members that lost the lease for what they did, not
+	// for silence: no evidence of reading, chunks found bad, digests that
+	// contradict the recorded list or made a member's file fail the pin
+	// (api.SwarmStatus.LeaseRevoked).
+	revoked map[string]bool
 }
+
+// revoke ends the holder h's lease for what it did (why), and passes it
+// over for the lease for evidenceBan.
+func (sw *swarms) revoke(s *Server, g *swarm, h *swarmMember, now time.Time, why string) {
+	h.noLeaseUntil = now.Add(evidenceBan)
+	if g.revoked == nil {
+		g.revoked = map[string]bool{}
+	}
+	g.revoked[h.node] = true
+	sw.passLease(s, g, now, why)
+}
+
+// minOriginRate is the slowest origin read, in bytes a second, whose bytes
+// are progress for a swarm of chunks of chunk bytes.
+func minOriginRate(chunk int64) float64 { return float64(chunk) / slowestChunk.Seconds() }
 
 // evidence counts the holder's digest of chunk i, now published.
 func (g *swarm) evidence(i int, now time.Time) {
@@ -64,6 +93,9 @@ func (g *swarm) evidence(i int, now time.Time) {
 	}
 	g.evidenced[i] = true
 	g.progressAt = now
+	if h := g.members[g.holder]; h != nil {
+		g.progressBytes = h.fromOrig
+	}
 }
 
 // checkLease ends the holder's lease when it has been silent too long, is
@@ -73,20 +105,23 @@ func (g *swarm) evidence(i int, now time.Time) {
 // readable says rep's chunk indexes are the swarm's.
 func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.SwarmReport, readable bool, now time.Time, log *logrus.Entry) {
 	if g.holder == m.node {
-		if rep.FromOrigin > m.fromOrig && rep.FromOrigin-g.orig0 <= int64(len(g.evidenced)+originAllowance)*g.chunkSize {
-			g.progressAt = now
+		// Bytes count up to the allowance past the digests published, and
+		// only as fast as an origin read goes: a chunk in slowestChunk at
+		// least, since the last progress.
+		if rep.FromOrigin > m.fromOrig && rep.FromOrigin-g.orig0 <= int64(len(g.evidenced)+originAllowance)*g.chunkSize &&
+			float64(rep.FromOrigin-g.progressBytes) >= minOriginRate(g.chunkSize)*now.Sub(g.progressAt).Seconds() {
+			g.progressAt, g.progressBytes = now, rep.FromOrigin
 		}
 		for i, d := range rep.Sums {
 			switch {
 			case !readable:
 			case g.recorded && g.sums[i] != d:
-				m.noLeaseUntil = now.Add(evidenceBan)
-				sw.passLease(s, g, now, fmt.Sprintf("its digest of chunk %d contradicts the file's recorded list", i))
+				sw.revoke(s, g, m, now, fmt.Sprintf("its digest of chunk %d contradicts the file's recorded list", i))
 				return
 			case g.sums[i] == "":
 				// A digest for a chunk nobody published: takeSums counts
 				// it once taken; it is progress now.
-				g.progressAt = now
+				g.progressAt, g.progressBytes = now, rep.FromOrigin
 			}
 		}
 	}
@@ -122,16 +157,14 @@ func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.Swarm
 	// A holder whose chunks two members found bad reads nothing its
 	// fabric can use.
 	if h := g.members[g.holder]; h != nil && len(g.badBy[h.node]) >= badQuorum {
-		h.noLeaseUntil = now.Add(evidenceBan)
-		sw.passLease(s, g, now, fmt.Sprintf("%d members found its chunks bad", len(g.badBy[h.node])))
+		sw.revoke(s, g, h, now, fmt.Sprintf("%d members found its chunks bad", len(g.badBy[h.node])))
 	}
 	// Reporting is not progress: a holder whose origin read is stuck (an
 	// origin that stopped sending, a request that keeps failing), or that
 	// only says it reads, loses the lease after the same timeout as a
 	// silent one.
 	if h := g.members[g.holder]; h != nil && now.Sub(g.progressAt) >= s.cfg.SwarmLeaseTimeout {
-		h.noLeaseUntil = now.Add(evidenceBan)
-		sw.passLease(s, g, now, fmt.Sprintf("no evidence of origin reads for %v: %d digests published under the lease, origin bytes counted %d",
+		sw.revoke(s, g, h, now, fmt.Sprintf("no evidence of origin reads for %v: %d digests published under the lease, origin bytes counted %d",
 			now.Sub(g.progressAt).Round(time.Millisecond), len(g.evidenced), max(h.fromOrig-g.orig0, 0)))
 	}
 }
@@ -139,9 +172,11 @@ func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.Swarm
 // takeLease gives m the lease when it is free: to the heir, for
 // successorWait, or to the first to ask after. A complete member needs no
 // origin; a member that lost it for want of evidence waits while another
-// can take it.
+// can take it; a forger (takeMismatch) never takes it.
 func (sw *swarms) takeLease(s *Server, g *swarm, m *swarmMember, now time.Time, log *logrus.Entry) {
-	if g.holder != "" || m.complete || (g.heir != "" && g.heir != m.node && now.Before(g.heirUntil)) {
+	if g.holder != "" || m.complete || g.forged[m.node] || (g.heir != "" && g.heir != m.node && now.Before(g.heirUntil)) {
+		// A forger never: none of its digests would be published, and
+		// the fabric would wait on its reads.
 		return
 	}
 	if g.passedOver(m, now) && sw.unpassedOther(s, g, m.node, now) {
@@ -149,9 +184,8 @@ func (sw *swarms) takeLease(s *Server, g *swarm, m *swarmMember, now time.Time, 
 	}
 	g.holder, g.heir = m.node, ""
 	g.progressAt, g.leaseAt = now, now
-	g.orig0 = m.fromOrig
+	g.orig0, g.progressBytes = m.fromOrig, m.fromOrig
 	g.evidenced = map[int]bool{}
-	m.held = true
 	g.leaseChanges++
 	log.Info("swarm: origin lease taken")
 }
@@ -178,10 +212,10 @@ func (sw *swarms) live(s *Server, p *swarmMember, now time.Time) bool {
 }
 
 // passedOver says whether p is given the lease only when no other member
-// can take it: it lost it for want of evidence lately, or two members found
-// its chunks bad.
+// can take it: it lost it for want of evidence lately, two members found
+// its chunks bad, or its digests made a member's file fail the pin.
 func (g *swarm) passedOver(p *swarmMember, now time.Time) bool {
-	return now.Before(p.noLeaseUntil) || len(g.badBy[p.node]) >= badQuorum
+	return now.Before(p.noLeaseUntil) || len(g.badBy[p.node]) >= badQuorum || g.forged[p.node]
 }
 
 // heirOf is the live member of g, other than not, furthest ahead, those
@@ -192,7 +226,7 @@ func (sw *swarms) heirOf(s *Server, g *swarm, not string, now time.Time) string 
 	bv, pv := -1, -1
 	for _, n := range g.names {
 		p := g.members[n]
-		if n == not || !sw.live(s, p, now) {
+		if n == not || !sw.live(s, p, now) || g.forged[n] {
 			continue
 		}
 		switch {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -11,9 +12,10 @@ import (
 // fabric it may read from, and every member of its fabric's swarm with the
 // addresses its chunk server checks requests against (api.SwarmPlan).
 
-// plan is m's plan of g; known is how many of its report's digests are
-// published (SumsKnown). A member leaving is told no peers.
-func (sw *swarms) plan(s *Server, g *swarm, m *swarmMember, known int, gone bool, now time.Time) api.SwarmPlan {
+// plan is m's plan of g, answering rep; known is how many of its digests
+// are published (SumsKnown). A member leaving is told no peers; one that
+// holds the members' list as it is now is not sent it again.
+func (sw *swarms) plan(s *Server, g *swarm, m *swarmMember, known int, rep *api.SwarmReport, now time.Time) api.SwarmPlan {
 	plan := api.SwarmPlan{
 		Lease:     g.holder == m.node,
 		Holder:    g.holder,
@@ -29,10 +31,33 @@ func (sw *swarms) plan(s *Server, g *swarm, m *swarmMember, known int, gone bool
 		Recorded:    g.recorded,
 		AddrsBound:  s.known != nil,
 	}
-	if !gone {
+	if !rep.Gone {
 		plan.Peers, plan.Members = sw.peers(s, g, m, now)
+		plan.MembersVersion = membersVersion(plan.Members)
+		if rep.MembersVersion == plan.MembersVersion {
+			// Issue 24 (3e): 1,000 members are 42 KB of every plan, four
+			// plans a second a member (BenchmarkSwarmPlanMembers).
+			plan.Members = nil
+		}
 	}
 	return plan
+}
+
+// membersVersion names a members' list by its content (FNV-1a over each
+// node and its addresses, in the list's order), never 0: the same list
+// has the same version in every plan, across restarts too, and a member
+// that holds it is not sent it again.
+func membersVersion(ms []api.SwarmMember) uint64 {
+	h := fnv.New64a()
+	for _, m := range ms {
+		h.Write([]byte(m.Node))
+		for _, a := range m.Addrs {
+			h.Write([]byte{0})
+			h.Write([]byte(a))
+		}
+		h.Write([]byte{'\n'})
+	}
+	return max(h.Sum64(), 1)
 }
 
 // peers are the members of g (all of g's fabric) m may read from, and
@@ -54,7 +79,7 @@ func (sw *swarms) peers(s *Server, g *swarm, m *swarmMember, now time.Time) ([]a
 			continue
 		}
 		members = append(members, api.SwarmMember{Node: n, Addrs: p.addrs})
-		if p == m || m.bad[n] || len(g.badBy[n]) >= badQuorum {
+		if p == m || m.bad[n] || len(g.badBy[n]) >= badQuorum || g.forged[n] {
 			continue
 		}
 		if t, ok := m.unreach[n]; ok && now.Sub(t) < unreachableFor {

@@ -75,6 +75,10 @@ func (sw *swarms) snapshot(now time.Time) []api.SwarmStatus {
 			st.Refuted = append(st.Refuted, n)
 		}
 		slices.SortFunc(st.Refuted, nodeCmpFunc)
+		for n := range g.revoked {
+			st.LeaseRevoked = append(st.LeaseRevoked, n)
+		}
+		slices.SortFunc(st.LeaseRevoked, nodeCmpFunc)
 		unreach := map[string]bool{}
 		for _, m := range g.members {
 			if !m.gone {
@@ -169,6 +173,20 @@ var (
 	swarmBytesDesc = prometheus.NewDesc("llmgw_coordinator_swarm_received_bytes_total",
 		"Bytes swarm members reported receiving, per fabric and from where (origin or peers), since the coordinator started; from=\"origin\" over the sum is the share the site's uplink carried.",
 		[]string{"fabric", "from"}, nil)
+	// The liars' series (issue 24): status names the nodes; these count
+	// them per fabric, for an alert (no node label: nodes are unbounded).
+	swarmRefutedDesc = prometheus.NewDesc("llmgw_coordinator_swarm_refuted_members",
+		"Members of the swarms kept now whose chunk digests lost to other readers', contradict the recorded list or made a member's file fail the pin, per fabric (summed over swarms; status names them).",
+		[]string{"fabric"}, nil)
+	swarmFrozenDesc = prometheus.NewDesc("llmgw_coordinator_swarm_frozen_chunks",
+		"Chunks of the swarms kept now that two origin readers gave different digests for, none published until a second read agrees, per fabric.",
+		[]string{"fabric"}, nil)
+	swarmAccusedDesc = prometheus.NewDesc("llmgw_coordinator_swarm_accused_peers",
+		"Peers members of the swarms kept now reported, per fabric and why: bad (sent a chunk that did not match its digest) or unreachable (refused, stalled or did not answer, lately); summed over swarms, status names them.",
+		[]string{"fabric", "why"}, nil)
+	swarmRevokedDesc = prometheus.NewDesc("llmgw_coordinator_swarm_lease_revoked_members",
+		"Members of the swarms kept now that lost the origin lease for what they did (no evidence of reading, bad chunks, false digests), not for silence, per fabric.",
+		[]string{"fabric"}, nil)
 )
 
 // swarmCollector turns the swarm registry into per-fabric series at scrape
@@ -179,6 +197,10 @@ func (c *swarmCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- swarmsDesc
 	ch <- leaseHoldersDesc
 	ch <- swarmBytesDesc
+	ch <- swarmRefutedDesc
+	ch <- swarmFrozenDesc
+	ch <- swarmAccusedDesc
+	ch <- swarmRevokedDesc
 }
 
 func (c *swarmCollector) Collect(ch chan<- prometheus.Metric) {
@@ -201,18 +223,33 @@ func (c *swarmCollector) Collect(ch chan<- prometheus.Metric) {
 	// a rate() from the first scrape need the series to exist.
 	count := map[string]*[2]int{}
 	bytes := map[string]*[2]int64{}
+	// liars: refuted members, frozen chunks, bad and unreachable peers,
+	// revoked leases.
+	liars := map[string]*[5]int{}
 	for _, l := range labels {
-		count[l], bytes[l] = &[2]int{}, &[2]int64{}
+		count[l], bytes[l], liars[l] = &[2]int{}, &[2]int64{}, &[5]int{}
 	}
 	for _, g := range snap {
 		l := label(g.Fabric)
 		if count[l] == nil {
-			count[l] = &[2]int{}
+			count[l], liars[l] = &[2]int{}, &[5]int{}
 		}
 		count[l][0]++
 		if g.Holder != "" {
 			count[l][1]++
 		}
+		liars[l][0] += len(g.Refuted)
+		liars[l][1] += g.Frozen
+		liars[l][2] += len(g.Bad)
+		liars[l][3] += len(g.Unreachable)
+		liars[l][4] += len(g.LeaseRevoked)
+	}
+	for l, n := range liars {
+		ch <- prometheus.MustNewConstMetric(swarmRefutedDesc, prometheus.GaugeValue, float64(n[0]), l)
+		ch <- prometheus.MustNewConstMetric(swarmFrozenDesc, prometheus.GaugeValue, float64(n[1]), l)
+		ch <- prometheus.MustNewConstMetric(swarmAccusedDesc, prometheus.GaugeValue, float64(n[2]), l, "bad")
+		ch <- prometheus.MustNewConstMetric(swarmAccusedDesc, prometheus.GaugeValue, float64(n[3]), l, "unreachable")
+		ch <- prometheus.MustNewConstMetric(swarmRevokedDesc, prometheus.GaugeValue, float64(n[4]), l)
 	}
 	for f, b := range traffic {
 		l := label(f)

@@ -93,6 +93,22 @@ llmgw_coordinator_swarm_received_bytes_total{fabric="ib-b",from="peers"} 0
 llmgw_coordinator_swarms{fabric="ib-b"} 1
 `))
 
+	// The peers accused, counted per fabric (status names them).
+	if err := testutil.GatherAndCompare(e.srv.metrics.reg, strings.NewReader(`
+# HELP llmgw_coordinator_swarm_accused_peers Peers members of the swarms kept now reported, per fabric and why: bad (sent a chunk that did not match its digest) or unreachable (refused, stalled or did not answer, lately); summed over swarms, status names them.
+# TYPE llmgw_coordinator_swarm_accused_peers gauge
+llmgw_coordinator_swarm_accused_peers{fabric="ib-a",why="bad"} 1
+llmgw_coordinator_swarm_accused_peers{fabric="ib-a",why="unreachable"} 1
+llmgw_coordinator_swarm_accused_peers{fabric="ib-b",why="bad"} 0
+llmgw_coordinator_swarm_accused_peers{fabric="ib-b",why="unreachable"} 0
+# HELP llmgw_coordinator_swarm_frozen_chunks Chunks of the swarms kept now that two origin readers gave different digests for, none published until a second read agrees, per fabric.
+# TYPE llmgw_coordinator_swarm_frozen_chunks gauge
+llmgw_coordinator_swarm_frozen_chunks{fabric="ib-a"} 0
+llmgw_coordinator_swarm_frozen_chunks{fabric="ib-b"} 0
+`), "llmgw_coordinator_swarm_accused_peers", "llmgw_coordinator_swarm_frozen_chunks"); err != nil {
+		t.Error(err)
+	}
+
 	// The swarms go idle and are dropped; the byte totals stay. Slurm's
 	// list now has only ib-a's nodes: ib-b's bytes count under "other".
 	e.clock.set(t0.Add(swarmIdle + time.Minute))

@@ -71,6 +71,14 @@ type digests struct {
 	// being written.
 	claims    map[string]bool
 	recording bool
+	// forged are the members a whole-file mismatch named as the origin
+	// reader of digests it used (takeMismatch): none of their digests is
+	// taken, nor are they given the lease while another member can take
+	// it, nor offered as a peer, for the swarm's life (a forger that left
+	// and came back is still one). accusations counts, per member, its
+	// mismatch reports that named someone (maxAccusations).
+	forged      map[string]bool
+	accusations map[string]int
 }
 
 func (d *digests) init(chunks int, recorded []string) {
@@ -79,6 +87,8 @@ func (d *digests) init(chunks int, recorded []string) {
 	d.offers = map[int]map[string]map[string]bool{}
 	d.refuted = map[string]int{}
 	d.claims = map[string]bool{}
+	d.forged = map[string]bool{}
+	d.accusations = map[string]int{}
 	if recorded != nil {
 		d.setRecorded(recorded)
 	}
@@ -115,6 +125,11 @@ func (sw *swarms) takeSums(g *swarm, m *swarmMember, rep *api.SwarmReport, reada
 	if !readable || len(rep.Sums) == 0 {
 		return 0
 	}
+	if g.forged[m.node] {
+		// Its digests made a member's file fail the pin: nothing it
+		// offers is taken again.
+		return 0
+	}
 	holder := g.holder == m.node
 	reader := holder || m.held
 	witness := !reader && now.Before(sw.resendUntil)
@@ -129,6 +144,7 @@ func (sw *swarms) takeSums(g *swarm, m *swarmMember, rep *api.SwarmReport, reada
 			known++
 			if holder && g.recorded && g.onlyHolder(i) {
 				g.evidence(i, now)
+				m.held = true
 			}
 			continue
 		case g.recorded:
@@ -165,7 +181,12 @@ func (sw *swarms) takeSums(g *swarm, m *swarmMember, rep *api.SwarmReport, reada
 		if g.decide(i, log) == d {
 			known++
 			if holder {
+				// An origin reader from now on, in this swarm: its
+				// digests count after it passes the lease. Taking the
+				// lease is not enough: a holder that published nothing
+				// (it only said it read) is not one.
 				g.evidence(i, now)
+				m.held = true
 			}
 		}
 	}
@@ -298,4 +319,127 @@ func sortedInts(m map[int]string) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// maxAccusations is how many mismatch reports (api.SwarmReport.Mismatch)
+// of one member a swarm acts on: one per liar that held the lease before
+// it, bounded, since a report is a member's word and each one it acts on
+// costs the fabric a read of the named reader's chunks from the origin.
+const maxAccusations = 3
+
+// takeMismatch acts on a member's report that its file, every chunk
+// verified, failed the pin (rep.Mismatch: the digests it verified its
+// peers' chunks against). Every chunk check passed, so the digests it used
+// are false: a lease holder that made up digests and served bytes to match
+// them passes every chunk check, and only the whole file tells. The
+// coordinator knows who published each digest: those published on one
+// origin reader's word name that reader, which is refuted (forged): its
+// digests are withdrawn (members drop the chunks they verified against
+// them), its offers dropped, it loses the lease and its place as a reader,
+// a holder and a peer in this swarm. Nothing is done against the recorded
+// list (two members' files matched the pin with it), nor against a reader
+// whose digests a third member completed the file with (one member's word
+// against another's: the list is recorded at the second), nor for digests
+// settled by two members (two colluding liars are not caught here).
+func (sw *swarms) takeMismatch(s *Server, g *swarm, m *swarmMember, rep *api.SwarmReport, readable bool, now time.Time, log *logrus.Entry) {
+	if !readable || len(rep.Mismatch) == 0 {
+		return
+	}
+	if g.recorded {
+		log.Warn("swarm: a member's file failed the pin with chunks of the file's recorded digest list; nobody is named (two members' files matched it: the member's disk, or its word)")
+		return
+	}
+	if g.accusations[m.node] >= maxAccusations {
+		log.Warnf("swarm: a member's file failed the pin again; it named readers %d times in this swarm, the limit, and is not heard", maxAccusations)
+		return
+	}
+	named := map[string]int{}
+	for i, d := range rep.Mismatch {
+		if i < len(g.sums) && d != "" && g.sums[i] == d && g.by[i] != "" && g.by[i] != m.node {
+			named[g.by[i]]++
+		}
+	}
+	for p := range named {
+		for c := range g.claims {
+			if c != p && c != m.node {
+				log.WithFields(logrus.Fields{"reader": p, "completed": c}).Warn("swarm: a member's file failed the pin with a reader's digests another member completed the file with; one word against another, nobody is named")
+				delete(named, p)
+				break
+			}
+		}
+	}
+	if len(named) == 0 {
+		log.Warn("swarm: a member's file failed the pin, but no digest it used is still published on one reader's word; nobody is named")
+		return
+	}
+	g.accusations[m.node]++
+	var gone []byte // the chunks whose digests are withdrawn
+	for _, p := range sortedKeys(named) {
+		g.forged[p] = true
+		g.refuted[p]++
+		withdrawn := 0
+		for i := range g.sums {
+			if g.by[i] == p {
+				g.sums[i], g.by[i] = "", ""
+				g.published--
+				withdrawn++
+				gone = api.SetChunk(gone, i)
+			}
+		}
+		// Its offers go too; a chunk frozen between it and another reader
+		// is the other's now.
+		for i, offers := range g.offers {
+			for d, by := range offers {
+				delete(by, p)
+				if len(by) == 0 {
+					delete(offers, d)
+				}
+			}
+			if len(offers) == 0 {
+				delete(g.offers, i)
+			} else {
+				g.decide(i, log)
+			}
+		}
+		delete(g.claims, p)
+		if pm := g.members[p]; pm != nil {
+			pm.held = false
+		}
+		g.rewritten = true
+		log.WithFields(logrus.Fields{"reader": p, "digests_used": named[p], "withdrawn": withdrawn}).
+			Warn("swarm: a member's file failed the pin with digests one origin reader gave; that reader's digests are withdrawn and it reads, holds the lease and serves no more in this swarm")
+		if h := g.members[p]; h != nil && g.holder == p {
+			sw.revoke(s, g, h, now, "its digests made a member's file fail the pin")
+		}
+	}
+	// What members verified against them is not verified: not offered as
+	// a peer's, and not what makes a member the furthest ahead, the
+	// lease's heir, until a report of the member no longer claims it (the
+	// agents drop those chunks on seeing the digests withdrawn; a report
+	// sent before still claims them, and a member further ahead by them
+	// took the lease from the new holder mid-chunk). A new slice, never
+	// the old one rewritten: plans handed out earlier still reference it.
+	for _, o := range g.members {
+		if o.complete || o == m {
+			continue
+		}
+		have := slices.Clone(o.have)
+		for i := range have {
+			if i < len(gone) {
+				if x := have[i] & gone[i]; x != 0 {
+					if o.suspect == nil {
+						o.suspect = make(bitmap, len(have))
+					}
+					o.suspect[i] |= x
+					have[i] &^= x
+				}
+			}
+		}
+		o.have, o.verified = have, countBits(have)
+	}
+	if h := g.members[g.holder]; h == nil && g.heir != "" {
+		// The heir was chosen before the members' chunks were taken back.
+		g.heir = sw.heirOf(s, g, "", now)
+	}
+	g.notify()
 }

@@ -41,6 +41,9 @@ type view struct {
 	// files indexes cat's fetched files by source, for the swarms
 	// (swarmcheck.go).
 	files map[string]catalogFile
+	// revisions indexes its models of several files by source, each as
+	// one revision (swarmrev.go).
+	revisions map[string]catalogFile
 	// catID and catGen are the catalog's identity and generation, read
 	// with cat, so that GET /v1/models never pairs models with another
 	// generation's number.
@@ -142,6 +145,7 @@ func (v *view) load(ctx context.Context, db *store.DB) error {
 	sort.Slice(v.names, func(i, j int) bool { return placement.NodeLess(v.names[i], v.names[j]) })
 	v.cat = cat
 	v.files = catalogFiles(models)
+	v.revisions = catalogRevisions(models)
 	v.catID, v.catGen = catID, catGen
 	v.catHistory, v.catDropped, v.catTrusted, v.catTrustedAt = history, dropped, trusted, trustedAt
 	v.catTag = catalogTag(v.catalogLocked())

@@ -69,8 +69,9 @@ func writeSwarms(w io.Writer, st *api.Status) error {
 
 // swarmTrouble says which peers members could not use: "bad n3 (by n4,n5;
 // dropped)" for a peer that sent bad chunks, "unreachable n6"; and the
-// members whose chunk digests lost to others' ("digests refuted n7") and the
-// chunks two readers disagree on ("2 chunks frozen").
+// members whose chunk digests lost to others' ("digests refuted n7"), the
+// chunks two readers disagree on ("2 chunks frozen"), and the members that
+// lost the origin lease for what they did ("lease revoked n8").
 func swarmTrouble(s api.SwarmStatus) string {
 	var parts []string
 	for _, b := range s.Bad {
@@ -88,6 +89,9 @@ func swarmTrouble(s api.SwarmStatus) string {
 	}
 	if s.Frozen > 0 {
 		parts = append(parts, fmt.Sprintf("%d chunks frozen", s.Frozen))
+	}
+	if len(s.LeaseRevoked) > 0 {
+		parts = append(parts, "lease revoked "+strings.Join(s.LeaseRevoked, ","))
 	}
 	return dash(strings.Join(parts, ", "))
 }

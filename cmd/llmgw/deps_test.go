@@ -56,6 +56,7 @@ var importRules = map[string]struct {
 	"internal/loopfs":      {nil, "tests' ext4 loop filesystem stands alone, like fusetest"},
 	"scripts/bench/evict":  {[]string{"weights/evict"}, "the eviction replay runs the agent's own policy and nothing else"},
 	"scripts/bench/hub":    {[]string{"weights/hub/hubtest"}, "the Hub benchmark serves the tests' Hub stand-in, so it measures what the tests check"},
+	"scripts/bench/liar":   {[]string{"api", "internal/munge", "internal/swarmtest"}, "the liars benchmark's hostile node is the tests' hostile member: the protocol and its node's MUNGE alone, what root on that node can do"},
 }
 
 // onlyIn confines an import to the packages that own what it does.

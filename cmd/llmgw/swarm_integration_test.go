@@ -109,50 +109,7 @@ func TestSwarmOnCluster(t *testing.T) {
 	// its agent reading the same file (as TestSubmitEndToEnd does), with
 	// peer_addr and munge_socket: without either, or without the pin, the
 	// nodes would each fetch from the origin (agent's whyNoSwarm).
-	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
-	if err := os.MkdirAll(hookDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cacheOf := map[string]string{}
-	for i, n := range devNodes {
-		k := i + 1
-		dir := filepath.Join(base, n)
-		cacheOf[n] = filepath.Join(dir, "cache")
-		for _, sub := range []string{"cache", "state", "run"} {
-			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
-			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
-			c.url, devMungeSocket(t, conf, n), n, e2eFabric[n], swarmPeerAddr(k), swarmMetricsAddr(k),
-			cacheOf[n], filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
-		path := filepath.Join(hookDir, n+".toml")
-		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			os.Remove(path)
-			os.Remove(nodeconf.ResolvedPath(path))
-			os.Remove(hookDir) // only when empty
-		})
-		daemon(t, bin, nil, "agent", "--config", path, "--node", n)
-	}
-	// Every agent reported (through MUNGE) and serves its metrics.
-	waitFor(t, 20*time.Second, "all four agents reporting to the coordinator", func() bool {
-		out, _, err := runBin(t, bin, c.admin, "status", "--json")
-		var st api.Status
-		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
-			return false
-		}
-		for i := range devNodes {
-			if _, err := agentMetrics(swarmMetricsAddr(i + 1)); err != nil {
-				return false
-			}
-		}
-		return st.Nodes.Total == len(devNodes) && st.Nodes.Stale == 0
-	})
-
+	cacheOf := swarmAgents(t, bin, c, base, devNodes, e2eFabric)
 	// A job on n1: its Prolog fetches the model through ib-a's swarm, of
 	// which n1 is the only member.
 	submit := func(args ...string) endedJob {
@@ -311,6 +268,61 @@ func TestSwarmOnCluster(t *testing.T) {
 		}
 	}
 	noneDrained(t, sl)
+}
+
+// swarmAgents writes each of nodes' settings where the dev cluster's hooks
+// read them and starts its agent on them, in the fabric fabric gives it,
+// with its chunk server on its own fabric address (swarmPeerAddr), its
+// metrics (swarmMetricsAddr) and its node's munged, reporting every second
+// to the coordinator c; it returns each node's cache directory once every
+// agent has reported and serves its metrics.
+func swarmAgents(t *testing.T, bin string, c coordProcess, base string, nodes []string, fabric map[string]string) map[string]string {
+	t.Helper()
+	conf := os.Getenv("SLURM_CONF")
+	hookDir := filepath.Join(filepath.Dir(conf), "llmgw")
+	if err := os.MkdirAll(hookDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cacheOf := map[string]string{}
+	for _, n := range nodes {
+		k := slices.Index(devNodes, n) + 1
+		dir := filepath.Join(base, n)
+		cacheOf[n] = filepath.Join(dir, "cache")
+		for _, sub := range []string{"cache", "state", "run"} {
+			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		toml := fmt.Sprintf("coordinator = %q\nmunge_socket = %q\nnode = %q\nfabric = %q\npeer_addr = %q\nmetrics_listen = %q\n"+
+			"cache_dir = %q\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nreport_interval = \"1s\"\nscan_interval = \"1s\"\n",
+			c.url, devMungeSocket(t, conf, n), n, fabric[n], swarmPeerAddr(k), swarmMetricsAddr(k),
+			cacheOf[n], filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "agent.sock"))
+		path := filepath.Join(hookDir, n+".toml")
+		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.Remove(path)
+			os.Remove(nodeconf.ResolvedPath(path))
+			os.Remove(hookDir) // only when empty
+		})
+		daemon(t, bin, nil, "agent", "--config", path, "--node", n)
+	}
+	// Every agent reported (through MUNGE) and serves its metrics.
+	waitFor(t, 20*time.Second, fmt.Sprintf("the agents of %v reporting to the coordinator", nodes), func() bool {
+		out, _, err := runBin(t, bin, c.admin, "status", "--json")
+		var st api.Status
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if _, err := agentMetrics(swarmMetricsAddr(slices.Index(devNodes, n) + 1)); err != nil {
+				return false
+			}
+		}
+		return st.Nodes.Total >= len(nodes) && st.Nodes.Stale == 0
+	})
+	return cacheOf
 }
 
 // statusRow returns the fields of the row of fabric in the section of

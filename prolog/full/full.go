@@ -344,7 +344,35 @@ func (p *Prolog) ensureSet(ctx context.Context, job prolog.Job, m catalog.Model,
 	}
 	set := catalog.SetName(m)
 	paths := make([]string, len(m.Files))
+	// Every file at once, through the agent: one revision, fetched once
+	// per fabric through its swarm when the files are pinned (issue 25).
+	// An agent older than that refuses the request's files (it decodes
+	// strictly), and one that is not there cannot answer: then file by
+	// file, as before.
+	_, err := p.Agent.Ensure(ctx, api.EnsureRequest{Source: m.Source, Set: set, Files: m.Files}, progress)
+	var ae *api.Error
+	old := errors.As(err, &ae) && ae.Code == api.CodeInvalid && strings.Contains(ae.Message, `unknown field "files"`)
+	if err == nil {
+		for i, f := range m.Files {
+			paths[i] = catalog.SetFilePath(catalog.SetDir(p.Config.CacheDir, m), f.Source)
+		}
+	} else if !old && !agentAbsent(err) {
+		for _, f := range m.Files {
+			if e := pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, f.PinnedETag, err); e != err {
+				return "", e
+			}
+		}
+		// As below: no file's signed URL reaches the job's owner.
+		msg := err.Error()
+		for _, f := range m.Files {
+			msg = strings.ReplaceAll(msg, f.Source, catalog.RedactQuery(f.Source))
+		}
+		return "", &redacted{msg: msg, err: err}
+	}
 	for i, f := range m.Files {
+		if paths[i] != "" {
+			continue
+		}
 		path, err := p.ensureFile(ctx, job, api.EnsureRequest{Source: f.Source, SHA256: f.WantSHA256(), Size: f.Size, Set: set}, progress)
 		if err != nil {
 			err = pinMismatch(m.Name, f.Source, f.SHA256, f.Pinned, f.PinnedETag, err)

@@ -3,12 +3,19 @@ package full
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/weights/catalog"
+	"github.com/llmgw/llmgw/weights/fetch"
 )
 
 // TestSetThroughTheAgent: a model of several files is ensured file by file
@@ -68,5 +75,65 @@ func TestSetThroughTheAgent(t *testing.T) {
 		if f.Pinned != hexSum(b) {
 			t.Errorf("after repin, file %s pinned to %q; want %s", f.Source, f.Pinned, hexSum(b))
 		}
+	}
+}
+
+// TestSetOldAgent: an agent older than the whole-set ensure (still running
+// after an upgrade of the package) refuses the request's files, as it
+// decodes strictly; the Prolog then asks it for each file in turn, as
+// before, and the job gets its set.
+func TestSetOldAgent(t *testing.T) {
+	var hits atomic.Int64
+	body := append([]byte("GGUF\x03\x00\x00\x00"), bytes.Repeat([]byte("old agent "), 1000)...)
+	o := serve(t, body, &hits)
+	set := catalog.Model{Name: "m", Files: []catalog.File{
+		{Source: o.URL + "/w-00001-of-00002.gguf", SHA256: hexSum(body), Size: int64(len(body))},
+		{Source: o.URL + "/w-00002-of-00002.gguf", SHA256: hexSum(body), Size: int64(len(body))},
+	}}
+	set.Source = set.Files[0].Source
+	p, log, _ := newProlog(t, set)
+	os.MkdirAll(filepath.Dir(p.Config.Socket), 0o755)
+	l, err := net.Listen("unix", p.Config.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perFile atomic.Int64
+	old := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Source string `json:"source"`
+			SHA256 string `json:"sha256,omitempty"`
+			Size   int64  `json:"size_bytes,omitempty"`
+			Set    string `json:"set,omitempty"`
+			Hub    any    `json:"hub,omitempty"`
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(api.Errorf(api.CodeInvalid, "ensure request: %v", err))
+			return
+		}
+		perFile.Add(1)
+		path, err := p.Fetcher.EnsureIn(r.Context(), req.Set, req.Source, fetch.Want{SHA256: req.SHA256, Size: req.Size})
+		if err != nil {
+			json.NewEncoder(w).Encode(api.EnsureEvent{Error: api.Errorf(api.CodeInternal, "%v", err)})
+			return
+		}
+		json.NewEncoder(w).Encode(api.EnsureEvent{Path: path})
+	})}
+	go old.Serve(l)
+	t.Cleanup(func() { old.Close() })
+
+	p.Run(context.Background(), prolog.Job{ID: "1", Node: "n1", Model: "m"}, nil)
+	rec, err := catalog.ReadJobRecord(p.Config.RunDir, "1")
+	dir := catalog.SetDir(p.Config.CacheDir, set)
+	if err != nil || rec.Error != "" || rec.Path != dir+"/w-00001-of-00002.gguf" {
+		t.Fatalf("record = %+v, %v; want the set's first part; log:\n%s", rec, err, log)
+	}
+	if n := perFile.Load(); n != 2 {
+		t.Errorf("the old agent was asked for %d files, want each of the 2", n)
+	}
+	if strings.Contains(log.String(), "no agent") {
+		t.Errorf("the Prolog fetched in its own process; the old agent can fetch file by file:\n%s", log)
 	}
 }

@@ -39,23 +39,61 @@
 #               again and their Prologs run again, as a requeued job's would;
 #               they resume from what they had verified.
 #
+#   liars       (--liars; issue 24) the same topology with one hostile
+#               member in each fabric, its last node: scripts/bench/liar,
+#               speaking the report, swarm and chunk protocols with that
+#               node's own munged (what root on that node can do, nothing
+#               more), started before the Prologs. Each opens with fake lease
+#               progress (the first to ask, it says it reads and publishes
+#               nothing), then cycles, each fabric from another point, through
+#               size and chunk-size squats, claiming the file complete with
+#               made-up digests while answering 503, claiming it with made-up
+#               digests while serving junk, and a slow reader on every upload
+#               slot of every honest peer. It is measured against the run
+#               "on" of the same honest nodes, the liars' nodes idle. Goals:
+#               every honest node ends with the pinned file; origin bytes per
+#               fabric <= 1.0 x S + 2 chunks; the last honest node within 1.25
+#               x the run without liars; each liar named in `llmgw status`
+#               and counted in the coordinator's /metrics (both sampled every
+#               second during the run).
+#
 # Counters: each node's eth0 and fab0 from /sys/class/net/*/statistics in
 # its namespace, the origin's body bytes per client (GET /_clients), and
 # each agent's llmgw_agent_swarm_received_bytes_total.
 #
-# Usage: scripts/bench/fanout.sh [--quick] [--small] [--size SIZE]
+# --hub (issue 25): the model is a Hugging Face repository of 12 files, SIZE
+# bytes in all (four shards, their index, configs, tokenizer files, a chat
+# template; no size a multiple of a 16 MiB chunk, so chunks span files),
+# served by the Hub stand-in (scripts/bench/hub: resolve answers an LFS
+# file with a redirect to its CDN on another port) in the management
+# namespace, registered with `llmgw models add NAME hf:org/fanout`, and
+# fetched by each node's Prolog through its fabric's swarm as one revision
+# into its Hugging Face cache. A node is checked by every file of the
+# snapshot its TaskProlog names against the stand-in's sha256 list. The
+# goals: the origin serves <= 1.01 x fabrics x S; the last node has every
+# verified file <= 1.06 x the framed floor (fabrics x S over the uplink,
+# at 1448 bytes of payload a 1514-byte frame); a non-seed node's
+# management link < 1 MB. No fault run.
+#
+# Usage: scripts/bench/fanout.sh [--quick] [--small] [--hub] [--size SIZE]
 #           [--fabrics N] [--per-fabric N] [--mgmt-mbit N] [--fabric-mbit N]
-#           [--no-peers-off] [--no-faults] [--results FILE] [--llmgw PATH]
+#           [--no-peers-off] [--no-faults] [--liars] [--results FILE]
+#           [--logs DIR] [--llmgw PATH]
 #   --quick          a 64 MiB model (peers off then takes about 80 s, not 322)
 #   --small          3 fabrics x 2 nodes, 32 MiB, peers on only, no faults:
 #                    the correctness case (cmd/llmgw TestFanoutSmall)
+#   --hub            the model is a 12-file Hub repository (see above); no fault run
 #   --size SIZE      the model's size, K/M/G suffix (IEC; default 256M)
 #   --fabrics N      fabrics (default 3); --per-fabric N nodes each (default 4)
 #   --mgmt-mbit N    the management link's rate (default 80)
 #   --fabric-mbit N  each node's fabric link rate (default 800)
 #   --no-peers-off   skip the peers-off run (every node from the origin)
 #   --no-faults      skip the fault run
+#   --liars          the liars' runs (issue 24): "on" with each fabric's last
+#                    node idle, then "liars" with a liar there; no peers-off
+#                    and no fault run. With --small: one liar among 2 nodes
 #   --results FILE   also write the figures as KEY=VALUE lines to FILE
+#   --logs DIR       keep each run's logs (agents, coordinator, origin, Prologs) in DIR
 #   --llmgw PATH     use this llmgw binary instead of building one
 # Needs root, ip, tc, munged (Debian's munge), setpriv, curl, sha256sum,
 # numfmt, bc and go (to build). Everything it creates (namespaces, daemons,
@@ -64,10 +102,11 @@
 # node; goals missed are printed in the table, not an exit status.
 set -euo pipefail
 
-SIZE=256M FABRICS=3 PER=4 MGMT_MBIT=80 FAB_MBIT=800 PEERS_OFF=1 FAULTS=1 RESULTS= BIN=
+SIZE=256M FABRICS=3 PER=4 MGMT_MBIT=80 FAB_MBIT=800 PEERS_OFF=1 FAULTS=1 LIARS=0 RESULTS= BIN= HUB=0 LOGS=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) SIZE=64M; shift ;;
+	--hub) HUB=1 FAULTS=0; shift ;;
 	--small) FABRICS=3 PER=2 SIZE=32M PEERS_OFF=0 FAULTS=0; shift ;;
 	--size) SIZE=$2; shift 2 ;;
 	--fabrics) FABRICS=$2; shift 2 ;;
@@ -76,7 +115,9 @@ while [ $# -gt 0 ]; do
 	--fabric-mbit) FAB_MBIT=$2; shift 2 ;;
 	--no-peers-off) PEERS_OFF=0; shift ;;
 	--no-faults) FAULTS=0; shift ;;
+	--liars) LIARS=1; shift ;;
 	--results) RESULTS=$(realpath -m "$2"); shift 2 ;;
+	--logs) LOGS=$(realpath -m "$2"); shift 2 ;;
 	--llmgw) BIN=$(realpath "$2"); shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "fanout.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -88,10 +129,23 @@ cd "$(dirname "$0")/../.."
 . scripts/bench/origin/start.sh
 need_tools $me ip tc munged setpriv curl sha256sum numfmt bc base64 od
 id munge >/dev/null 2>&1 || { echo "$me: no munge user; apt-get install munge" >&2; exit 1; }
+if [ "$LIARS" = 1 ]; then
+	# The liar speaks a single file's swarm (one source, one sha256): a
+	# Hub revision's liar is not built.
+	[ "$HUB" = 0 ] || { echo "$me: --liars and --hub do not go together yet (the liar speaks a single file's swarm); give one" >&2; exit 2; }
+	PEERS_OFF=0 FAULTS=0
+	[ "$PER" -ge 2 ] || { echo "$me: --liars needs 2 nodes a fabric or more (an honest one and the liar)" >&2; exit 2; }
+fi
 [ "$FAULTS" = 0 ] || [ "$PER" -ge 3 ] || { echo "$me: the fault run needs 3 nodes a fabric or more (a seed, a relay, a survivor); give --no-faults" >&2; exit 2; }
 [ "$FABRICS" -le 9 ] && [ $((FABRICS * PER)) -le 200 ] || { echo "$me: at most 9 fabrics and 200 nodes" >&2; exit 2; }
 S=$(numfmt --from=iec "$SIZE")
 N=$((FABRICS * PER))
+# With --liars each fabric's last node is a liar's (or idle, in the run
+# without liars): HONEST are the others, which run agents and Prologs.
+is_liar() { [ "$LIARS" = 1 ] && [ $(($1 % PER)) = 0 ]; }
+HONEST=()
+for k in $(seq "$N"); do is_liar "$k" || HONEST+=("$k"); done
+NH=${#HONEST[@]}
 CHUNK=$((16 << 20)) # api.DefaultChunkSize
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 
@@ -124,6 +178,10 @@ cleanup() {
 		for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
 		ip netns del "$ns" 2>/dev/null
 	done
+	if [ -n "$LOGS" ]; then
+		mkdir -p "$LOGS"
+		for r in "$W"/run-*; do [ -d "$r" ] && cp -r "$r" "$LOGS/"; done
+	fi
 	[ -n "$MOUNTED" ] && umount -l "$W/fs"
 	rm -rf "$W"
 }
@@ -149,14 +207,21 @@ mkdir -p "$W/bin"
 log "building llmgw and the origin ..."
 if [ -n "$BIN" ]; then cp "$BIN" "$W/bin/llmgw"; else go build -o "$W/bin/llmgw" ./cmd/llmgw; fi
 go build -o "$W/bin/origin" ./scripts/bench/origin
+[ "$LIARS" = 0 ] || go build -o "$W/bin/liar" ./scripts/bench/liar
+[ "$HUB" = 0 ] || go build -o "$W/bin/hub" ./scripts/bench/hub
 L=$W/bin/llmgw
 
 # ---- the model, on a tmpfs with the nodes' caches ----
 mkdir -p "$W/fs"
 mount -t tmpfs -o size=$(((N + 2) * S + (256 << 20))),mode=755 fanoutbench "$W/fs"
 MOUNTED=1
-log "writing $SIZE of random bytes ..."
-head -c "$S" /dev/urandom >"$W/fs/model.bin"
+if [ "$HUB" = 1 ]; then
+	# The probe below serves a file; the repository lives in the stand-in.
+	head -c 4096 /dev/urandom >"$W/fs/model.bin"
+else
+	log "writing $SIZE of random bytes ..."
+	head -c "$S" /dev/urandom >"$W/fs/model.bin"
+fi
 WANT=$(sha256sum "$W/fs/model.bin" | cut -d' ' -f1)
 MODEL=fanout-bench
 
@@ -263,6 +328,16 @@ chmod 755 "$W/bin/sinfo"
 # ---- one run ----
 start_origin_ns() {
 	rm -f "$W/origin.addr"
+	if [ "$HUB" = 1 ]; then
+		ip netns exec "$NS_M" "$W/bin/hub" --listen "$M_IP" --repo org/fanout --twelve "$S" --manifest "$W/manifest" \
+			--addr-file "$W/origin.addr" >/dev/null 2>"$R/origin.log" &
+		ORIGIN_PID=$!
+		PIDS+=("$ORIGIN_PID")
+		for _ in $(seq 100); do [ -s "$W/origin.addr" ] && break; sleep 0.1; done
+		[ -s "$W/origin.addr" ] || die "the Hub stand-in did not start: $(cat "$R/origin.log")"
+		read -r URL CONTROL <"$W/origin.addr"
+		return
+	fi
 	ip netns exec "$NS_M" "$W/bin/origin" --file "$W/fs/model.bin" --listen "$M_IP:8080" --addr-file "$W/origin.addr" >/dev/null 2>"$R/origin.log" &
 	ORIGIN_PID=$!
 	PIDS+=("$ORIGIN_PID")
@@ -270,7 +345,7 @@ start_origin_ns() {
 	[ -s "$W/origin.addr" ] || die "the origin did not start: $(cat "$R/origin.log")"
 	URL=$(cat "$W/origin.addr")
 }
-clients() { nsx "$NS_M" curl -sf --max-time 5 "http://$M_IP:8080/_clients"; }
+clients() { nsx "$NS_M" curl -sf --max-time 5 "${CONTROL:-http://$M_IP:8080}/_clients"; }
 client_bytes() { clients | awk -v a="$1" '$1 == a { print $2; f = 1 } END { if (!f) print 0 }'; }
 
 start_coordinator() {
@@ -314,6 +389,7 @@ metrics_listen = "127.0.0.1:9482"
 fetch_deadline = "30m"
 EOF
 	[ "$2" = 0 ] || echo "peer_addr = \"$(fab_ip "$k"):8421\"" >>"$d/agent.toml"
+	[ "$HUB" = 0 ] || echo "hf_endpoint = \"$URL\"" >>"$d/agent.toml"
 }
 metric() { # K NAME LABELS: an agent's metric, 0 when absent
 	nsx "$(node_ns "$1")" curl -sf --max-time 2 http://127.0.0.1:9482/metrics 2>/dev/null |
@@ -369,6 +445,11 @@ check() {
 	path=$(sed -n 's/^export LLMGW_MODEL_PATH=//p' <<<"$out")
 	if [ -z "$path" ]; then log "n$k: no LLMGW_MODEL_PATH: $out $(cat "$R/prolog-n$k.log")"; return 1; fi
 	case $path in "$d/cache/"*) ;; *) log "n$k: LLMGW_MODEL_PATH $path is outside its cache"; return 1 ;; esac
+	if [ "$HUB" = 1 ]; then
+		# The snapshot: every file, through its link, the Hub's bytes.
+		(cd "$path" && sha256sum --quiet --strict -c "$W/manifest") >&2 || { log "n$k: the snapshot $path is not the Hub's files"; return 1; }
+		return 0
+	fi
 	got=$(sha256sum "$path" | cut -d' ' -f1)
 	[ "$got" = "$WANT" ] || { log "n$k: $path has sha256 $got, want $WANT"; return 1; }
 }
@@ -383,39 +464,56 @@ run() {
 	R=$W/run-$mode
 	mkdir -p "$R"
 	rm -rf "$W/fs"/n*
-	log "== $mode: origin, coordinator, $N agents ..."
+	log "== $mode: origin, coordinator, $NH agents ..."
 	start_origin_ns
 	start_coordinator
-	nsx "$NS_M" env LLMGW_MUNGE_SOCKET="$W/munge/m/munge.socket" "$L" models add "$MODEL" "$URL" --size "$S" --sha256 "$WANT" \
-		--coordinator "$COORD" >/dev/null 2>"$R/models.log" || die "llmgw models add failed: $(cat "$R/models.log")"
-	for k in $(seq "$N"); do write_agent_conf "$k" "$peers"; start_agent "$k"; done
-	for k in $(seq "$N"); do
+	if [ "$HUB" = 1 ]; then
+		nsx "$NS_M" env LLMGW_MUNGE_SOCKET="$W/munge/m/munge.socket" HF_ENDPOINT="$URL" "$L" models add "$MODEL" hf:org/fanout \
+			--coordinator "$COORD" >"$R/models.out" 2>"$R/models.log" || die "llmgw models add failed: $(cat "$R/models.log")"
+	else
+		nsx "$NS_M" env LLMGW_MUNGE_SOCKET="$W/munge/m/munge.socket" "$L" models add "$MODEL" "$URL" --size "$S" --sha256 "$WANT" \
+			--coordinator "$COORD" >/dev/null 2>"$R/models.log" || die "llmgw models add failed: $(cat "$R/models.log")"
+	fi
+	for k in "${HONEST[@]}"; do write_agent_conf "$k" "$peers"; start_agent "$k"; done
+	for k in "${HONEST[@]}"; do
 		for _ in $(seq 150); do agent_ready "$k" && break; sleep 0.2; done
 		agent_ready "$k" || die "agent n$k never reported; its log: $(tail -5 "$R/agent-n$k.log")"
 	done
+	[ "$mode" = liars ] && start_liars
 	declare -A before
 	for k in $(seq "$N"); do
 		before[m$k]=$(($(counter "$k" eth0 rx_bytes) + $(counter "$k" eth0 tx_bytes)))
 		before[f$k]=$(($(counter "$k" fab0 rx_bytes) + $(counter "$k" fab0 tx_bytes)))
 	done
-	log "== $mode: the Prolog of job $job on all $N nodes at once ..."
+	log "== $mode: the Prolog of job $job on all $NH nodes at once ..."
 	local t0 pids=()
 	t0=$(date +%s.%N)
-	for k in $(seq "$N"); do
+	for k in "${HONEST[@]}"; do
 		prolog "$k" "$job" &
 		pids+=($!)
 	done
 	# The origin's timeline, to tell the time the uplink was busy from the
 	# time before its first byte and after its last.
 	timeline "$t0" >"$R/timeline" &
-	local tl=$!
+	local tl=$! wl=
+	if [ "$mode" = liars ]; then
+		watch_liars &
+		wl=$!
+	fi
 	[ "$mode" = faults ] && faults "$t0"
 	for p in "${pids[@]}"; do wait "$p"; done
 	kill "$tl" 2>/dev/null || true
 	wait "$tl" 2>/dev/null || true
 	[ "$mode" = faults ] && rerun_killed "$job"
+	if [ -n "$wl" ]; then
+		# One more sample after the last Prolog, then the liars stop.
+		sleep 1.5
+		kill "$wl" 2>/dev/null || true
+		wait "$wl" 2>/dev/null || true
+		stop_liars
+	fi
 	local last=0 ok=0 e
-	for k in $(seq "$N"); do
+	for k in "${HONEST[@]}"; do
 		e=$(echo "$(cat "$R/done-n$k") - $t0" | bc -l)
 		[ "$(echo "$e > $last" | bc)" = 1 ] && last=$e
 		if check "$k" "$job"; then ok=$((ok + 1)); fi
@@ -425,10 +523,13 @@ run() {
 	local cl total=0 seeds nonseed_link nonseed_model a b m f
 	cl=$(clients)
 	echo "$cl" >"$R/clients"
+	declare -A fabric_origin
 	for k in $(seq "$N"); do
 		b=$(awk -v a="$(mgmt_ip "$k")" '$1 == a { print $2 } END { }' <<<"$cl")
 		b=${b:-0}
 		total=$((total + b))
+		fabric_origin[$(fabric_of "$k")]=$((${fabric_origin[$(fabric_of "$k")]:-0} + b))
+		is_liar "$k" && continue
 		m=$(($(counter "$k" eth0 rx_bytes) + $(counter "$k" eth0 tx_bytes) - ${before[m$k]}))
 		f=$(($(counter "$k" fab0 rx_bytes) + $(counter "$k" fab0 tx_bytes) - ${before[f$k]}))
 		a="n$k $(fabric_of "$k") origin=$b mgmt_link=$m fabric_link=$f from_origin=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="origin"}') from_peers=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer"}') peer_discarded=$(metric "$k" llmgw_agent_swarm_received_bytes_total '{from="peer_discarded"}')"
@@ -443,6 +544,7 @@ run() {
 		index(seeds, " " $1 " ") == 0 { split($3, o, "="); split($4, m, "="); if (m[2] > ml) ml = m[2]; if (o[2] > om) om = o[2] }
 		END { print ml + 0, om + 0 }' "$R/nodes")
 	res "${mode}_origin_bytes" "$total"
+	for f in "${!fabric_origin[@]}"; do res "${mode}_origin_bytes_$f" "${fabric_origin[$f]}"; done
 	res "${mode}_seeds" "${seeds% }"
 	res "${mode}_nonseed_mgmt_bytes" "$nonseed_link"
 	res "${mode}_nonseed_origin_bytes" "$nonseed_model"
@@ -453,14 +555,73 @@ run() {
 	res "${mode}_origin_first_byte" "$first"
 	res "${mode}_origin_last_byte" "$done_at"
 	log "== $mode: the origin sent its first byte after $first s and its last by $done_at s (sampled every 0.2 s)"
-	log "== $mode: $ok of $N nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds: ${seeds}"
+	log "== $mode: $ok of $NH nodes verified; last after ${RES[${mode}_time]} s; origin served $total bytes ($(echo "scale=3; $total / $S" | bc) x S); seeds: ${seeds}"
 	sed 's/^/    /' "$R/nodes" >&2
+	[ "$mode" = liars ] && liars_seen
 	# Stop this run's daemons (the next run starts its own).
-	for k in $(seq "$N"); do kill -TERM "${AGENT_PID[$k]}" 2>/dev/null || true; done
+	for k in "${HONEST[@]}"; do kill -TERM "${AGENT_PID[$k]}" 2>/dev/null || true; done
 	kill -TERM "$COORD_PID" "$ORIGIN_PID" 2>/dev/null || true
-	for k in $(seq "$N"); do wait "${AGENT_PID[$k]}" 2>/dev/null || true; done
+	for k in "${HONEST[@]}"; do wait "${AGENT_PID[$k]}" 2>/dev/null || true; done
 	wait "$COORD_PID" "$ORIGIN_PID" 2>/dev/null || true
-	[ "$ok" = "$N" ] || die "$mode: only $ok of $N nodes have the verified file (logs in $R, kept until exit)"
+	[ "$ok" = "$NH" ] || die "$mode: only $ok of $NH nodes have the verified file (logs in $R, kept until exit)"
+}
+
+# ---- the liars (--liars) ----
+declare -A LIAR_PID
+# start_liars: a liar on each fabric's last node, in its namespace, with its
+# munged; each starts its cycle at another behaviour. Returns once each has
+# had its first plan (it asked first: the lease is its).
+start_liars() {
+	local k i=0
+	for k in $(seq "$N"); do
+		is_liar "$k" || continue
+		ip netns exec "$(node_ns "$k")" "$W/bin/liar" --coordinator "$COORD" --munge-socket "$W/munge/n$k/munge.socket" \
+			--node "n$k" --fabric "$(fabric_of "$k")" --listen "$(fab_ip "$k"):8421" --source "$URL" --sha256 "$WANT" \
+			--size "$S" --chunk-size "$CHUNK" --offset "$i" --out "$R/liar-n$k" --ready "$R/liar-n$k.ready" >"$R/liar-n$k.log" 2>&1 &
+		LIAR_PID[$k]=$!
+		PIDS+=($!)
+		i=$((i + 1))
+	done
+	for k in "${!LIAR_PID[@]}"; do
+		for _ in $(seq 100); do [ -e "$R/liar-n$k.ready" ] && break; sleep 0.1; done
+		[ -e "$R/liar-n$k.ready" ] || die "the liar on n$k did not start: $(tail -3 "$R/liar-n$k.log")"
+	done
+	log "liars: ${!LIAR_PID[*]} (n$(printf '%s ' "${!LIAR_PID[@]}" | sed 's/ $//; s/ / n/g')) asked first"
+}
+stop_liars() {
+	local k
+	for k in "${!LIAR_PID[@]}"; do kill -TERM "${LIAR_PID[$k]}" 2>/dev/null || true; done
+	for k in "${!LIAR_PID[@]}"; do wait "${LIAR_PID[$k]}" 2>/dev/null || true; done
+}
+# watch_liars: every second, the swarm rows of `llmgw status` (what an admin
+# reads) and the coordinator's liar series, appended to $R/status.all and
+# $R/metrics.all.
+watch_liars() {
+	while :; do
+		nsx "$NS_M" env LLMGW_MUNGE_SOCKET="$W/munge/m/munge.socket" "$L" status --coordinator "$COORD" >>"$R/status.all" 2>/dev/null || true
+		nsx "$NS_M" curl -sf --max-time 2 "$COORD/metrics" 2>/dev/null |
+			grep -E '^llmgw_coordinator_swarm_(refuted_members|accused_peers|lease_revoked_members|frozen_chunks)\{' >>"$R/metrics.all" || true
+		sleep 1
+	done
+}
+# liars_seen: for each liar, what status said of it in its fabric's rows
+# (bad, unreachable, digests refuted, lease revoked), the most each of the
+# coordinator's liar series showed for its fabric, and what the liar did.
+liars_seen() {
+	local k f said series
+	for k in "${!LIAR_PID[@]}"; do
+		f=$(fabric_of "$k")
+		said=$(grep -E "^$f +" "$R/status.all" 2>/dev/null | grep -oE '(bad|unreachable|digests refuted|lease revoked) [a-z0-9,]+' |
+			awk -v n="n$k" '{ w = $NF; sub(" [^ ]*$", ""); split(w, x, ","); for (i in x) if (x[i] == n) print $0 }' | sort -u | paste -sd, -)
+		series=$(grep "fabric=\"$f\"" "$R/metrics.all" 2>/dev/null | awk '{ split($1, a, "{"); name = a[1]; sub("llmgw_coordinator_swarm_", "", name)
+			if (index($1, "why=\"bad\"")) name = name "_bad"; if (index($1, "why=\"unreachable\"")) name = name "_unreachable"
+			if ($2 > max[name]) max[name] = $2; seen[name] = 1 } END { for (n in seen) printf "%s=%d ", n, max[n] }' | tr ' ' '\n' | sort | paste -sd' ' -)
+		res "liar_n${k}_fabric" "$f"
+		res "liar_n${k}_status" "${said:-none}"
+		res "liar_n${k}_metrics" "${series:-none}"
+		[ -s "$R/liar-n$k" ] && res "liar_n${k}_did" "$(grep -E '^(behaviours|leases|refused_reports|chunk_answers|slow_reads_served|slow_reads_refused)=' "$R/liar-n$k" | paste -sd' ' -)"
+		log "liar n$k ($f): status said: ${said:-nothing}; metrics (most seen): ${series:-none}"
+	done
 }
 
 # faults T0: in the first fabric, kill a relay at half the file, then the
@@ -593,6 +754,7 @@ t_all=$SECONDS
 run on
 [ "$PEERS_OFF" = 1 ] && run off
 [ "$FAULTS" = 1 ] && run faults
+[ "$LIARS" = 1 ] && run liars
 
 # ---- the table ----
 fmt_b() { numfmt --to=iec --suffix=B --format=%.1f "$1"; }
@@ -600,6 +762,8 @@ mark() { [ "$(echo "$1" | bc -l)" = 1 ] && echo met || echo MISSED; }
 FLOOR=$(echo "$FABRICS * $S * 8 / ($MGMT_MBIT * 1000000)" | bc -l)
 ALLOFF=$(echo "$N * $S * 8 / ($MGMT_MBIT * 1000000)" | bc -l)
 GOAL_T=$(echo "$FLOOR * 85 / 80.5" | bc -l) # the issue's 85 s for 80.5, scaled
+# A repository (issue 25): 1.06 x the floor with framing.
+[ "$HUB" = 1 ] && GOAL_T=$(echo "1.06 * $FLOOR * 1514 / 1448" | bc -l)
 if [ -n "${RES[off_time]:-}" ]; then
 	OFF_T="${RES[off_time]} s (~ $(printf %.1f "$ALLOFF") s)"
 	OFF_O="$(fmt_b "${RES[off_origin_bytes]}") = $(echo "scale=2; ${RES[off_origin_bytes]} / $S" | bc) x S"
@@ -609,11 +773,13 @@ else
 fi
 row() { printf '| %-46s | %-28s | %-10s | %-24s | %-40s | %-6s |\n' "$@"; }
 echo
+WHAT="$SIZE"
+[ "$HUB" = 1 ] && WHAT="a 12-file Hub repository of $SIZE (through the CDN redirect)"
 printf 'fan-out of %s (S = %d bytes) to %d nodes in %d fabrics of %d; management link %s Mbit/s, fabric links %s Mbit/s; %d s in all\n' \
-	"$SIZE" "$S" "$N" "$FABRICS" "$PER" "$MGMT_MBIT" "$FAB_MBIT" $((SECONDS - t_all))
+	"$WHAT" "$S" "$N" "$FABRICS" "$PER" "$MGMT_MBIT" "$FAB_MBIT" $((SECONDS - t_all))
 row figure "every node from the origin" floor goal "peers on" goal?
 row "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..28})" "$(printf -- '-%.0s' {1..10})" "$(printf -- '-%.0s' {1..24})" "$(printf -- '-%.0s' {1..40})" "------"
-row "time until the last node has the verified file" "$OFF_T" "~ $(printf %.1f "$FLOOR") s" \
+row "time until the last node has the verified file$([ "$HUB" = 1 ] && echo s || true)" "$OFF_T" "~ $(printf %.1f "$FLOOR") s" \
 	"<= $(printf %.1f "$GOAL_T") s" "${RES[on_time]} s" "$(mark "${RES[on_time]} <= $GOAL_T")"
 row "bytes the origin serves" "$OFF_O" "$FABRICS x S" "<= 1.01 x $FABRICS x S" \
 	"$(fmt_b "${RES[on_origin_bytes]}") = $(echo "scale=3; ${RES[on_origin_bytes]} / $S" | bc) x S" \
@@ -636,6 +802,35 @@ printf '  peers on: the origin sent its first byte after %s s and its last by %s
 	"${RES[on_origin_first_byte]}" "${RES[on_origin_last_byte]}" "${RES[on_time]}"
 printf '  the uplink moves %d x S of TCP payload in %.1f s at MTU 1500 (1448 of each 1514 bytes on the wire): the floor with framing\n' \
 	"$FABRICS" "$(echo "$FLOOR * 1514 / 1448" | bc -l)"
+if [ "$LIARS" = 1 ]; then
+	# Side by side: the same honest nodes without liars and with them.
+	lrow() { printf '| %-44s | %-22s | %-44s | %-22s | %-6s |\n' "$@"; }
+	echo
+	printf 'liars (issue 24): %d honest nodes in %d fabrics, one liar each (scripts/bench/liar; opening: fake lease progress, then cycling squats, complete+503, made-up digests+junk, slow readers)\n' "$NH" "$FABRICS"
+	lrow figure "without liars" "with liars" goal goal?
+	lrow "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..22})" "------"
+	allok=MISSED
+	[ "${RES[on_nodes_ok]}" = "$NH" ] && [ "${RES[liars_nodes_ok]}" = "$NH" ] && allok=met
+	lrow "honest nodes with the pinned file" "${RES[on_nodes_ok]} of $NH" "${RES[liars_nodes_ok]} of $NH" "all" "$allok"
+	ratio=$(echo "scale=3; ${RES[liars_time]} / ${RES[on_time]}" | bc)
+	lrow "time until the last honest node" "${RES[on_time]} s" "${RES[liars_time]} s ($ratio x)" "<= 1.25 x" "$(mark "$ratio <= 1.25")"
+	for f in $(printf '%s\n' "${!RES[@]}" | sed -n 's/^liars_origin_bytes_//p' | sort); do
+		a=${RES[on_origin_bytes_$f]:-0} b=${RES[liars_origin_bytes_$f]:-0}
+		lrow "origin bytes, $f" "$(echo "scale=3; $a / $S" | bc) x S" "$(echo "scale=3; $b / $S" | bc) x S ($(fmt_b "$b"))" \
+			"<= 1.0 x S + 2 chunks" "$(mark "$b <= $S + 2 * $CHUNK")"
+	done
+	for k in $(seq "$N"); do
+		is_liar "$k" || continue
+		st=${RES[liar_n${k}_status]:-none} ms=${RES[liar_n${k}_metrics]:-none}
+		lrow "the liar n$k in llmgw status ($(fabric_of "$k"))" "-" "$st" "named" "$([ "$st" != none ] && echo met || echo MISSED)"
+		named=MISSED
+		for v in $ms; do case $v in *=0 | frozen_chunks=*) ;; *) named=met ;; esac; done
+		lrow "... in the coordinator's /metrics" "-" "$ms" "a series above 0" "$named"
+	done
+	for k in $(seq "$N"); do
+		is_liar "$k" && printf '  liar n%s: %s\n' "$k" "${RES[liar_n${k}_did]:-(no summary)}"
+	done
+fi
 if [ -n "$RESULTS" ]; then
 	{
 		echo "size=$S"

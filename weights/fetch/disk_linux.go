@@ -58,6 +58,26 @@ func recordSum(fh *os.File, sum string) {
 	_ = unix.Fsetxattr(int(fh.Fd()), sumXattr, []byte(sumTag(sum, &st)), 0)
 }
 
+// recordedSumFD is the digest recordSum noted on the open file, while its
+// size and mtime are still those it was hashed at; "" otherwise, and for a
+// file this process's user does not own: in a Hugging Face cache other
+// users write (a site's, on a filer), any user may tag a file of theirs.
+func recordedSumFD(fh *os.File) string {
+	var st unix.Stat_t
+	if unix.Fstat(int(fh.Fd()), &st) != nil || int(st.Uid) != os.Geteuid() {
+		return ""
+	}
+	buf := make([]byte, 128)
+	n, err := unix.Fgetxattr(int(fh.Fd()), sumXattr, buf)
+	if err != nil || n < 64 {
+		return ""
+	}
+	if tag := string(buf[:n]); tag == sumTag(tag[:64], &st) {
+		return tag[:64]
+	}
+	return ""
+}
+
 // recordOrigin notes on the open file how the origin named the version it
 // served (originOf), with the file's size and mtime as they are now, like
 // recordSum, so that whoever pins the file later (the Prolog, which may not

@@ -42,6 +42,10 @@ type download struct {
 	single bool
 	origin string // how the origin named the version served (originOf)
 
+	// hc, when set, makes the requests instead of the Fetcher's
+	// (an Origin's caller's; rangeorigin.go).
+	hc *http.Client
+
 	done  atomic.Int64 // bytes on disk, for progress
 	total atomic.Int64 // -1 until known
 }

@@ -234,7 +234,11 @@ func (d *download) openOnce(ctx context.Context, from, to int64, validator strin
 // (StripCredentials). A shallow copy, so the configured client is not
 // changed and its transport and its own redirect policy still apply.
 func (d *download) client() *http.Client {
-	c := *d.f.client()
+	base := d.f.client()
+	if d.hc != nil {
+		base = d.hc
+	}
+	c := *base
 	policy := c.CheckRedirect
 	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if StripCredentials(via[0].URL, req.URL) {

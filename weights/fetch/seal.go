@@ -31,6 +31,11 @@ func SealHashed(ctx context.Context, fh *os.File, part, target string, want Want
 	if want.Size > 0 && fi.Size() != want.Size {
 		return fmt.Errorf("%s has %d bytes, expected %d", part, fi.Size(), want.Size)
 	}
+	// A small file of a Hub repository: named by its git blob id, which is
+	// read here (the Hub keeps such files under 10 MB).
+	if err := checkGitBlob(ctx, fh, part, fi.Size(), want.GitBlob); err != nil {
+		return err
+	}
 	if want.SHA256 != "" {
 		if sum == "" {
 			if sum, err = hashFD(ctx, fh); err != nil {
@@ -54,4 +59,20 @@ func SealHashed(ctx context.Context, fh *os.File, part, target string, want Want
 		return err
 	}
 	return syncDir(filepath.Dir(target))
+}
+
+// checkGitBlob says whether the file open as fh (named name in errors), of
+// size bytes, has the git blob id want; nil when want is "".
+func checkGitBlob(ctx context.Context, fh *os.File, name string, size int64, want string) error {
+	if want == "" {
+		return nil
+	}
+	id, err := gitBlobFD(ctx, fh, size)
+	if err != nil {
+		return err
+	}
+	if id != want {
+		return fmt.Errorf("%s has git blob id %s, expected %s", name, id, want)
+	}
+	return nil
 }

@@ -5,11 +5,18 @@
 // no engine loads), and a control address the script asks how many bytes
 // the Hub served, and has it push a commit that changes one file.
 //
+// With --twelve SIZE it serves instead, for scripts/bench/fanout.sh --hub,
+// a repository of the 12 files an engine loads, SIZE bytes in all, no
+// file's size a multiple of a swarm chunk, and writes their sha256sum
+// list (--manifest) for the nodes' snapshots to be checked against.
+//
 //	GET  CONTROL/served            bytes of file contents served so far
+//	GET  CONTROL/_clients          bytes served to each client address, "ADDR BYTES" lines
 //	POST CONTROL/commit?change=P   a new commit on main with file P changed; prints its size
 package main
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"flag"
@@ -19,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -31,11 +39,14 @@ func main() {
 	addrFile := flag.String("addr-file", "", "write HUB_URL CONTROL_URL here once serving")
 	from := flag.String("from", "", "serve this directory's files as --repo instead (a model saved by save_pretrained)")
 	repoID := flag.String("repo", "org/big", "the repository's id")
+	listen := flag.String("listen", "127.0.0.1", "the address the Hub, its CDN and the control address listen on")
+	twelve := flag.Int64("twelve", 0, "serve a repository of 12 files of this many bytes in all instead")
+	manifest := flag.String("manifest", "", "with --twelve: write the files' sha256sum list here")
 	flag.Parse()
 	if *files < 12 {
 		log.Fatal("--files: at least 12")
 	}
-	h, err := hubtest.Start()
+	h, err := hubtest.StartOn(*listen)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,7 +55,25 @@ func main() {
 		if _, err := h.CommitDir(*repoID, "main", *from); err != nil {
 			log.Fatal(err)
 		}
-		serve(h, *repoID, *addrFile)
+		serve(h, *repoID, *listen, *addrFile)
+	}
+	if *twelve > 0 {
+		repo, err := twelveFiles(*twelve)
+		if err != nil {
+			log.Fatal(err)
+		}
+		h.Commit(*repoID, "main", repo)
+		if *manifest != "" {
+			var lines []string
+			for p, b := range repo {
+				lines = append(lines, fmt.Sprintf("%x  %s", sha256.Sum256(b), p))
+			}
+			sort.Strings(lines)
+			if err := os.WriteFile(*manifest, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+				log.Fatal(err)
+			}
+		}
+		serve(h, *repoID, *listen, *addrFile)
 	}
 	repo := map[string][]byte{}
 	n := *files - 10
@@ -66,7 +95,56 @@ func main() {
 	repo[".gitattributes"] = []byte("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
 	repo["LICENSE"] = []byte("license\n")
 	h.Commit(*repoID, "main", repo)
-	serve(h, *repoID, *addrFile)
+	serve(h, *repoID, *listen, *addrFile)
+}
+
+// twelveFiles is a checkpoint of four shards and its index, configs,
+// tokenizer files and chat template, total bytes in all: no file's size a
+// multiple of a 16 MiB swarm chunk, so chunks span files all along.
+func twelveFiles(total int64) (map[string][]byte, error) {
+	rng := rand.New(rand.NewChaCha8([32]byte{25}))
+	random := func(n int64) []byte {
+		b := make([]byte, n)
+		for i := 0; i+8 <= len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], rng.Uint64())
+		}
+		return b
+	}
+	text := func(n int) []byte {
+		b := random(int64(n))
+		for i := range b {
+			b[i] = 'a' + b[i]%26
+		}
+		return b
+	}
+	repo := map[string][]byte{
+		"chat_template.jinja":          []byte("{% for m in messages %}{{ m['content'] }}{% endfor %}"),
+		"config.json":                  []byte(`{"model_type":"llama","hidden_size":4096}`),
+		"generation_config.json":       []byte(`{"do_sample":false}`),
+		"merges.txt":                   text(456789),
+		"model.safetensors.index.json": []byte(`{"weight_map":{"a":"model-00001-of-00004.safetensors","b":"model-00002-of-00004.safetensors","c":"model-00003-of-00004.safetensors","d":"model-00004-of-00004.safetensors"}}`),
+		"special_tokens_map.json":      []byte(`{"eos_token":"</s>"}`),
+		"tokenizer.json":               text(2345678),
+		"tokenizer_config.json":        []byte(`{"model_max_length":4096}`),
+	}
+	var small int64
+	for _, b := range repo {
+		small += int64(len(b))
+	}
+	const mib = 1 << 20
+	shards := []int64{total/4 - 3*mib + 12345, total/4 + 2*mib + 777, total/4 - mib + 4321}
+	last := total - small
+	for _, n := range shards {
+		last -= n
+	}
+	shards = append(shards, last)
+	for i, n := range shards {
+		if n <= 16 || n%(16*mib) == 0 {
+			return nil, fmt.Errorf("--twelve %d: shard %d would be %d bytes; give a larger size", total, i+1, n)
+		}
+		repo[fmt.Sprintf("model-%05d-of-00004.safetensors", i+1)] = safetensors(fmt.Sprintf("layer.%d.weight", i), int(n), rng)
+	}
+	return repo, nil
 }
 
 // safetensors is a safetensors file of size bytes holding one tensor of
@@ -93,13 +171,18 @@ func safetensors(tensor string, size int, rng *rand.Rand) []byte {
 }
 
 // serve answers the control address until killed.
-func serve(h *hubtest.Hub, repoID, addrFile string) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func serve(h *hubtest.Hub, repoID, listen, addrFile string) {
+	l, err := net.Listen("tcp", net.JoinHostPort(listen, "0"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /served", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, h.Served()) })
+	mux.HandleFunc("GET /_clients", func(w http.ResponseWriter, r *http.Request) {
+		for addr, n := range h.ServedTo() {
+			fmt.Fprintf(w, "%s %d\n", addr, n)
+		}
+	})
 	mux.HandleFunc("POST /commit", func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Query().Get("change")
 		files := h.Files(repoID, h.Branch(repoID, "main"))

@@ -63,6 +63,7 @@ type Hub struct {
 
 	served atomic.Int64 // bytes of file contents served, Hub and CDN
 	perBlb sync.Map     // blob name → *atomic.Int64 bytes served
+	perCli sync.Map     // client address (no port) → *atomic.Int64 bytes served
 	commit atomic.Int64
 }
 
@@ -89,13 +90,17 @@ func (b *blob) name() string {
 }
 
 // Start serves a new, empty Hub and its CDN on 127.0.0.1.
-func Start() (*Hub, error) {
+func Start() (*Hub, error) { return StartOn("127.0.0.1") }
+
+// StartOn serves a new, empty Hub and its CDN on host (an address of a
+// network namespace a benchmark made), each on a port of its own.
+func StartOn(host string) (*Hub, error) {
 	h := &Hub{PageSize: 50, repos: map[string]*repo{}, blobs: map[string]*blob{}}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	hl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}
-	cl, err := net.Listen("tcp", "127.0.0.1:0")
+	cl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		hl.Close()
 		return nil, err
@@ -279,9 +284,22 @@ func (h *Hub) BlobName(repoID, commit, p string) string {
 	return ""
 }
 
-func (h *Hub) count(name string, n int64) {
+// ServedTo is how many bytes of file contents each client address (a
+// node's, as it connects) was served.
+func (h *Hub) ServedTo() map[string]int64 {
+	out := map[string]int64{}
+	h.perCli.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+func (h *Hub) count(name, client string, n int64) {
 	h.served.Add(n)
 	v, _ := h.perBlb.LoadOrStore(name, new(atomic.Int64))
+	v.(*atomic.Int64).Add(n)
+	v, _ = h.perCli.LoadOrStore(client, new(atomic.Int64))
 	v.(*atomic.Int64).Add(n)
 }
 
@@ -523,17 +541,22 @@ func (h *Hub) serveCDN(w http.ResponseWriter, req *http.Request) {
 // serveBytes answers with b's bytes (ranges, If-Range), counting what it
 // sends, at rate bytes a second when rate > 0.
 func (h *Hub) serveBytes(w http.ResponseWriter, req *http.Request, b *blob, name string, rate int64) {
-	cw := &countingWriter{ResponseWriter: w, h: h, name: name, rate: rate, start: time.Now()}
+	client, _, err := net.SplitHostPort(req.RemoteAddr)
+	if err != nil {
+		client = req.RemoteAddr
+	}
+	cw := &countingWriter{ResponseWriter: w, h: h, name: name, client: client, rate: rate, start: time.Now()}
 	http.ServeContent(cw, req, "", time.Time{}, bytes.NewReader(b.data))
 }
 
 type countingWriter struct {
 	http.ResponseWriter
-	h     *Hub
-	name  string
-	rate  int64
-	start time.Time
-	n     int64
+	h      *Hub
+	name   string
+	client string
+	rate   int64
+	start  time.Time
+	n      int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
@@ -550,7 +573,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 		n, err := c.ResponseWriter.Write(chunk)
 		c.n += int64(n)
 		written += n
-		c.h.count(c.name, int64(n))
+		c.h.count(c.name, c.client, int64(n))
 		if err != nil {
 			return written, err
 		}
