@@ -351,7 +351,7 @@ func TestParseNodesJSON(t *testing.T) {
 		{Name: "n4", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
+		t.Errorf("ParseNodesJSON =\n  %+v\nwant\n  %+v", got, want)
 	}
 }
 
@@ -377,7 +377,7 @@ func TestParseNodesJSONStates(t *testing.T) {
 		{Name: "x0002", State: "unknown", Partitions: l("extra"), Addr: "127.0.0.1", Hostname: "localhost"},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
+		t.Errorf("ParseNodesJSON =\n  %+v\nwant\n  %+v", got, want)
 	}
 }
 
