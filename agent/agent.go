@@ -76,6 +76,8 @@ type Agent struct {
 	dirState    map[string]string // path → "", "missing" or the scan error
 	swarm       swarmState
 	seeding     map[string]bool // sources a seed ask is ensuring
+	prefetch    *prefetcher     // issue 28: prefetch.go
+	starts      *startWatch     // issue 28: starts.go
 	gpu         gpuProbe
 	evict       evictState // evict.go; its own lock
 	scanMem     scan.Memory
@@ -137,6 +139,9 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 		flights:      map[string]*flight{},
 		seeding:      map[string]bool{},
 	}
+	a.prefetch = newPrefetcher(a)
+	a.prefetch.room = a.Room
+	a.starts = newStartWatch(a)
 	a.swarm.calls = map[swarmCallKey]*swarmCall{}
 	a.swarm.said = map[string]bool{}
 	a.swarm.origin = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableCompression: true, ResponseHeaderTimeout: 30 * time.Second}}
@@ -146,6 +151,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Agent, error) {
 	}
 	a.catalog.Path = cfg.CatalogCopyPath()
 	a.metrics = newMetrics(cfg.Version, func() float64 { return float64(len(a.fetchesNow(time.Now()))) })
+	a.metrics.reg.MustRegister(prefetchCollector{a.prefetch})
 	if cp, err := catalog.ReadCopy(a.catalog.Path); err == nil {
 		a.noteGCHeldLocked(cp)
 	}
@@ -220,6 +226,7 @@ func (a *Agent) fetcherLocked() *fetch.Fetcher {
 			CacheReserve: a.cfg.CacheReserve,
 			MinSpeed:     a.cfg.FetchMinSpeed,
 			MakeRoom:     a.makeRoom,
+			PrefetchRoom: a.prefetchRoom,
 			OnProgress:   a.onProgress,
 			Log:          a.log.WithField("part", "fetch"),
 		}
@@ -363,6 +370,8 @@ func (a *Agent) buildReport() *api.Report {
 	}
 	fetches := a.fetchesNow(now)
 	gpu := a.gpuMemory(cfg)
+	pfStates, pfBytes := a.prefetch.states()
+	starts := a.starts.pending()
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -389,6 +398,8 @@ func (a *Agent) buildReport() *api.Report {
 		r.PeerAddr = a.swarm.addr
 	}
 	r.GCHeld, r.GCHeldSince = a.catalog.GCHeld, a.catalog.GCHeldSince
+	r.Prefetches, r.PrefetchBytes = pfStates, pfBytes
+	r.Starts = starts
 	a.last = &r
 	return &r
 }
@@ -496,6 +507,10 @@ func (a *Agent) report(ctx context.Context) (*api.Report, string, error) {
 		if len(ans.Seed) > 0 {
 			a.seed(ctx, ans.Seed)
 		}
+		if ans.Prefetch != nil {
+			a.prefetch.set(ans.Prefetch, now)
+		}
+		a.starts.delivered(r.Starts)
 	}
 	return r, result, err
 }
@@ -647,6 +662,9 @@ func (a *Agent) Status() api.AgentStatus {
 		LastScan: a.scanned, ScanTook: a.scanDur, Report: a.last, LastReport: a.result, Catalog: a.catalog,
 		PeerAddr: a.swarm.addr, PeerServerError: a.swarm.notServing,
 	}
+	if a.last != nil {
+		st.Prefetches = a.last.Prefetches
+	}
 	if st.WeightDirs == nil {
 		st.WeightDirs = []string{}
 	}
@@ -709,6 +727,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.startPeerServer(ctx, cfg, &wg)
 
+	wg.Go(func() { a.prefetch.run(ctx) })
+	wg.Go(func() { a.starts.run(ctx, cfg.RunDir) })
 	a.scan(ctx)
 	if sent, err := sdNotify(a.notifySocket, "READY=1"); err != nil {
 		a.log.WithError(err).Warn("could not tell systemd the agent is ready")

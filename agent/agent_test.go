@@ -126,8 +126,10 @@ func testConfig(t *testing.T) Config {
 		Fabric:   "ib-a",
 		CacheDir: filepath.Join(dir, "cache"),
 		StateDir: filepath.Join(dir, "state"),
-		Socket:   filepath.Join(dir, "agent.sock"),
-		Version:  "test",
+		// Never the host's /run/llmgw: the agent watches its job records.
+		RunDir:  filepath.Join(dir, "run"),
+		Socket:  filepath.Join(dir, "agent.sock"),
+		Version: "test",
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,7 +33,8 @@ import (
 //
 // A prefetch plugs in through Room: it claims at evict.Prefetch and gets
 // only the room below cache_low, so it never evicts and never takes what a
-// job's fetch needs. Hub snapshots (the HF cache layout) are entries
+// job's fetch needs; what it brought is recorded (notePrefetched) until a
+// job uses it, and is the first eviction takes within its class. Hub snapshots (the HF cache layout) are entries
 // when the Hugging Face cache is on the cache's filesystem (weights/gc's
 // hubevict.go): an old snapshot of a repository the catalog lists at
 // another commit is evict.Superseded, the catalog commit's is wanted, and
@@ -44,9 +46,13 @@ type evictState struct {
 	mu sync.Mutex // serialises passes, and guards the rest
 	// used is when a job on this node last used each cache entry, by name;
 	// kept in the state directory (usedFile) across restarts.
-	used   map[string]time.Time
-	loaded bool
-	dirty  bool // used changed since it was last written
+	used map[string]time.Time
+	// prefetched is when a prefetch brought each cache entry no job on
+	// this node has used since, by name; kept in prefetchedFile. Eviction
+	// takes these first within their class (evict.Entry.Prefetched).
+	prefetched map[string]time.Time
+	loaded     bool
+	dirty      bool // used or prefetched changed since they were last written
 	// recent are the last evictions, newest last, for `llmgw gc`.
 	recent []api.GCFile
 	// lastHeld is the last pass's account of what it could not free, so
@@ -56,15 +62,19 @@ type evictState struct {
 }
 
 // usedFile is the state directory's record of when jobs last used each
-// cache entry.
-const usedFile = "used.json"
+// cache entry; prefetchedFile its record of the entries prefetches brought
+// that no job has used yet.
+const (
+	usedFile       = "used.json"
+	prefetchedFile = "prefetched.json"
+)
 
 // maxRecentEvictions is how many evictions `llmgw gc` shows.
 const maxRecentEvictions = 100
 
 // noteUse records that a job uses the cache entries named, now.
 func (a *Agent) noteUse(cfg Config, names ...string) {
-	if len(names) == 0 {
+	if !slices.ContainsFunc(names, func(n string) bool { return n != "" }) {
 		return
 	}
 	s := &a.evict
@@ -73,8 +83,34 @@ func (a *Agent) noteUse(cfg Config, names ...string) {
 	a.loadUsedLocked(cfg)
 	now := time.Now().UTC()
 	for _, n := range names {
+		if n == "" {
+			continue
+		}
 		s.used[n] = now
+		delete(s.prefetched, n)
 	}
+	s.dirty = true
+	a.saveUsedLocked(cfg)
+}
+
+// notePrefetched records that a prefetch brought the cache entry name,
+// which no job has used yet: until one does (noteUse, or a job record
+// naming it at an eviction pass), eviction takes it first within its
+// class.
+func (a *Agent) notePrefetched(cfg Config, name string) {
+	if name == "" {
+		return
+	}
+	s := &a.evict
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.loadUsedLocked(cfg)
+	if _, used := s.used[name]; used {
+		// A job used it while the prefetch ran (it joined the fetch, or
+		// found the file the fetch had just sealed).
+		return
+	}
+	s.prefetched[name] = time.Now().UTC()
 	s.dirty = true
 	a.saveUsedLocked(cfg)
 }
@@ -84,12 +120,19 @@ func (a *Agent) loadUsedLocked(cfg Config) {
 	if s.loaded {
 		return
 	}
-	s.loaded, s.used = true, map[string]time.Time{}
+	s.loaded, s.used, s.prefetched = true, map[string]time.Time{}, map[string]time.Time{}
 	b, err := os.ReadFile(filepath.Join(cfg.StateDir, usedFile))
 	if err == nil {
 		if err := json.Unmarshal(b, &s.used); err != nil {
 			a.log.WithError(err).Warn("evict: the record of when jobs last used the cache is unreadable; starting it anew")
 			s.used = map[string]time.Time{}
+		}
+	}
+	b, err = os.ReadFile(filepath.Join(cfg.StateDir, prefetchedFile))
+	if err == nil {
+		if err := json.Unmarshal(b, &s.prefetched); err != nil {
+			a.log.WithError(err).Warn("evict: the record of what prefetches brought is unreadable; starting it anew")
+			s.prefetched = map[string]time.Time{}
 		}
 	}
 }
@@ -103,6 +146,27 @@ func (a *Agent) saveUsedLocked(cfg Config) {
 	if err := catalog.WriteAtomic(filepath.Join(cfg.StateDir, usedFile), b, 0o644); err != nil {
 		a.log.WithError(err).Debug("evict: the record of when jobs last used the cache could not be written")
 	}
+	b, _ = json.Marshal(a.evict.prefetched)
+	if err := catalog.WriteAtomic(filepath.Join(cfg.StateDir, prefetchedFile), b, 0o644); err != nil {
+		a.log.WithError(err).Debug("evict: the record of what prefetches brought could not be written")
+	}
+}
+
+// recordEntry is the cache entry a job's record says the job uses, or ""
+// for weights outside the cache (a path, a model id).
+func recordEntry(rec catalog.JobRecord) string {
+	if rest, ok := strings.CutPrefix(rec.Source, "hf:"); ok && rec.HFCache != "" {
+		if i := strings.LastIndexByte(rest, '@'); i > 0 {
+			return gc.HubEntryName(rest[:i], rest[i+1:])
+		}
+	}
+	if rec.Set != "" {
+		return rec.Set
+	}
+	if catalog.KindOf(rec.Source) == catalog.KindRemote {
+		return catalog.CacheName(rec.Source)
+	}
+	return ""
 }
 
 // usedName is the cache entry a fetch of req lands in.
@@ -140,20 +204,25 @@ func (a *Agent) budget(ctx context.Context, cfg Config, f *fetch.Fetcher, entrie
 // filesystem: with ok, the claim fits once evict bytes are evicted (a
 // Job claim only; the caller evicts through MakeRoom by fetching).
 func (a *Agent) Room(ctx context.Context, n int64, p evict.Priority) (evictBytes int64, ok bool, why string, err error) {
+	b, err := a.budgetNow(ctx)
+	if err != nil {
+		return 0, false, "", err
+	}
+	evictBytes, ok, why = b.Claim(n, p)
+	return evictBytes, ok, why, nil
+}
+
+// budgetNow is the cache's budget as it is now.
+func (a *Agent) budgetNow(ctx context.Context) (evict.Budget, error) {
 	cfg := a.Config()
 	a.mu.Lock()
 	f := a.fetcherLocked()
 	a.mu.Unlock()
 	entries, err := gc.Entries(a.gcOptions(cfg))
 	if err != nil {
-		return 0, false, "", err
+		return evict.Budget{}, err
 	}
-	b, err := a.budget(ctx, cfg, f, entries)
-	if err != nil {
-		return 0, false, "", err
-	}
-	evictBytes, ok, why = b.Claim(n, p)
-	return evictBytes, ok, why, nil
+	return a.budget(ctx, cfg, f, entries)
 }
 
 func (a *Agent) gcOptions(cfg Config) gc.Options {
@@ -207,8 +276,13 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 				a.evict.used[e.Name] = now.UTC()
 				a.evict.dirty = true
 			}
+			if _, ok := a.evict.prefetched[e.Name]; ok {
+				delete(a.evict.prefetched, e.Name)
+				a.evict.dirty = true
+			}
 		}
-		ee := evict.Entry{Name: e.Name, Size: e.Size, Written: e.Written, LastUsed: a.evict.used[e.Name], InUse: e.InUse, Fetching: e.Fetching, Class: evict.Unwanted}
+		_, pre := a.evict.prefetched[e.Name]
+		ee := evict.Entry{Name: e.Name, Size: e.Size, Written: e.Written, LastUsed: a.evict.used[e.Name], InUse: e.InUse, Fetching: e.Fetching, Class: evict.Unwanted, Prefetched: pre}
 		if e.Wanted != "" {
 			ee.Class, ee.Model = evict.Wanted, e.Wanted
 			models = append(models, e.Wanted)
@@ -228,10 +302,12 @@ func (a *Agent) planEviction(ctx context.Context, cfg Config, need int64) (evict
 	for _, e := range raw {
 		present[e.Name] = true
 	}
-	for n := range a.evict.used {
-		if !present[n] {
-			delete(a.evict.used, n)
-			a.evict.dirty = true
+	for _, m := range []map[string]time.Time{a.evict.used, a.evict.prefetched} {
+		for n := range m {
+			if !present[n] {
+				delete(m, n)
+				a.evict.dirty = true
+			}
 		}
 	}
 	a.saveUsedLocked(cfg)
@@ -313,6 +389,7 @@ func (a *Agent) evictNow(ctx context.Context, need int64, trigger string) (freed
 		a.metrics.evictedBytes.WithLabelValues(class[f.Name].String()).Add(float64(f.Size))
 		log.Info(f.Reason)
 		delete(a.evict.used, f.Name)
+		delete(a.evict.prefetched, f.Name)
 		a.evict.dirty = true
 		a.evict.recent = append(a.evict.recent, api.GCFile{Name: f.Name, Path: f.Path, Action: "evicted", Reason: now.Format(time.RFC3339) + " (" + trigger + "): " + strings.TrimPrefix(f.Reason, "evicted: "), Size: f.Size})
 	}
@@ -420,6 +497,22 @@ func (a *Agent) makeRoom(ctx context.Context, dir string, need int64) (int64, st
 		return 0, ""
 	}
 	return a.evictNow(ctx, need, "fetch")
+}
+
+// prefetchRoom is the Fetcher's PrefetchRoom: a prefetch's claim of need
+// more bytes fits when the cache's budget at evict.Prefetch has room for
+// it (Room: below cache_low, beside every claim in the record). Only on
+// the cache's own filesystem, the one the budget is of: a Hugging Face
+// cache elsewhere (a filer) is not prefetched into.
+func (a *Agent) prefetchRoom(ctx context.Context, dir string, need int64) (bool, string) {
+	if !sameFilesystem(dir, a.Config().CacheDir) {
+		return false, dir + " is not on the cache's filesystem, the one whose budget a prefetch is held to"
+	}
+	_, ok, why, err := a.Room(ctx, need, evict.Prefetch)
+	if err != nil {
+		return false, "the cache's budget cannot be told: " + err.Error()
+	}
+	return ok, why
 }
 
 // sameFilesystem says whether a and b are on one filesystem.

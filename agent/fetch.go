@@ -24,9 +24,18 @@ const rateWindow = 5 * time.Second
 // adds: the progress each waiting hook is streamed, and the entry in the
 // report's list of fetches in progress.
 type flight struct {
-	source  string
+	source string
+	// entry is the cache entry it fills (usedName): what prefetched bytes
+	// are counted against until a job uses them.
+	entry   string
 	waiters int
-	subs    map[*subscriber]struct{}
+	// prefetches are the waiters that are prefetches (issue 28): a flight
+	// whose every waiter is one is a prefetch, in the report and the
+	// metrics, and its bytes are counted as prefetched. jobJoined says a
+	// job waited on it at some point: then what it brings is the job's.
+	prefetches int
+	jobJoined  bool
+	subs       map[*subscriber]struct{}
 
 	// fetch is nil until bytes move: a source that is already present, a
 	// path, or a model id never shows as a fetch.
@@ -70,6 +79,15 @@ func (f *fetchState) api(source string, now time.Time) api.Fetch {
 	return api.Fetch{Source: source, Done: f.done, Total: f.total, Rate: f.rate(now), Started: f.started, Progressed: f.progressed}
 }
 
+// ensureKind says who waits: a job (a Prolog, a seed: anything an admin or
+// a user waits for) or a prefetch, which runs below every job's fetch.
+type ensureKind int
+
+const (
+	forJob ensureKind = iota
+	forPrefetch
+)
+
 // subscriber is one waiting hook's view of its flight: only the newest
 // progress matters, so a slow reader gets the latest figure, never a backlog.
 type subscriber struct {
@@ -105,12 +123,30 @@ func (s *subscriber) take() (api.Fetch, bool) {
 // source for the node whatever the number of callers; the flight here fans
 // its progress out to all of them.
 func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscriber) (string, error) {
+	return a.ensureAs(ctx, req, sub, forJob)
+}
+
+// ensureAs is ensure for a job or for a prefetch. A job's ensure of a
+// remote source first stops the prefetches of other sources (they resume
+// after it): the node's link and the fetch's claim on the cache's space
+// are the job's. A job that wants the source a prefetch is fetching joins
+// that fetch, which then is the job's, bytes already fetched included.
+func (a *Agent) ensureAs(ctx context.Context, req api.EnsureRequest, sub *subscriber, kind ensureKind) (string, error) {
+	if kind == forJob && catalog.KindOf(req.Source) == catalog.KindRemote {
+		a.prefetch.yield(req.Source)
+		a.prefetch.used(usedName(req))
+	}
+	if kind == forPrefetch {
+		// Held to the cache's budget at prefetch priority, never evicting
+		// (fetch.Ahead).
+		ctx = fetch.Ahead(ctx)
+	}
 	a.mu.Lock()
 	cfg := a.cfg
 	f := a.fetcherLocked()
 	fl := a.flights[req.Source]
 	if fl == nil {
-		fl = &flight{source: req.Source, subs: map[*subscriber]struct{}{}}
+		fl = &flight{source: req.Source, entry: usedName(req), subs: map[*subscriber]struct{}{}}
 		if catalog.KindOf(req.Source) == catalog.KindRemote && req.Hub == nil {
 			target := catalog.CachePathFor(f.CacheDir, req.Source)
 			if req.Set != "" {
@@ -122,6 +158,11 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 		a.flights[req.Source] = fl
 	}
 	fl.waiters++
+	if kind == forPrefetch {
+		fl.prefetches++
+	} else {
+		fl.jobJoined = true
+	}
 	if sub != nil {
 		fl.subs[sub] = struct{}{}
 	}
@@ -157,8 +198,11 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 
 	a.mu.Lock()
 	fl.waiters--
+	if kind == forPrefetch {
+		fl.prefetches--
+	}
 	delete(fl.subs, sub)
-	moved := fl.fetch != nil
+	moved, joined := fl.fetch != nil, fl.jobJoined
 	// Only a remote source is fetched; a missing path is the hook's news,
 	// not a failed fetch.
 	failed := err != nil && ctx.Err() == nil && !fl.counted && catalog.KindOf(req.Source) == catalog.KindRemote
@@ -171,8 +215,13 @@ func (a *Agent) ensure(ctx context.Context, req api.EnsureRequest, sub *subscrib
 	}
 	a.mu.Unlock()
 
-	if err == nil {
+	switch {
+	case err == nil && kind == forJob:
 		a.noteUse(cfg, usedName(req))
+	case err == nil && moved && !joined:
+		// A prefetch is no use: what it brought is the first eviction
+		// takes within its class until a job uses it.
+		a.notePrefetched(cfg, usedName(req))
 	}
 	if failed {
 		a.metrics.fetchErrors.Inc()
@@ -226,6 +275,7 @@ func (a *Agent) onProgress(p fetch.Progress) {
 		subs = append(subs, s)
 	}
 	started := len(fs.samples) == 1
+	prefetchOnly, entry := fl.waiters > 0 && fl.waiters == fl.prefetches, fl.entry
 	a.mu.Unlock()
 
 	if started {
@@ -236,6 +286,9 @@ func (a *Agent) onProgress(p fetch.Progress) {
 
 	if delta > 0 {
 		a.metrics.fetchedBytes.Add(float64(delta))
+		if prefetchOnly {
+			a.prefetch.fetched(entry, delta)
+		}
 	}
 	for _, s := range subs {
 		s.set(f)
@@ -249,7 +302,9 @@ func (a *Agent) fetchesNow(now time.Time) []api.Fetch {
 	var out []api.Fetch
 	for src, fl := range a.flights {
 		if fl.fetch != nil {
-			out = append(out, fl.fetch.api(src, now))
+			f := fl.fetch.api(src, now)
+			f.Prefetch = fl.waiters > 0 && fl.waiters == fl.prefetches
+			out = append(out, f)
 		}
 	}
 	sortFetches(out)

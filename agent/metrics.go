@@ -43,6 +43,10 @@ type metrics struct {
 	evictedBytes      *prometheus.CounterVec
 	evictHeld         prometheus.Gauge
 	gcHeld            prometheus.Gauge
+	// Issue 28: what prefetches fetched and what jobs then used; job
+	// starts by whether the fast path found the weights.
+	prefetchBytes *prometheus.CounterVec
+	jobStarts     *prometheus.CounterVec
 }
 
 func newMetrics(version string, fetchesInProgress func() float64) *metrics {
@@ -104,6 +108,20 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 			Help: "The agent's version; the value is always 1.",
 		}, []string{"version"}),
 	}
+	m.prefetchBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "prefetch_bytes_total",
+		Help: "Bytes fetched for prefetches (no job waiting), by use: fetched, and used (a job then started with the file). fetched - used is what no job used yet.",
+	}, []string{"use"})
+	m.jobStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "job_starts_total",
+		Help: "llmgw jobs whose Prolog ran on this node, by start: warm when the fast path found the weights present, cold when llmgw prolog had to fetch them or say why not.",
+	}, []string{"start"})
+	for _, l := range []string{"fetched", "used"} {
+		m.prefetchBytes.WithLabelValues(l)
+	}
+	for _, l := range []string{"warm", "cold"} {
+		m.jobStarts.WithLabelValues(l)
+	}
 	m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "evictions_total",
 		Help: "Cache entries evicted under pressure, by class (unwanted, superseded, wanted) and trigger (watermark: above cache_high; fetch: a fetch that did not fit).",
@@ -128,7 +146,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	}
 	inProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fetches_in_progress",
-		Help: "Fetches moving bytes right now.",
+		Help: "Fetches moving bytes right now, prefetches included (their report entries say prefetch).",
 	}, fetchesInProgress)
 	for _, r := range reportResults {
 		m.reports.WithLabelValues(r)
@@ -147,6 +165,7 @@ func newMetrics(version string, fetchesInProgress func() float64) *metrics {
 	m.info.WithLabelValues(version).Set(1)
 	m.reg.MustRegister(m.scanDuration, m.weights, m.fetchedBytes, m.swarmBytes, m.swarmServed, m.swarmPeerFailures, m.peerServerUp, m.fetchErrors, m.reports, m.catalogReads,
 		m.lastReportSuccess, m.lastScanSuccess, m.info, inProgress, m.evictions, m.evictedBytes, m.evictHeld, m.gcHeld,
+		m.prefetchBytes, m.jobStarts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

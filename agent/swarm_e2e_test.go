@@ -52,16 +52,41 @@ func TestSwarmEnsureThreeAgents(t *testing.T) {
 	paths := make([]string, len(agents))
 	errs := make([]error, len(agents))
 	took := make([]time.Duration, len(agents))
+	// What each node's space record says its swarm fetch will still
+	// write, at most, while it runs: the cache's budget counts it.
+	claimed := make([]int64, len(agents))
 	var wg sync.WaitGroup
 	for i, a := range agents {
+		ended := make(chan struct{})
 		wg.Go(func() {
+			defer close(ended)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			paths[i], errs[i] = a.ensure(ctx, req, nil)
 			took[i] = time.Since(start)
 		})
+		wg.Go(func() {
+			a.mu.Lock()
+			f := a.fetcherLocked()
+			a.mu.Unlock()
+			for {
+				if c, err := f.Claimed(context.Background(), a.cfg.CacheDir); err == nil {
+					claimed[i] = max(claimed[i], c)
+				}
+				select {
+				case <-ended:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
 	}
 	wg.Wait()
+	for i, a := range agents {
+		if claimed[i] <= 0 || claimed[i] > int64(len(data)) {
+			t.Errorf("%s: its swarm fetch claimed %d bytes in the space record at most; want some, no more than the file's %d", a.cfg.Node, claimed[i], len(data))
+		}
+	}
 	for i, a := range agents {
 		if errs[i] != nil {
 			t.Fatalf("%s: ensure: %v", a.cfg.Node, errs[i])

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -196,6 +197,21 @@ func (a *Agent) runSwarm(ctx context.Context, f *fetch.Fetcher, source, target s
 		a.holdComplete(source, want, target)
 		return nil
 	}
+	// The room it will still write, in the node's space record, as the
+	// Fetcher's downloads claim theirs: so eviction and the cache's budget
+	// count a swarm fetch under way, a job's evicts its shortfall first,
+	// and a prefetch's (fetch.Ahead) is held to the budget below cache_low.
+	part := target + catalog.PartSuffix
+	var have int64
+	var st syscall.Stat_t
+	if syscall.Stat(part, &st) == nil {
+		have = min(want.Size, st.Blocks*512)
+	}
+	drop, err := f.ClaimSpace(ctx, part, want.Size-have, want.Size)
+	if err != nil {
+		return err
+	}
+	defer drop()
 	return run(fh)
 }
 

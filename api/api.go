@@ -70,6 +70,14 @@ type Report struct {
 	// (agent.toml peer_interface or peer_addr), empty when it serves none.
 	// The coordinator gives it only to nodes of the same fabric.
 	PeerAddr string `json:"peer_addr,omitempty"`
+	// Prefetches are the prefetches the node runs or holds (issue 28);
+	// PrefetchBytes what they fetched and what jobs used of it.
+	Prefetches    []PrefetchState `json:"prefetches,omitempty"`
+	PrefetchBytes *PrefetchBytes  `json:"prefetch_bytes,omitempty"`
+	// Starts are the llmgw jobs whose Prolog ran on the node since the
+	// last report the coordinator took, and whether each found its
+	// weights on the fast path; bounded by the agent.
+	Starts []JobStart `json:"starts,omitempty"`
 }
 
 // DefaultFabric is the fabric of a node that names none; see
@@ -116,6 +124,10 @@ type Fetch struct {
 	// Progressed is when the last byte arrived. A fetch whose Progressed is
 	// old is stuck, not slow; that difference is what status exists to show.
 	Progressed time.Time `json:"progressed"`
+	// Prefetch says no job waits for this fetch: it runs ahead of a
+	// pending job backfill plans on the node (issue 28), below any fetch
+	// a job's Prolog waits for.
+	Prefetch bool `json:"prefetch,omitempty"`
 }
 
 // Model is one catalog entry; the type lives in the leaf weights/catalog,

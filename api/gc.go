@@ -38,6 +38,9 @@ type ReportAnswer struct {
 	// download after every report. Empty from a coordinator older than it,
 	// whose agents read the catalog after every report, as they always did.
 	CatalogTag string `json:"catalog_tag,omitempty"`
+	// Prefetch, when set, is every prefetch the coordinator wants of this
+	// node now (see PrefetchList); unset says nothing.
+	Prefetch *PrefetchList `json:"prefetch,omitempty"`
 }
 
 // SeedAsk is one model a node is asked to fetch ahead of the jobs.

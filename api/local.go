@@ -95,6 +95,9 @@ type AgentStatus struct {
 	// Added with issue 24.
 	PeerAddr        string `json:"peer_addr,omitempty"`
 	PeerServerError string `json:"peer_server_error,omitempty"`
+	// Prefetches are the prefetches the coordinator asked of this node
+	// (issue 28), with what became of them.
+	Prefetches []PrefetchState `json:"prefetches,omitempty"`
 }
 
 // ReportResult is the outcome of the agent's newest attempt to report.

@@ -51,6 +51,8 @@ type Status struct {
 	// moved makes every node refuse to collect, and that must not be
 	// silent. 'llmgw gc --trust' lifts it.
 	GCHeld []GCHeldGroup `json:"gc_held,omitempty"`
+	// Prefetch is the prefetcher's state (issue 28); nil when it is off.
+	Prefetch *PrefetchSummary `json:"prefetch,omitempty"`
 }
 
 // GCHeldGroup is the nodes whose gc is held for one reason.

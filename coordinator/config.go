@@ -177,6 +177,29 @@ type Config struct {
 	// member's.
 	SwarmMinChunk int64 `toml:"swarm_min_chunk"`
 
+	// Prefetch turns the prefetcher off when false (issue 28; nil: on).
+	// It runs only with Features, where the coordinator already speaks to
+	// Slurm: once per backfill interval it reads the pending jobs' plans
+	// and asks the planned nodes that lack a job's model to fetch it
+	// ahead of the start, in the answers to their reports.
+	// docs/design.md, "Prefetch".
+	Prefetch *bool `toml:"prefetch"`
+	// PrefetchHorizon is how far ahead of a job's expected start its nodes
+	// are asked to fetch (default prefetch.DefaultHorizon).
+	PrefetchHorizon time.Duration `toml:"prefetch_horizon"`
+	// PrefetchMaxBytes bounds what one node is asked to prefetch at once
+	// (default prefetch.DefaultMaxBytes; negative: no bound). The node
+	// itself never takes more than the room it has without evicting.
+	PrefetchMaxBytes int64 `toml:"prefetch_max_bytes"`
+	// PrefetchWarmMax is the longest a job that asked to wait for its
+	// weights (--llmgw-warm, through burst_buffer/lua) is held (default
+	// prefetch.DefaultWarmMax); keep it below burst_buffer.conf's
+	// StageInTimeout, past which Slurm holds the job for good.
+	PrefetchWarmMax time.Duration `toml:"prefetch_warm_max"`
+	// PrefetchInterval replaces the backfill interval read from Slurm
+	// (tests; zero: bf_interval).
+	PrefetchInterval time.Duration `toml:"-"`
+
 	// Nodes, when set, replaces Slurm's node list (tests).
 	Nodes NodeSource `toml:"-"`
 }
@@ -275,6 +298,12 @@ func (c Config) withDefaults() Config {
 		c.MaxBatchWait = maxBatchWait
 	}
 	return c
+}
+
+// prefetchOn says whether the prefetcher runs: with the feature reconciler,
+// unless turned off.
+func (c Config) prefetchOn() bool {
+	return c.Features && (c.Prefetch == nil || *c.Prefetch)
 }
 
 // Tokens are the bearer tokens the coordinator accepts besides the nodes'

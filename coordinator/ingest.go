@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
@@ -131,6 +132,9 @@ func validReport(r *api.Report) error {
 		if f.Done < 0 || f.Total < -1 || f.Rate < 0 {
 			return bad("fetch of %q has negative progress", f.Source)
 		}
+	}
+	if err := prefetch.CheckReport(r); err != nil {
+		return bad("%v", err)
 	}
 	// Error lines are for people; a chatty agent loses lines, not its report.
 	if len(r.Errors) > maxErrors {
@@ -407,6 +411,11 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 			// So do the seed asks, at every report until the node holds
 			// the model.
 			ans.Seed = s.seedAsks(r.Context(), rep.Node)
+			// And the prefetches backfill's plans want of it (issue 28).
+			if s.prefetch != nil {
+				s.prefetch.Observe(rep.Node, rep)
+				ans.Prefetch = s.prefetch.Asks(rep.Node)
+			}
 		}
 		writeJSON(w, http.StatusAccepted, ans)
 		return nil

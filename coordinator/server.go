@@ -23,6 +23,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/coordinator/store"
 	"github.com/llmgw/llmgw/placement"
 )
@@ -95,6 +96,11 @@ type Server struct {
 
 	// features is the Slurm feature reconciler; nil when it is off.
 	features *features
+	// prefetch reads backfill's plans and keeps the prefetch asks (issue
+	// 28); nil when it is off. prefetchStop ends its loop.
+	prefetch     *prefetch.Prefetcher
+	prefetchStop context.CancelFunc
+	prefetchDone chan struct{}
 	// notifySocket is $NOTIFY_SOCKET: under systemd (Type=notify) Serve
 	// says READY=1 once it accepts connections, so units ordered after the
 	// coordinator start when it can answer.
@@ -155,6 +161,9 @@ func New(ctx context.Context, cfg Config, tokens Tokens, db *store.DB, log *logr
 	if cfg.Features {
 		s.features = newFeatures(s)
 	}
+	if cfg.prefetchOn() {
+		s.prefetch = newPrefetcher(s)
+	}
 	go s.writer()
 	return s, nil
 }
@@ -166,6 +175,10 @@ func (s *Server) Close() {
 	<-s.done
 	s.swarms.stopped()
 	s.features.wait()
+	if s.prefetchStop != nil {
+		s.prefetchStop()
+		<-s.prefetchDone
+	}
 }
 
 // Handler is the coordinator's HTTP API.
@@ -176,7 +189,7 @@ func (s *Server) Close() {
 // and POST /v1/features[?dry_run=1] (admin token); POST /v1/gc (admin
 // token), GET /v1/gc/{id} (read), POST /v1/gc/{id}/answers (agent token):
 // see gc.go; POST /v1/seed (admin token), GET /v1/seed/{id} (read): see
-// seed.go;
+// seed.go; GET /v1/prefetch/jobs/{id} (read): see prefetchwire.go;
 // GET /healthz, /readyz and /metrics (always open).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -195,6 +208,7 @@ func (s *Server) Handler() http.Handler {
 	s.route(mux, "POST /v1/seed", roleAdmin, s.postSeed)
 	s.route(mux, "GET /v1/seed/{id}", roleRead, s.getSeed)
 	s.route(mux, "POST /v1/features", roleAdmin, s.postFeatures)
+	s.route(mux, "GET /v1/prefetch/jobs/{id}", roleRead, s.getWarm)
 	s.route(mux, "GET /v1/placement", roleRead, s.getPlacement)
 	s.route(mux, "DELETE /v1/nodes/{node}", roleAdmin, s.deleteNode)
 	s.route(mux, "POST /v1/nodes/{node}/token", roleAdmin, s.postNodeToken)
@@ -253,6 +267,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// Started with serving, not in New: a server that is never served
 		// (a test driving its handler) must not rewrite Slurm's features.
 		s.features.start(s.stop)
+	}
+	if s.prefetch != nil && s.prefetchStop == nil {
+		// Started with serving too: it calls squeue.
+		pctx, cancel := context.WithCancel(context.Background())
+		s.prefetchStop, s.prefetchDone = cancel, make(chan struct{})
+		go func() {
+			defer close(s.prefetchDone)
+			s.prefetch.Run(pctx)
+		}()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

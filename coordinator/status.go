@@ -111,11 +111,16 @@ func (s *Server) Status(now time.Time) *api.Status {
 	swarms := s.swarms.snapshot(now)
 	traffic := s.swarms.fabricBytes()
 	seeds := s.seeds.asking(now)
+	// The prefetcher reads the view under its own lock: read it first.
+	var pf *api.PrefetchSummary
+	if s.prefetch != nil {
+		pf = s.prefetch.Status()
+	}
 	s.view.mu.RLock()
 	defer s.view.mu.RUnlock()
 	f := s.fold(now)
 	st := &api.Status{Generated: now.UTC(), Nodes: apiCounts(f.Counts), Fabrics: []api.FabricNodes{}, Models: []api.ModelStatus{},
-		Swarms: s.nameSwarms(swarms), SwarmBytes: traffic, Seeds: seeds}
+		Swarms: s.nameSwarms(swarms), SwarmBytes: traffic, Seeds: seeds, Prefetch: pf}
 	st.ReportInterval, st.StaleAfter, st.StallAfter = s.header()
 	st.Features = s.features.status()
 	st.FabricsFrom = s.fabricsFrom()

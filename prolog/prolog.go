@@ -444,7 +444,7 @@ func Fast(cfg nodeconf.Agent, job Job, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("model %s: %w", job.Model, err)
 	}
-	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC()}
+	rec := catalog.JobRecord{Job: job.ID, Model: m.Name, Source: m.Source, Set: SetOf(m), Path: p, Time: now.UTC(), Fast: true}
 	HubRecord(cfg, m, hf, &rec)
 	return catalog.WriteJobRecord(cfg.RunDir, rec)
 }

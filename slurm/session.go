@@ -132,8 +132,12 @@ func (s *Session) Run(ctx context.Context, args ...string) error {
 	marker := "llmgw-end-of-command-" + strconv.Itoa(s.seq)
 	line := strings.Join(args, " ") + "\n" + marker + "\n"
 	if _, err := io.WriteString(s.stdin, line); err != nil {
+		// scontrol exited before this command (EPIPE): it never read it,
+		// so it is made as a process of its own, as when scontrol exits
+		// without answering below.
 		s.Close()
-		return &CommandError{Args: all, Err: fmt.Errorf("%w: %v", errSessionEnded, err)}
+		_, err := s.r.Run(ctx, "scontrol", args...)
+		return err
 	}
 	timeout := s.r.Timeout
 	if timeout <= 0 {

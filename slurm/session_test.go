@@ -84,6 +84,36 @@ exit 0`,
 	}
 }
 
+// TestSessionGoneBeforeWrite: scontrol exited before a command was
+// written (a write to its stdin fails with EPIPE): it never read the
+// command, which is made as a process of its own, not reported as failed.
+func TestSessionGoneBeforeWrite(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	dir := fakeSlurm(t, map[string]string{
+		"scontrol": `if [ $# -gt 0 ]; then echo "args: $*" >>'` + log + `'; exit 0; fi
+exec 0<&-
+exit 0`,
+	})
+	r := &Runner{Dir: dir}
+	ctx := context.Background()
+	s, err := r.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	<-s.done // scontrol closed its stdin, then exited: the write meets EPIPE
+	if err := s.Run(ctx, "update", "NodeName=n1", "ActiveFeatures=a"); err != nil {
+		t.Errorf("n1: %v", err)
+	}
+	if s.Alive() {
+		t.Error("the session says it is alive after scontrol exited")
+	}
+	got, _ := os.ReadFile(log)
+	if want := "args: update NodeName=n1 ActiveFeatures=a\n"; string(got) != want {
+		t.Errorf("scontrol got\n%s\nwant\n%s", got, want)
+	}
+}
+
 func TestSessionHangs(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "calls")
 	dir := fakeSlurm(t, map[string]string{

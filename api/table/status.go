@@ -50,6 +50,9 @@ func WriteStatus(w io.Writer, st *api.Status) error {
 	if err := writeSwarms(w, st); err != nil {
 		return err
 	}
+	if err := writePrefetch(w, st); err != nil {
+		return err
+	}
 	for _, g := range st.GCHeld {
 		since := ""
 		if !g.Since.IsZero() {

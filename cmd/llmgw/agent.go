@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/llmgw/llmgw/agent"
 	"github.com/llmgw/llmgw/agent/config"
+	"github.com/llmgw/llmgw/agent/nodeconf"
 )
 
 const agentAbout = `Runs the node agent: scans the weight directories and the fetch cache,
@@ -81,6 +83,8 @@ func agentCmd(ctx context.Context, e *env, args []string) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	path, _ := config.Path(args, e.getenv, config.DefaultFile)
+	hooksCopy(log, path)
 	go func() {
 		for {
 			select {
@@ -94,10 +98,26 @@ func agentCmd(ctx context.Context, e *env, args []string) error {
 				if err != nil {
 					log.WithError(err).Error("SIGHUP: configuration not reloaded; keeping the one in force")
 				}
+				hooksCopy(log, path)
 			}
 		}
 	}()
 	return a.Run(ctx)
+}
+
+// hooksCopy leaves the hooks' resolved copy of the configuration file
+// path (leaveResolved), saying so when it cannot: then a node's first job
+// after a change takes the slow path, which writes the copy.
+func hooksCopy(log logrus.FieldLogger, path string) {
+	err := leaveResolved(path)
+	switch {
+	case err == nil:
+		log.WithField("copy", nodeconf.ResolvedPath(path)).Debug("left the hooks' resolved copy of the configuration")
+	case errors.Is(err, fs.ErrNotExist):
+		// No file: the hooks run on the defaults, and read no copy.
+	default:
+		log.WithError(err).WithField("copy", nodeconf.ResolvedPath(path)).Warn("the hooks' resolved copy of the configuration was not written; until a job's slow path writes it, jobs take the slow path (the unit must let the agent write beside its configuration: ReadWritePaths)")
+	}
 }
 
 // agentOnce prints one report and says on stderr whether it was delivered.

@@ -53,6 +53,7 @@ func init() {
 		{name: "nodes", synopsis: "token NODE [--out FILE] | rm NODE", summary: "make a node's own token; forget a node", run: nodesCmd},
 		{name: "gc", synopsis: "[--collect [--force]] [--trust] [--node NAME] [--json]", summary: "reclaim fetched weights no catalog entry wants, node by node (lists unless --collect)", run: gcCmd},
 		{name: "seed", synopsis: "MODEL --fabric F [--copies K | --nodes HOSTLIST] [--wait DURATION | --no-wait] [--ask-for DURATION] [--json]", summary: "put copies of a model into a fabric before jobs ask (one origin read, then peers)", run: seedCmd},
+		{name: "warm", synopsis: "JOB [--model M] [--nodes HOSTLIST] [--json]", summary: "say whether a job that asked to wait for its weights may start (for burst_buffer.lua)", run: warmCmd},
 		{name: "features", synopsis: "[--dry-run] [--json]", summary: "reconcile Slurm node features now (through the coordinator)", run: featuresCmd},
 		{name: "place", synopsis: "--model M [-N COUNT] [--partition P] [--json]", summary: "rank nodes for a job that wants a model, with the reasons", run: placeCmd},
 		{name: "scan", synopsis: "DIR... [--json] [--catalog FILE]", summary: "list the weights in DIRs as this node would report them", run: scanCmd},

@@ -8,7 +8,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/coordinator"
+	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/placement"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 const defaultCoordinatorConfig = "/etc/llmgw/coordinator.toml"
@@ -42,7 +44,16 @@ loses them; the site's own features are kept), rewritten on every change and
 every --feature-interval, since scontrol reconfigure and a slurmctld restart
 wipe them, and published to --feature-file for job_submit.lua. It must then
 run where scontrol update is allowed (SlurmUser or root). If scontrol fails,
-the coordinator stays ready; status and metrics say why, and it retries.`
+the coordinator stays ready; status and metrics say why, and it retries.
+
+With --features it also prefetches (--prefetch=false, prefetch = false turns
+it off): once per backfill interval (bf_interval, read from slurmctld) one
+squeue reads the pending jobs' plans; a job that names a model (its comment's
+llmgw:model=M, or job_submit's note for --llmgw-model) and whose plan is the
+same in two reads in a row gets its planned nodes asked to fetch the model,
+within --prefetch-horizon of its expected start and --prefetch-max-bytes per
+node. Nodes fetch it below any job's fetch and never evict for it; a plan that
+moves cancels the ask. 'llmgw status' shows the prefetches.`
 
 // coordinatorCmd wires flags, environment and file into coordinator.Config
 // and runs the coordinator until ctx ends (SIGTERM).
@@ -89,6 +100,23 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 		cfg.FeatureListingMaxMB = coordinator.DefaultFeatureListingMaxMB
 	}
 	fs.Int64Var(&cfg.FeatureListingMaxMB, "feature-listing-max-mb", cfg.FeatureListingMaxMB, "MB llmgw's features may add to a node listing (sinfo); past it the least-held models get none")
+	prefetchOn := cfg.Prefetch == nil || *cfg.Prefetch
+	fs.BoolVar(&prefetchOn, "prefetch", prefetchOn, "with --features, ask the nodes backfill plans for a pending job to fetch its model ahead of the start (--prefetch=false: off)")
+	if cfg.PrefetchHorizon == 0 {
+		cfg.PrefetchHorizon = prefetch.DefaultHorizon
+	}
+	fs.DurationVar(&cfg.PrefetchHorizon, "prefetch-horizon", cfg.PrefetchHorizon, "how far ahead of a job's expected start its nodes are asked to fetch")
+	fs.DurationVar(&cfg.PrefetchInterval, "prefetch-interval", cfg.PrefetchInterval, "read the plans this often instead of once per bf_interval (tests)")
+	fs.MarkHidden("prefetch-interval")
+	if cfg.PrefetchWarmMax == 0 {
+		cfg.PrefetchWarmMax = prefetch.DefaultWarmMax
+	}
+	fs.DurationVar(&cfg.PrefetchWarmMax, "prefetch-warm-max", cfg.PrefetchWarmMax, "the longest a job that asked to wait for its weights (--llmgw-warm) is held; keep it below burst_buffer.conf's StageInTimeout")
+	maxBytes := ""
+	if cfg.PrefetchMaxBytes != 0 {
+		maxBytes = fmt.Sprint(cfg.PrefetchMaxBytes)
+	}
+	fs.StringVar(&maxBytes, "prefetch-max-bytes", maxBytes, fmt.Sprintf("bytes one node is asked to prefetch at once, e.g. 200G (default %s; -1: no bound)", catalog.FormatBytes(prefetch.DefaultMaxBytes)))
 	fs.StringVar(&cfg.Scontrol, "scontrol", def(cfg.Scontrol, coordinator.DefaultScontrol), "absolute path of scontrol")
 	fs.StringVar(&cfg.Sinfo, "sinfo", def(cfg.Sinfo, coordinator.DefaultSinfo), "absolute path of sinfo")
 	fs.StringVar(&cfg.SlurmConf, "slurm-conf", cfg.SlurmConf, "SLURM_CONF for scontrol and sinfo (default: inherited)")
@@ -101,6 +129,19 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if err := applyEnv(fs, e.getenv); err != nil {
 		return err
+	}
+	cfg.Prefetch = &prefetchOn
+	if maxBytes != "" && maxBytes != "-1" {
+		n, err := catalog.ParseBytes(maxBytes)
+		if err != nil || n <= 0 {
+			return usagef("Give a size such as 200G, or -1 for no bound", "--prefetch-max-bytes %q is not a size", maxBytes)
+		}
+		cfg.PrefetchMaxBytes = n
+	} else if maxBytes == "-1" {
+		cfg.PrefetchMaxBytes = -1
+	}
+	if cfg.PrefetchHorizon <= 0 {
+		return usagef("Give a duration such as 30m", "--prefetch-horizon %s: it must be positive", cfg.PrefetchHorizon)
 	}
 	lvl, err := logrus.ParseLevel(*level)
 	if err != nil {

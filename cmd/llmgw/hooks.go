@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
@@ -57,6 +58,29 @@ func hookConfig(e *env, name string, args []string) (config.Agent, error) {
 		nodeconf.WriteResolved(path, id, version, cfg)
 	}
 	return cfg, nil
+}
+
+// leaveResolved writes the resolved copy of the configuration file path
+// that llmgw-hook's fast path reads (nodeconf.WriteResolved): the file as
+// a hook run by slurmd loads it (no flags, no LLMGW_* settings), defaults
+// applied, exactly what hookConfig leaves. The agent calls it when it
+// starts and when SIGHUP reloads it, so the first job on a node takes the
+// fast path when its weights are there: before, only a slow-path hook
+// wrote the copy, and that first job went the slow way whatever the cache
+// held. A file that does not exist needs no copy (the hooks then run on
+// the defaults); one that changes while it is read leaves none.
+func leaveResolved(path string) error {
+	id, err := nodeconf.StatFile(path)
+	if err != nil {
+		return err
+	}
+	fs := pflag.NewFlagSet("prolog", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg, err := config.Load(fs, "prolog", []string{"--config", path}, func(string) string { return "" })
+	if err != nil {
+		return err
+	}
+	return nodeconf.WriteResolved(path, id, version, cfg.WithDefaults())
 }
 
 // neverDrain logs a hook's own error and returns nil, so the Prolog and the

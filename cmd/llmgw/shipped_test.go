@@ -209,6 +209,10 @@ func TestShippedUnits(t *testing.T) {
 			t.Errorf("%s: ExecStart lines %q; want exactly one, %q", unit, m, want)
 		}
 		lines := []string{"Type=notify", "Restart=on-failure", "StateDirectory=llmgw"}
+		if unit == "llmgw-agent.service" {
+			// It leaves the hooks' resolved copy of agent.toml beside it.
+			lines = append(lines, "ProtectSystem=full", "ReadWritePaths=-/etc/llmgw")
+		}
 		if unit == "llmgw-coordinator.service" {
 			// Not root, and nothing writable but its state.
 			lines = append(lines, "User=slurm", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "ReadWritePaths=/var/lib/llmgw")

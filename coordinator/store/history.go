@@ -13,7 +13,7 @@ import (
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
-// The catalog's history (migration 0013): every change has a random id,
+// The catalog's history (migration 0012): every change has a random id,
 // the names a change dropped are kept a while, and an admin may adopt the
 // catalog as it stands (llmgw gc --trust).
 

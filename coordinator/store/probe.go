@@ -6,7 +6,7 @@ import (
 )
 
 // CanWrite checks that the database takes a write by making one: the
-// heartbeat row (migration 0012) is rewritten and committed, so the write
+// heartbeat row (migration 0011) is rewritten and committed, so the write
 // reaches the WAL file. A probe that began a transaction and rolled it
 // back wrote nothing, and a database made read-only under a running
 // coordinator (a filesystem remounted read-only, chattr +i) went on

@@ -18,8 +18,8 @@ import (
 const releasedMigrations = 8
 
 // undoLater undoes what the migrations after 0008 made (0009's chunk
-// digests and peer addresses, 0010's Hub tables, 0012's heartbeat, 0013's
-// history, adoption and columns, 0014's Hugging Face cache room), for the
+// digests and peer addresses, 0010's Hub tables, 0011's heartbeat, 0012's
+// history, adoption and columns, 0013's Hugging Face cache room), for the
 // tests that take a database back to an older schema and have the
 // migrations run again: after it, user_version is releasedMigrations (or
 // lower, with more undone). TestUndoLaterLeavesTheReleasedSchema fails
@@ -175,8 +175,8 @@ func TestReleasedSchemaMigrates(t *testing.T) {
 		t.Errorf("the heartbeat after the migration: %v", err)
 	}
 	// The released coordinator's node takes a report with what the later
-	// migrations keep of it: its peer address (0009), its gc hold (0013)
-	// and its Hugging Face cache's room (0014).
+	// migrations keep of it: its peer address (0009), its gc hold (0012)
+	// and its Hugging Face cache's room (0013).
 	if ns, err := db.Nodes(ctx); err != nil || len(ns) != 1 || ns[0].Name != "n1" || ns[0].HFCacheTotal != 0 {
 		t.Errorf("nodes after the migration: %+v, %v; want n1 with no Hugging Face cache room reported", ns, err)
 	}

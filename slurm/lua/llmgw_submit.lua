@@ -116,6 +116,13 @@ local MAX_MODEL_NAME = 64
 -- The SPANK option as slurmctld sees it in spank_job_env, and the variable
 -- the plugin sets there itself.
 local SPANK_ENV_NAMES = { "_SLURM_SPANK_OPTION_llmgw_llmgw_model", "LLMGW_MODEL" }
+-- --llmgw-warm (the job waits for its weights, issue 28): the option and
+-- the variable the plugin sets; without the plugin, llmgw:warm in the
+-- comment.
+local SPANK_WARM_NAMES = { "_SLURM_SPANK_OPTION_llmgw_llmgw_warm", "LLMGW_WARM" }
+local WARM_TAG = "llmgw:warm"
+-- The directive llmgw's burst_buffer.lua answers (slurm/bb).
+local WARM_DIRECTIVE = "#BB_LUA llmgw-warm"
 local NO_VAL = 4294967294
 
 local llmgw = {}
@@ -288,28 +295,48 @@ end
 
 -- model_from_job: the SPANK option first (it is what the hooks will see),
 -- then the comment tag. Returns model, from_spank.
-function llmgw.model_from_job(job_desc)
+-- spank_value: the value of the first of names set in the job's spank
+-- environment, or nil.
+local function spank_value(job_desc, names)
 	local env = job_desc.spank_job_env
-	if type(env) == "table" then
-		-- Keys run from 0 (docs/slurm/behaviour.md §6).
-		local i = 0
-		while env[i] ~= nil or env[i + 1] ~= nil do
-			local kv = env[i]
-			if type(kv) == "string" then
-				for _, name in ipairs(SPANK_ENV_NAMES) do
-					if kv:sub(1, #name + 1) == name .. "=" then
-						return kv:sub(#name + 2), true
-					end
+	if type(env) ~= "table" then
+		return nil
+	end
+	-- Keys run from 0 (docs/slurm/behaviour.md §6).
+	local i = 0
+	while env[i] ~= nil or env[i + 1] ~= nil do
+		local kv = env[i]
+		if type(kv) == "string" then
+			for _, name in ipairs(names) do
+				if kv:sub(1, #name + 1) == name .. "=" then
+					return kv:sub(#name + 2)
 				end
 			end
-			i = i + 1
 		end
+		i = i + 1
+	end
+	return nil
+end
+
+function llmgw.model_from_job(job_desc)
+	local v = spank_value(job_desc, SPANK_ENV_NAMES)
+	if v then
+		return v, true
 	end
 	local m = llmgw.model_from_comment(job_desc.comment)
 	if m then
 		return m, false
 	end
 	return nil
+end
+
+-- wants_warm: whether the job asked to wait for its weights.
+function llmgw.wants_warm(job_desc)
+	if spank_value(job_desc, SPANK_WARM_NAMES) then
+		return true
+	end
+	local c = job_desc.comment
+	return type(c) == "string" and c:find(WARM_TAG, 1, true) ~= nil and has_token(c, WARM_TAG)
 end
 
 -- default_partitions: slurmctld's default partitions, comma-separated, for
@@ -422,6 +449,21 @@ local function apply(job_desc, part_list, now)
 			valid_names, nvalid_names = {}, 0
 		end
 		valid_names[model], nvalid_names = true, nvalid_names + 1
+	end
+	if llmgw.wants_warm(job_desc) and job_desc.user_id == 0 then
+		-- burst_buffer/lua refuses root a burst buffer, and would reject
+		-- the job: llmgw never rejects one (docs/slurm/behaviour.md §12).
+		note_admin(job_desc, "model " .. model .. ": root's jobs cannot wait for their weights (Slurm gives root no burst buffer); it starts as any other")
+	elseif llmgw.wants_warm(job_desc) then
+		-- burst_buffer/lua then asks llmgw at each stage-in poll whether
+		-- the planned nodes hold the model (slurm/bb/burst_buffer.lua);
+		-- without that plugin the directive is not read and the job runs
+		-- as any other. The note tells the prefetcher the job waits.
+		local bb = job_desc.burst_buffer
+		if type(bb) ~= "string" or not bb:find(WARM_DIRECTIVE, 1, true) then
+			job_desc.burst_buffer = (type(bb) == "string" and bb ~= "" and (bb .. "\n") or "") .. WARM_DIRECTIVE
+		end
+		note_admin(job_desc, WARM_TAG)
 	end
 	if job_desc.comment and job_desc.comment:find(COMPOSED_TAG, 1, true) and has_token(job_desc.comment, COMPOSED_TAG) then
 		note_admin(job_desc, "model " .. model .. ": composed by llmgw sbatch")

@@ -34,6 +34,13 @@ SPANK_PLUGIN(llmgw, 1)
 
 static char llmgw_model[LLMGW_MAX_MODEL + 1];
 
+/* --llmgw-warm: the job asks to wait for its weights before it starts.
+ * job_submit.lua sees the option in the job's spank environment and gives
+ * the job llmgw's burst-buffer directive (slurm/bb/burst_buffer.lua, issue
+ * 28); the Prolog sees SPANK_LLMGW_WARM. */
+#define LLMGW_WARM_ENV "LLMGW_WARM"
+static int llmgw_warm;
+
 static int llmgw_valid_model(const char *name)
 {
 	size_t n, i;
@@ -69,6 +76,25 @@ static int llmgw_opt_model(int val, const char *optarg, int remote)
 	return 0;
 }
 
+static int llmgw_opt_warm(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)optarg;
+	(void)remote;
+	llmgw_warm = 1;
+	return 0;
+}
+
+static struct spank_option llmgw_warm_option = {
+	.name = "llmgw-warm",
+	.arginfo = NULL,
+	.usage = "With --llmgw-model: hold the job until the nodes planned for "
+		 "it hold the model, or llmgw's bound passes (llmgw).",
+	.has_arg = 0,
+	.val = 0,
+	.cb = llmgw_opt_warm,
+};
+
 static struct spank_option llmgw_option = {
 	.name = "llmgw-model",
 	.arginfo = "NAME",
@@ -92,6 +118,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		 * sbatch's own option parser with a clear message. */
 		if (spank_option_register(sp, &llmgw_option) != ESPANK_SUCCESS)
 			slurm_error("llmgw: cannot register --llmgw-model");
+		if (spank_option_register(sp, &llmgw_warm_option) != ESPANK_SUCCESS)
+			slurm_error("llmgw: cannot register --llmgw-warm");
 		return 0;
 	default:
 		return 0;
@@ -116,6 +144,13 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 			 * the model, as for a job submitted without it. */
 			slurm_error("llmgw: cannot pass the model to the Prolog: %s",
 				    spank_strerror(rc));
+		if (llmgw_warm) {
+			rc = spank_job_control_setenv(sp, LLMGW_WARM_ENV, "1", 1);
+			if (rc != ESPANK_SUCCESS)
+				/* job_submit.lua still sees the option itself. */
+				slurm_info("llmgw: cannot set %s: %s", LLMGW_WARM_ENV,
+					   spank_strerror(rc));
+		}
 		return 0;
 	case S_CTX_REMOTE:
 		/* The tasks. A failure here must not fail the job: the

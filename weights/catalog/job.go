@@ -38,6 +38,9 @@ type JobRecord struct {
 	HFOffline bool      `json:"hf_hub_offline,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	Time      time.Time `json:"time"`
+	// Fast says the Prolog's fast path found the weights present: a warm
+	// start, which the agent counts (issue 28).
+	Fast bool `json:"fast,omitempty"`
 }
 
 // JobsDir is where job records are kept under a runtime directory.
@@ -112,6 +115,9 @@ func marshalJobRecord(r JobRecord) ([]byte, error) {
 	}
 	b = append(b, `,"time":`...)
 	b = append(b, t...)
+	if r.Fast {
+		b = append(b, `,"fast":true`...)
+	}
 	return append(b, '}'), nil
 }
 

@@ -16,6 +16,10 @@
 //  3. files the catalog wants, least recently used by a job first, copies
 //     another node of the fabric also holds before last copies;
 //
+// and within each class, first what a prefetch brought that no job has
+// used since (Entry.Prefetched): a guess about a job that has not come
+// yet costs the cluster less than a copy a job has shown it wants;
+//
 // and it never removes a file a running job's record names, a file a fetch
 // is writing, or the last complete copy in its fabric of a model a job
 // used within KeepLastCopyFor. Whether a copy is the last is the
@@ -81,6 +85,9 @@ type Entry struct {
 	InUse string
 	// Fetching says a fetch is under way in it; never evicted.
 	Fetching bool
+	// Prefetched says a prefetch brought it (issue 28) and no job on the
+	// node has used it since: within its class, it goes first.
+	Prefetched bool
 }
 
 // used is when the entry was last wanted: a use, or its fetch.
@@ -213,11 +220,15 @@ func (p Policy) lastCopy(e Entry, fab Fabric) (bool, string) {
 	return true, ""
 }
 
-// less orders candidates: by class; within the wanted, copies others of
-// the fabric also hold before last copies; then least recently used.
+// less orders candidates: by class; within a class, what a prefetch
+// brought that no job used first; within the wanted, copies others of the
+// fabric also hold before last copies; then least recently used.
 func less(a, b Decision) bool {
 	if a.Class != b.Class {
 		return a.Class < b.Class
+	}
+	if a.Prefetched != b.Prefetched {
+		return a.Prefetched
 	}
 	if a.Class == Wanted && a.LastCopy != b.LastCopy {
 		return !a.LastCopy
@@ -230,6 +241,13 @@ func less(a, b Decision) bool {
 
 // why is the reason an entry goes.
 func why(d Decision, fab Fabric) string {
+	if d.Prefetched {
+		return whyClass(d, fab) + "; a prefetch brought it and no job used it"
+	}
+	return whyClass(d, fab)
+}
+
+func whyClass(d Decision, fab Fabric) string {
 	switch d.Class {
 	case Unwanted:
 		return "no catalog entry wants it"

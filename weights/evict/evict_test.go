@@ -101,3 +101,39 @@ func TestBudget(t *testing.T) {
 		t.Errorf("claim 2000 of 1000: ok %v (%s)", ok, why)
 	}
 }
+
+// What a prefetch brought that no job has used goes first within its
+// class, before older copies jobs used, and never jumps a class: an
+// unwanted file a job used still goes before a wanted prefetched one.
+// Among the prefetched, replicated copies go before last copies; a
+// prefetched last copy goes before a replicated copy jobs used, and the
+// keep_last_copy_for guard still holds for it.
+func TestPlanPrefetchedFirstWithinItsClass(t *testing.T) {
+	entries := []Entry{
+		{Name: "w-used-old", Size: 10, Class: Wanted, Model: "a", LastUsed: ago(300 * time.Hour)},
+		{Name: "w-pre-new", Size: 10, Class: Wanted, Model: "b", Written: ago(time.Hour), Prefetched: true},
+		{Name: "w-pre-last", Size: 10, Class: Wanted, Model: "c", Written: ago(2 * time.Hour), Prefetched: true},
+		{Name: "sup-used", Size: 10, Class: Superseded, Model: "a", LastUsed: ago(400 * time.Hour)},
+		{Name: "sup-pre", Size: 10, Class: Superseded, Model: "b", Written: ago(time.Minute), Prefetched: true},
+		{Name: "unw-used", Size: 10, Class: Unwanted, Written: ago(500 * time.Hour)},
+	}
+	fab := Fabric{Others: map[string]int{"a": 1, "b": 1}}
+	res := Plan(entries, 1000, fab, Policy{Now: now})
+	if got, want := names(res.Evict), "unw-used sup-pre sup-used w-pre-new w-pre-last w-used-old"; got != want {
+		t.Errorf("evicted %q, want %q", got, want)
+	}
+	for _, d := range res.Evict {
+		if pre := strings.Contains(d.Name, "pre"); pre != strings.Contains(d.Reason, "a prefetch brought it and no job used it") {
+			t.Errorf("%s evicted because %q; want the reason to say a prefetch brought it exactly when one did", d.Name, d.Reason)
+		}
+	}
+	if got := names(Plan(entries, 25, fab, Policy{Now: now}).Evict); got != "unw-used sup-pre sup-used" {
+		t.Errorf("need 25: evicted %q", got)
+	}
+	// The fabric's last copy of a model a job used within the week is
+	// kept, prefetched or not.
+	recent := []Entry{{Name: "w-pre", Size: 10, Class: Wanted, Model: "c", Prefetched: true, Written: ago(time.Hour), LastUsed: ago(time.Hour)}}
+	if res := Plan(recent, 10, Fabric{Others: map[string]int{}, LastUsed: map[string]time.Time{"c": ago(time.Hour)}}, Policy{Now: now}); len(res.Evict) != 0 {
+		t.Errorf("a prefetched fabric's last copy of a model used an hour ago was evicted: %+v", res.Evict)
+	}
+}

@@ -249,6 +249,13 @@ type Fetcher struct {
 	// short, what holds the rest and why, for the refusal to say.
 	MakeRoom func(ctx context.Context, dir string, need int64) (freed int64, held string)
 
+	// PrefetchRoom, when set, answers for a fetch made ahead of any job
+	// (Ahead) whether need more bytes may be claimed on the filesystem
+	// holding dir without evicting anything (the agent's cache budget at
+	// prefetch priority); why says why not. Such a fetch never asks
+	// MakeRoom, set or not.
+	PrefetchRoom func(ctx context.Context, dir string, need int64) (ok bool, why string)
+
 	mu            sync.Mutex
 	sizes         map[string]int64 // sources' sizes probeSize learnt
 	inflight      map[string]*call

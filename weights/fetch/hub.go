@@ -378,7 +378,7 @@ func (f *Fetcher) claimHub(ctx context.Context, h catalog.Hub, dir, stage string
 		}
 		return nil
 	}
-	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
+	if b, err = f.fit(ctx, b, dir, need, b.has(dir, true), func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
 		if b == nil && !isNoSpace(err) {
 			if err := checkSpace(dir, need); err != nil {
 				return noRoom(err)

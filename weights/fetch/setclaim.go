@@ -83,7 +83,7 @@ func (f *Fetcher) ClaimSet(ctx context.Context, set string, files []SetFile) err
 	if err != nil {
 		return checkSpace(dir, need)
 	}
-	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
+	if b, err = f.fit(ctx, b, dir, need, b.has(dir, true), func(b *spaceBook) (int64, int) { return b.othersThan(dir) }); err != nil {
 		if b == nil && !isNoSpace(err) {
 			return checkSpace(dir, need)
 		}

@@ -174,6 +174,18 @@ func (b *spaceBook) others(part string) (bytes int64, n int) {
 	return bytes, n
 }
 
+// has says whether the record holds a live claim on part: this
+// process's, or with anyPID anyone's (a set's or a Hub model's claim on
+// its directory, which any process renews).
+func (b *spaceBook) has(part string, anyPID bool) bool {
+	for _, c := range b.claims {
+		if c.Part == part && (anyPID || c.PID == os.Getpid()) {
+			return true
+		}
+	}
+	return false
+}
+
 // close writes the claims back and releases the record.
 func (b *spaceBook) close() error {
 	data, _ := json.Marshal(b.claims)
@@ -213,8 +225,8 @@ func (d *download) claimSpace(ctx context.Context, need, size int64) (release fu
 // The claim is dropped by release, or by the next look after this process
 // dies. Every writer of the cache claims here: the fetcher's downloads do,
 // and a fetch through peers (the swarm) or a prefetch must too, so that
-// one budget holds them all; a prefetch asks the agent's Room first
-// (weights/evict.Budget.Claim at evict.Prefetch), which never evicts.
+// one budget holds them all. A prefetch (Ahead) is held to PrefetchRoom
+// (the agent's Room at evict.Prefetch) and never evicts.
 func (f *Fetcher) ClaimSpace(ctx context.Context, part string, need, size int64) (release func(), err error) {
 	dir := filepath.Dir(part)
 	b, err := f.openBook(ctx, dir)
@@ -228,7 +240,7 @@ func (f *Fetcher) ClaimSpace(ctx context.Context, part string, need, size int64)
 		b.close()
 		return func() {}, nil
 	}
-	if b, err = f.fit(ctx, b, dir, need, func(b *spaceBook) (int64, int) { return b.others(part) }); err != nil {
+	if b, err = f.fit(ctx, b, dir, need, b.has(part, false), func(b *spaceBook) (int64, int) { return b.others(part) }); err != nil {
 		if b == nil && !isNoSpace(err) {
 			return func() {}, checkSpace(dir, need)
 		}
@@ -252,12 +264,29 @@ func (f *Fetcher) ClaimSpace(ctx context.Context, part string, need, size int64)
 // what the other claims (others, of the open record b) will still write,
 // and, when they do not, asks MakeRoom to evict the shortfall first, with
 // the record released (eviction reads it too, and a fetch elsewhere may be
-// waiting on it). It returns the record, open, when they fit; else an
-// ErrNoSpace error with the record closed, or, when the record could not
-// be opened again, a nil record and that error.
-func (f *Fetcher) fit(ctx context.Context, b *spaceBook, dir string, need int64, others func(*spaceBook) (int64, int)) (*spaceBook, error) {
+// waiting on it). A fetch ahead of any job (Ahead) asks PrefetchRoom
+// first instead (unless the claim is a renewal of one the record holds),
+// and never MakeRoom. It returns the record, open, when
+// they fit; else an ErrNoSpace error with the record closed, or, when the
+// record could not be opened again, a nil record and that error.
+func (f *Fetcher) fit(ctx context.Context, b *spaceBook, dir string, need int64, renewal bool, others func(*spaceBook) (int64, int)) (*spaceBook, error) {
 	if need <= 0 {
 		return b, nil
+	}
+	ahead := IsAhead(ctx)
+	if ahead && f.PrefetchRoom != nil && !renewal {
+		// Asked when the claim is made, not when it is renewed (a Hub
+		// model's or a set's, at each file): what it still needs only
+		// shrinks, and the budget counts the claim being renewed.
+		b.close()
+		ok, why := f.PrefetchRoom(ctx, dir, need)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrNoSpace, why)
+		}
+		var err error
+		if b, err = f.openBook(ctx, dir); err != nil {
+			return nil, err
+		}
 	}
 	free, mount, serr := statfsFree(dir)
 	o, n := others(b)
@@ -265,7 +294,9 @@ func (f *Fetcher) fit(ctx context.Context, b *spaceBook, dir string, need int64,
 		return b, nil // unknowable, or fits; ENOSPC during the fetch still says it clearly
 	}
 	held := ""
-	if f.MakeRoom != nil {
+	if ahead {
+		held = "a prefetch evicts nothing"
+	} else if f.MakeRoom != nil {
 		b.close()
 		_, held = f.MakeRoom(ctx, dir, need-(free-o))
 		var err error
