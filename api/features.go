@@ -45,12 +45,18 @@ type FeatureSync struct {
 	// Slurm does not list; they get no feature.
 	Unknown string `json:"unknown,omitempty"`
 	// Withheld are the models whose features were left off every node
-	// because the AvailableFeatures superset, with them, would make
-	// slurmctld's node listing too large for Slurm's message limit (the
-	// least-held models go first); their jobs get no preference. Empty
-	// on any cluster whose catalog fits, which at 10,000 nodes is over
-	// 350 models of 64-character names.
+	// because with them llmgw's AvailableFeatures would add more to every
+	// node listing than the coordinator's feature_listing_max_mb allows
+	// (the least-held models go first); their jobs get no preference.
+	// Empty at the default bound on any cluster of today: a quarter of
+	// Slurm's message limit, over 350 models of 64-character names offered
+	// on every one of 10,000 nodes.
 	Withheld []string `json:"withheld,omitempty"`
+	// ListingBytes is what llmgw's AvailableFeatures add to every node
+	// listing (sinfo, scontrol show node) and to slurmctld's saved node
+	// state, as planned: each config record offers the models its nodes
+	// hold, or held within the last hour, once per node of it.
+	ListingBytes int64 `json:"listing_bytes,omitempty"`
 	// Error says why the run failed or was partial; empty when it worked.
 	Error string `json:"error,omitempty"`
 }

@@ -107,6 +107,16 @@ type Config struct {
 	// models' features. Presence is ActiveFeatures now, which adds no
 	// record, so nothing is withheld (docs/slurm/behaviour.md §11).
 	FeatureSetsMax int `toml:"feature_sets_max"`
+	// FeatureListingMaxMB bounds, in MB, what llmgw's AvailableFeatures add
+	// to a node listing (every sinfo and scontrol show node, and
+	// slurmctld's saved node state): each config record offers the models
+	// its nodes hold (or held within the last hour), once per node of it.
+	// Past the bound the least-held models get no feature and their jobs
+	// no preference. Default DefaultFeatureListingMaxMB, a quarter of
+	// Slurm's 1 GiB message limit, which withholds nothing on any cluster
+	// of today; a site whose users feel sinfo slow trades preferences for
+	// a smaller listing here (docs/design.md §3).
+	FeatureListingMaxMB int64 `toml:"feature_listing_max_mb"`
 	// Scontrol and Sinfo are the absolute paths of Slurm's commands
 	// (default /usr/bin/scontrol, /usr/bin/sinfo).
 	Scontrol string `toml:"scontrol"`
@@ -215,8 +225,10 @@ const DefaultForgetAfter = 24 * time.Hour
 const (
 	DefaultFeatureInterval = 30 * time.Second
 	DefaultFeatureFile     = "/var/lib/llmgw/features"
-	DefaultScontrol        = "/usr/bin/scontrol"
-	DefaultSinfo           = "/usr/bin/sinfo"
+	// DefaultFeatureListingMaxMB: see Config.FeatureListingMaxMB.
+	DefaultFeatureListingMaxMB = maxNodeListing >> 20
+	DefaultScontrol            = "/usr/bin/scontrol"
+	DefaultSinfo               = "/usr/bin/sinfo"
 )
 
 // DefaultMaxBatch: a commit costs about as much as a few hundred row
@@ -252,6 +264,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FeatureFile == "" {
 		c.FeatureFile = DefaultFeatureFile
+	}
+	if c.FeatureListingMaxMB <= 0 {
+		c.FeatureListingMaxMB = DefaultFeatureListingMaxMB
 	}
 	if c.Scontrol == "" {
 		c.Scontrol = DefaultScontrol

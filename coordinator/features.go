@@ -181,6 +181,19 @@ type features struct {
 	// pacer is the pacing every run starts from (a copy each run); the
 	// zero value is slurm.Pacer's defaults. A benchmark sets others.
 	pacer slurm.Pacer
+	// offers is what each config record offers (offered.go), and
+	// listingMax the bytes llmgw's features may add to a node listing.
+	offers     *offers
+	listingMax int64
+
+	// What the runs remember of Slurm between them, under syncMu (see
+	// read): every listed node's available set as last read or written,
+	// and when it was read; the nodes sinfo does not list, and when they
+	// were read (zero: read them before the next record write).
+	avail      map[string][]string
+	availAt    time.Time
+	unlisted   []slurm.Node
+	unlistedAt time.Time
 
 	mu     sync.Mutex
 	seen   *api.FeatureView // under mu: what the last published file says (view)
@@ -200,6 +213,7 @@ type featureMetrics struct {
 	drifted  prometheus.Counter
 	errors   *prometheus.CounterVec
 	lastOK   prometheus.Gauge
+	listing  prometheus.Gauge
 }
 
 // The steps of a run that can fail, for the errors metric.
@@ -219,7 +233,8 @@ func newFeatures(s *Server) *features {
 	f := &features{
 		s: s, run: r, interval: cfg.FeatureInterval, file: cfg.FeatureFile,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		heard: hearing{gap: s.staleAfter / 2},
+		heard:  hearing{gap: s.staleAfter / 2},
+		offers: newOffers(offerHold), listingMax: cfg.FeatureListingMaxMB << 20,
 	}
 	f.m = featureMetrics{
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -251,11 +266,15 @@ func newFeatures(s *Server) *features {
 			Name: "llmgw_coordinator_feature_last_success_timestamp_seconds",
 			Help: "When a feature reconciliation last worked, as a Unix time; 0 before the first.",
 		}),
+		listing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmgw_coordinator_feature_listing_bytes",
+			Help: "Bytes llmgw's AvailableFeatures add to every node listing (sinfo, scontrol show node) and to slurmctld's saved node state, as the last reconciliation planned them (feature_listing_max_mb bounds it).",
+		}),
 	}
 	for _, op := range featureOps {
 		f.m.errors.WithLabelValues(op)
 	}
-	s.metrics.reg.MustRegister(f.m.duration, f.m.calls, f.m.records, f.m.paused, f.m.drifted, f.m.errors, f.m.lastOK)
+	s.metrics.reg.MustRegister(f.m.duration, f.m.calls, f.m.records, f.m.paused, f.m.drifted, f.m.errors, f.m.lastOK, f.m.listing)
 	return f
 }
 
@@ -430,13 +449,14 @@ func (f *features) sync(ctx context.Context, dryRun bool) api.FeatureSync {
 
 func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since time.Time) error {
 	desired, models := f.s.desiredFeatures(now, since)
-	nodes, err := f.run.Nodes(ctx)
+	list, fresh, err := f.read(ctx, now, false)
 	if err != nil {
 		if !out.DryRun {
 			f.m.errors.WithLabelValues("read").Inc()
 		}
 		return fmt.Errorf("reading Slurm's nodes: %w", err)
 	}
+	nodes := list.Nodes
 	f.setStates(nodes)
 	// Read on every run, after it began: an admin turns
 	// ignore_prefer_validation and a NodeFeatures plugin on or off with a
@@ -456,24 +476,58 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		if out.DryRun {
 			return errNodeFeaturesPlugin(plugins)
 		}
-		if err := f.publish(nodes, now, f.defaultPartition(ctx), fallback); err != nil {
+		if err := f.publish(nodes, now, list.Default, fallback); err != nil {
 			f.m.errors.WithLabelValues("file").Inc()
 			return errors.Join(errNodeFeaturesPlugin(plugins), err)
 		}
 		f.unpark(ctx, nodes)
 		return errNodeFeaturesPlugin(plugins)
 	}
-	offered, withheld := offeredFeatures(models, nodes, desired)
-	desired, out.Withheld = withhold(desired, withheld), withheld
-	plan := slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired, offered)
-	out.Nodes, out.Unchanged, out.Drifted = len(nodes), plan.Unchanged, plan.Drifted()
+	f.offers.begin(now)
+	plan, withheld, bytes := f.plan(nodes, desired, models, now)
+	if !fresh && len(plan.Records)+len(plan.Presence) > 0 {
+		// Every call is planned from what Slurm has now: the available
+		// sets were remembered, and a reconfigure or a restart of
+		// slurmctld (which also takes away the active sets this run
+		// found drifted) or an admin may have changed them.
+		if list, _, err = f.read(ctx, now, true); err != nil {
+			if !out.DryRun {
+				f.m.errors.WithLabelValues("read").Inc()
+			}
+			return fmt.Errorf("reading Slurm's nodes: %w", err)
+		}
+		nodes = list.Nodes
+		f.setStates(nodes)
+		plan, withheld, bytes = f.plan(nodes, desired, models, now)
+	}
+	if len(plan.Records) > 0 && (f.unlistedAt.IsZero() || now.Sub(f.unlistedAt) > unlistedMaxAge) {
+		// A record write must cover every node of the record, the ones
+		// sinfo does not show included (slurm.UnlistedNodes).
+		unlisted, err := f.run.UnlistedNodes(ctx, nodes)
+		if err != nil {
+			// Without them a write may split a record that has some: no
+			// record is written this run, and it is tried again at the
+			// next.
+			if !out.DryRun {
+				f.m.errors.WithLabelValues("read").Inc()
+			}
+			return fmt.Errorf("reading the nodes sinfo does not list, which a config record write must cover: %w", err)
+		}
+		f.unlisted, f.unlistedAt = unlisted, now
+		plan, withheld, bytes = f.plan(nodes, desired, models, now)
+	}
+	out.Withheld, out.ListingBytes = withheld, bytes
+	out.Nodes, out.Drifted = len(nodes), listedDrifted(plan)
+	out.Unchanged = out.Nodes - out.Drifted
 	out.Records = len(plan.Records)
 	out.Commands = plan.Commands()
 	out.Unknown = slurm.Compress(plan.Unknown)
 	if out.DryRun {
 		return nil
 	}
-	f.m.drifted.Add(float64(plan.Drifted()))
+	f.offers.note(now, desired)
+	f.m.listing.Set(float64(bytes))
+	f.m.drifted.Add(float64(out.Drifted))
 	current := nodes
 	if len(plan.Records)+len(plan.Presence) > 0 {
 		if between, lost := plan.Between(placement.FeaturePrefix); lost {
@@ -485,7 +539,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 			// job_submit.lua would add a preference that Slurm refuses
 			// when no node has it. It says the least first, and the calls
 			// wait until job_submit.lua has looked.
-			if err := f.publish(between, now, f.defaultPartition(ctx), false); err != nil {
+			if err := f.publish(listedOnly(between), now, list.Default, false); err != nil {
 				f.m.errors.WithLabelValues("file").Inc()
 				return err
 			}
@@ -507,6 +561,7 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		if res.ReadErr != nil || len(res.Wrong) > 0 {
 			f.m.errors.WithLabelValues("readback").Inc()
 		}
+		f.wrote(plan, res, now)
 		if res.ReadErr != nil {
 			// What Slurm holds now is unknown; the file keeps its last
 			// content until a read works.
@@ -516,12 +571,141 @@ func (f *features) apply(ctx context.Context, out *api.FeatureSync, now, since t
 		f.setStates(current)
 		err = res.Err()
 	}
-	if ferr := f.publish(current, now, f.defaultPartition(ctx), fallback); ferr != nil {
+	if ferr := f.publish(current, now, list.Default, fallback); ferr != nil {
 		f.m.errors.WithLabelValues("file").Inc()
 		err = errors.Join(err, ferr)
 	}
 	f.unpark(ctx, current) // coordinator/parked.go
 	return err
+}
+
+// How long the reconciler trusts what it remembers of Slurm without
+// reading it again. The available sets are read again before every run
+// that makes a call anyway (a wipe shows as drift in the active sets the
+// moment a node holding a model lost its feature); this bounds how long a
+// wipe or an admin's change goes unseen on a cluster where nothing is
+// held. The unlisted nodes change when an admin brings a FUTURE node up or
+// moves nodes between partitions, and are read again before a record
+// write at most this often, and after every wipe.
+const (
+	availMaxAge    = 10 * time.Minute
+	unlistedMaxAge = 10 * time.Minute
+)
+
+// read reads Slurm's listed nodes. Their available sets, which are most of
+// a node listing, are read (grouped: slurm.ReadNodes) only when asked
+// (fresh), on the first run, when what is remembered is older than
+// availMaxAge, or when a node is listed whose set is not remembered; else
+// they are the remembered ones, and fresh says so. A fresh read that
+// differs from what was remembered (a reconfigure, a restart, an admin)
+// makes the unlisted nodes be read again before the next record write.
+func (f *features) read(ctx context.Context, now time.Time, fresh bool) (slurm.NodeList, bool, error) {
+	fresh = fresh || f.avail == nil || now.Sub(f.availAt) > availMaxAge
+	list, err := f.run.ReadNodes(ctx, fresh)
+	if err != nil {
+		return list, false, err
+	}
+	if !list.Available {
+		for i := range list.Nodes {
+			set, ok := f.avail[list.Nodes[i].Name]
+			if !ok {
+				return f.read(ctx, now, true)
+			}
+			list.Nodes[i].Available = set
+		}
+		return list, false, nil
+	}
+	avail := make(map[string][]string, len(list.Nodes))
+	changed := f.avail == nil || len(f.avail) != len(list.Nodes)
+	for _, n := range list.Nodes {
+		avail[n.Name] = n.Available
+		if !changed {
+			old, ok := f.avail[n.Name]
+			changed = !ok || !slices.Equal(old, n.Available)
+		}
+	}
+	if changed {
+		f.unlistedAt = time.Time{}
+	}
+	f.avail, f.availAt = avail, now
+	return list, true, nil
+}
+
+// wrote remembers what a run's calls left: the available sets of the
+// nodes read back, and of the unlisted nodes its record writes covered
+// (which are not read back).
+func (f *features) wrote(plan slurm.FeaturePlan, res slurm.FeatureResult, now time.Time) {
+	if res.ReadErr != nil {
+		f.avail = nil // unknown: read at the next run
+		return
+	}
+	avail := make(map[string][]string, len(res.Nodes))
+	for _, n := range res.Nodes {
+		avail[n.Name] = n.Available
+	}
+	f.avail = avail
+	if len(plan.Records) > 0 {
+		f.availAt = now
+	}
+	set := map[string]slurm.FeatureUpdate{}
+	for _, u := range plan.Records {
+		for _, n := range u.Nodes {
+			set[n] = u
+		}
+	}
+	for i, n := range f.unlisted {
+		if u, ok := set[n.Name]; ok {
+			f.unlisted[i].Available, f.unlisted[i].Active = u.Available, u.Active
+		}
+	}
+}
+
+// plan is the run's plan for the listed nodes and the unlisted ones last
+// read: each record offering what its nodes hold and keep (offered.go),
+// within the listing's bound. It also returns the models withheld to stay
+// within it, and the bytes llmgw's features then add to a node listing.
+func (f *features) plan(nodes []slurm.Node, desired map[string][]string, models []string, now time.Time) (slurm.FeaturePlan, []string, int64) {
+	all := slices.Clip(nodes)
+	if len(f.unlisted) > 0 {
+		listed := make(map[string]bool, len(nodes))
+		for _, n := range nodes {
+			listed[n.Name] = true
+		}
+		for _, n := range f.unlisted {
+			if !listed[n.Name] {
+				all = append(all, n)
+			}
+		}
+	}
+	keep := f.offers.keep(now, all, models)
+	withheld, bytes := withheldModels(all, desired, keep, f.listingMax)
+	plan := slurm.PlanFeatures(all, placement.FeaturePrefix, withhold(desired, withheld), withhold(keep, withheld))
+	return plan, withheld, bytes
+}
+
+// listedDrifted is how many listed nodes the plan changes.
+func listedDrifted(plan slurm.FeaturePlan) int {
+	unlisted := map[string]bool{}
+	for _, n := range plan.From {
+		if n.Unlisted {
+			unlisted[n.Name] = true
+		}
+	}
+	seen := map[string]bool{}
+	for _, u := range plan.Updates() {
+		for _, n := range u.Nodes {
+			if !unlisted[n] {
+				seen[n] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+// listedOnly drops the unlisted nodes: the feature file and the view are
+// of nodes jobs can run on.
+func listedOnly(nodes []slurm.Node) []slurm.Node {
+	return slices.DeleteFunc(slices.Clone(nodes), func(n slurm.Node) bool { return n.Unlisted })
 }
 
 // featureCommandTimeout bounds one Slurm command of the reconciler.

@@ -18,8 +18,8 @@ import (
 // (x0001..x1000, one slurm.conf line, no features) random mixes of 0-6 of
 // 50 models, two ways: one file per way in $LLMGW_FEATURE_SETS_DIR, one
 // command a line, for scontrol's interactive mode:
-//   - llmgw: the reconciler's plan (every model offered to the whole record,
-//     presence as ActiveFeatures);
+//   - llmgw: the reconciler's plan (the record offers every model a node of
+//     it holds, written whole; presence as ActiveFeatures);
 //   - per-set: each node's set as AvailableFeatures and ActiveFeatures, one
 //     command per distinct set, as llmgw wrote presence before issue 26.
 //
@@ -43,9 +43,8 @@ func TestWriteFeatureCommands(t *testing.T) {
 			desired[nodes[i].Name] = append(desired[nodes[i].Name], placement.FeaturePrefix+models[rng.IntN(len(models))])
 		}
 	}
-	offered, _ := offeredFeatures(models, nodes, desired)
 	var llmgw strings.Builder
-	for _, u := range slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired, offered).Updates() {
+	for _, u := range slurm.PlanFeatures(nodes, placement.FeaturePrefix, desired, nil).Updates() {
 		llmgw.WriteString(strings.Join(u.Args(), " ") + "\n")
 	}
 	bySet := map[string][]string{}

@@ -1,9 +1,7 @@
 package coordinator
 
 import (
-	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/llmgw/llmgw/api"
@@ -34,26 +32,4 @@ func (f *features) view() *api.FeatureView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.seen
-}
-
-// defaultPartition asks Slurm for the default partition (sinfo marks it
-// with '*'), which the node list does not carry: a job that names no
-// partition runs there. "" when there is none or sinfo fails; the view then
-// says nothing of it, and llmgw sbatch counts every node.
-func (f *features) defaultPartition(ctx context.Context) string {
-	out, err := f.run.Run(ctx, "sinfo", "-h", "-o", "%P")
-	if err != nil {
-		return ""
-	}
-	return parseDefaultPartition(out)
-}
-
-// parseDefaultPartition finds the partition `sinfo -h -o %P` marks with '*'.
-func parseDefaultPartition(out []byte) string {
-	for _, line := range strings.Split(string(out), "\n") {
-		if p, ok := strings.CutSuffix(strings.TrimSpace(line), "*"); ok && p != "" {
-			return p
-		}
-	}
-	return ""
 }

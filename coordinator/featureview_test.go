@@ -57,16 +57,3 @@ func TestPlacementView(t *testing.T) {
 		t.Errorf("reconciler off: %+v, %v; want no view", p.View, err)
 	}
 }
-
-func TestParseDefaultPartition(t *testing.T) {
-	for out, want := range map[string]string{
-		"debug*\np12\n": "debug",
-		"p1\ngpu*\n":    "gpu",
-		"p1\np2\n":      "",
-		"":              "",
-	} {
-		if got := parseDefaultPartition([]byte(out)); got != want {
-			t.Errorf("parseDefaultPartition(%q) = %q, want %q", out, got, want)
-		}
-	}
-}

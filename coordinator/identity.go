@@ -26,14 +26,19 @@ type NodeSource interface {
 	KnownNodes(ctx context.Context) ([]KnownNode, error)
 }
 
-// SlurmNodes is Slurm's node list, read with sinfo.
+// SlurmNodes is Slurm's node list, read with sinfo: each node's names and
+// active features, not its available ones (slurm.ReadNodes), which a
+// catalog offered on every node made most of a listing. A site's fabric
+// feature comes from slurm.conf's Feature=, which makes it active as well
+// as available.
 type SlurmNodes struct{ Run *slurm.Runner }
 
 func (s SlurmNodes) KnownNodes(ctx context.Context) ([]KnownNode, error) {
-	nodes, err := s.Run.Nodes(ctx)
+	list, err := s.Run.ReadNodes(ctx, false)
 	if err != nil {
 		return nil, err
 	}
+	nodes := list.Nodes
 	fillAddrs(ctx, s.Run, nodes)
 	out := make([]KnownNode, len(nodes))
 	for i, n := range nodes {
@@ -57,9 +62,10 @@ func nodeFeatures(n slurm.Node) []string {
 }
 
 // fillAddrs gives the nodes sinfo listed without NodeAddr and NodeHostname
-// those of `scontrol show nodes --json`. From 23.02 sinfo's records leave
-// them empty, and the node's name alone is then all there is to check a
-// credential's host against: a node whose name does not resolve to the
+// those of `scontrol show nodes --json`. sinfo's text form prints them
+// (ReadNodes), but from 23.02 its JSON records, which ReadNodes falls
+// back to when the text cannot be read, leave them empty, and the node's
+// name alone is then all there is to check a credential's host against: a node whose name does not resolve to the
 // address its munged speaks from (NodeName=n3 NodeAddr=10.1.0.3, or the
 // dev cluster's n1..n4 on 127.0.0.1) had every report refused. When
 // scontrol cannot say, the names stand, as before.

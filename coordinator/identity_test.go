@@ -41,43 +41,56 @@ func TestSlurmNodesReadsAddresses(t *testing.T) {
 	}
 }
 
-// TestSlurmNodesAddressesFromScontrol: from 23.02 sinfo -N --json leaves
-// NodeAddr and NodeHostname out (the 24.11 and 26.05 listings of the dev
-// cluster); scontrol show nodes --json says them, so a node is still known
-// by the address its munged speaks from, not only by a name that may not
-// resolve (n1..n4 do not).
+// TestSlurmNodesAddressesFromScontrol: the node list is read in sinfo's
+// text form, which prints NodeAddr and NodeHostname on every release (the
+// 24.11 and 26.05 listings of the dev cluster); where the text cannot be
+// read safely (a feature with a '|') it is read as JSON, and from 23.02
+// sinfo -N --json leaves the addresses out: scontrol show nodes --json
+// says them, so a node is still known by the address its munged speaks
+// from, not only by a name that may not resolve (n1..n4 do not).
 func TestSlurmNodesAddressesFromScontrol(t *testing.T) {
 	for _, rel := range []string{"24.11", "26.05"} {
-		t.Run(rel, func(t *testing.T) {
-			fixture := func(name string) string {
-				p, err := filepath.Abs(filepath.Join("..", "slurm", "testdata", rel, "fresh", name))
+		for _, form := range []string{"text", "json"} {
+			t.Run(rel+"/"+form, func(t *testing.T) {
+				fixture := func(name string) string {
+					p, err := filepath.Abs(filepath.Join("..", "slurm", "testdata", rel, "fresh", name))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return p
+				}
+				dir := t.TempDir()
+				list := "exec cat '" + fixture("sinfo-nodes-list.txt") + "'"
+				if form == "json" {
+					list = "echo 'n1|ib-a|odd|idle|debug*|127.0.0.1|localhost'"
+				}
+				for cmd, cases := range map[string][][2]string{
+					"sinfo": {{"-a -N -h -o %N|%b|%T|%P|%o|%n", list}, {"-N --json", "exec cat '" + fixture("sinfo-N-json.json") + "'"},
+						{"-a -h -o %P", "echo 'debug*'"}},
+					"scontrol": {{"show nodes --json", "exec cat '" + fixture("scontrol-show-nodes-json.json") + "'"}},
+				} {
+					script := "#!/bin/sh\ncase \"$*\" in\n"
+					for _, c := range cases {
+						script += "\"" + c[0] + "\") " + c[1] + " ;;\n"
+					}
+					script += "*) echo \"unexpected: $*\" >&2; exit 1 ;;\nesac\n"
+					if err := os.WriteFile(filepath.Join(dir, cmd), []byte(script), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := SlurmNodes{Run: &slurm.Runner{Dir: dir}}.KnownNodes(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
-				return p
-			}
-			dir := t.TempDir()
-			for cmd, args := range map[string][2]string{
-				"sinfo":    {"-N --json", fixture("sinfo-N-json.json")},
-				"scontrol": {"show nodes --json", fixture("scontrol-show-nodes-json.json")},
-			} {
-				script := "#!/bin/sh\ncase \"$*\" in\n\"" + args[0] + "\") exec cat '" + args[1] + "' ;;\n*) echo \"unexpected: $*\" >&2; exit 1 ;;\nesac\n"
-				if err := os.WriteFile(filepath.Join(dir, cmd), []byte(script), 0o755); err != nil {
-					t.Fatal(err)
+				var want []KnownNode
+				for _, n := range []string{"n1", "n2", "n3", "n4"} {
+					want = append(want, KnownNode{Name: n, Addrs: []string{"127.0.0.1", "localhost"}, Features: []string{e2eFabricOf(n)}})
 				}
-			}
-			got, err := SlurmNodes{Run: &slurm.Runner{Dir: dir}}.KnownNodes(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want []KnownNode
-			for _, n := range []string{"n1", "n2", "n3", "n4"} {
-				want = append(want, KnownNode{Name: n, Addrs: []string{"127.0.0.1", "localhost"}, Features: []string{e2eFabricOf(n)}})
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("KnownNodes = %+v, want %+v", got, want)
-			}
-		})
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("KnownNodes = %+v, want %+v", got, want)
+				}
+			})
+		}
 	}
 }
 

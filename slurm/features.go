@@ -207,79 +207,67 @@ func (p FeaturePlan) Between(prefix string) (nodes []Node, lost bool) {
 
 // PlanFeatures computes the calls that give each node in nodes (as read
 // from Slurm) the features desired[node] active, for the features llmgw
-// owns (those starting with prefix), and offered (owned features too: one
-// per catalog model) available, and leaves every other feature exactly as
-// it is:
+// owns (those starting with prefix), and leaves every other feature
+// exactly as it is. A node's available set is its config record's:
 //
-//	available = (current available − owned) ∪ offered ∪ every desired
+//	available = (current available − owned) ∪ ⋃ over the record's nodes of (desired ∪ keep)
 //	active    = (current active − owned) ∪ desired[node]
+//
+// so a record offers the owned features some node of it has active, and
+// those keep names for its nodes besides (features held a while ago, so
+// that a model held and dropped does not rewrite the record every
+// interval; or every catalog model, as llmgw did before).
 //
 // AvailableFeatures is written only to whole config records. slurmctld
 // shows no record, but without a NodeFeatures plugin every node of a
 // record has the record's feature string (update_node_avail_features
 // keeps the two in step, splitting the record when it must), so nodes
-// whose available sets are equal are whole records: each record write
-// covers all nodes with one available set, which updates every record
-// among them in place. Nodes that slurmctld has but sinfo does not list
-// (FUTURE ones) are the exception; docs/slurm/behaviour.md §11 says what
-// that costs. A record write sets the active features every node of it
-// wants, and the rest follows as Presence, one call per distinct set.
+// whose available sets are equal are whole records (Records): each record
+// write covers all nodes with one available set, which updates every
+// record among them in place. That holds only if nodes has every node
+// slurmctld has with that set, the Unlisted ones (FUTURE, in no partition)
+// included: give PlanFeatures those too (UnlistedNodes) whenever a record
+// may be written. A record write sets the active features every node of
+// it wants, and the rest follows as Presence, one call per distinct set.
 //
 // A node missing from desired loses its owned active features. A node
-// whose sets are already right (in any order) gets no call. Desired
-// features must start with prefix; others are ignored, since a feature
-// llmgw does not own is not llmgw's to add.
-func PlanFeatures(nodes []Node, prefix string, desired map[string][]string, offered []string) FeaturePlan {
+// whose sets are already right (in any order) gets no call. Desired and
+// kept features must start with prefix; others are ignored, since a
+// feature llmgw does not own is not llmgw's to add.
+func PlanFeatures(nodes []Node, prefix string, desired, keep map[string][]string) FeaturePlan {
 	plan := FeaturePlan{From: nodes}
 	known := make(map[string]bool, len(nodes))
-	offer := ownedSet(offered, prefix)
 	wants := make([][]string, len(nodes))
-	type record struct {
-		nodes []int
-		owned []string // offered and every desired of its nodes
-	}
-	records := map[string]*record{}
-	var order []string
 	for i, n := range nodes {
 		known[n.Name] = true
-		own := ownedSet(desired[n.Name], prefix)
-		wants[i] = append(notOwned(n.Active, prefix), own...)
-		key := setKey(n.Available)
-		r := records[key]
-		if r == nil {
-			r = &record{owned: offer}
-			records[key] = r
-			order = append(order, key)
-		}
-		r.nodes = append(r.nodes, i)
-		for _, f := range own {
-			if _, found := slices.BinarySearch(r.owned, f); !found {
-				r.owned = slices.Clone(r.owned)
-				r.owned = append(r.owned, f)
-				slices.Sort(r.owned)
-			}
-		}
+		wants[i] = append(notOwned(n.Active, prefix), ownedSet(desired[n.Name], prefix)...)
 	}
+	records := Records(nodes)
 	// active is each node's active set once the records are written.
 	active := make([][]string, len(nodes))
 	for i, n := range nodes {
 		active[i] = n.Active
 	}
-	for _, key := range order {
-		r := records[key]
-		first := nodes[r.nodes[0]]
-		avail := append(notOwned(first.Available, prefix), r.owned...)
+	for _, r := range records {
+		first := nodes[r[0]]
+		var owned []string
+		for _, i := range r {
+			owned = append(owned, ownedSet(desired[nodes[i].Name], prefix)...)
+			owned = append(owned, ownedSet(keep[nodes[i].Name], prefix)...)
+		}
+		slices.Sort(owned)
+		avail := append(notOwned(first.Available, prefix), slices.Compact(owned)...)
 		if sameSet(avail, first.Available) {
 			continue
 		}
-		common := slices.Clone(wants[r.nodes[0]])
+		common := slices.Clone(wants[r[0]])
 		u := FeatureUpdate{Record: true, Available: avail}
-		for _, i := range r.nodes {
+		for _, i := range r {
 			common = slices.DeleteFunc(common, func(f string) bool { return !slices.Contains(wants[i], f) })
 			u.Nodes = append(u.Nodes, nodes[i].Name)
 		}
 		u.Active = common
-		for _, i := range r.nodes {
+		for _, i := range r {
 			active[i] = common
 		}
 		SortNodeNames(u.Nodes)
@@ -328,6 +316,25 @@ func PlanFeatures(nodes []Node, prefix string, desired map[string][]string, offe
 	slices.SortFunc(plan.Records, byFirst)
 	slices.SortFunc(plan.Presence, byFirst)
 	return plan
+}
+
+// Records groups nodes (indexes into nodes) by their available set, in
+// the order each set is first met: without a NodeFeatures plugin each
+// group is one or more whole config records (PlanFeatures).
+func Records(nodes []Node) [][]int {
+	at := map[string]int{}
+	var out [][]int
+	for i, n := range nodes {
+		key := setKey(n.Available)
+		j, ok := at[key]
+		if !ok {
+			j = len(out)
+			at[key] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
 }
 
 // setKey is a feature list as a set: sorted, without repeats.
@@ -524,8 +531,17 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 	for i := range res.Nodes {
 		byName[res.Nodes[i].Name] = &res.Nodes[i]
 	}
+	unlisted := map[string]bool{}
+	for _, n := range plan.From {
+		if n.Unlisted {
+			unlisted[n.Name] = true
+		}
+	}
 	for name, w := range plan.expected() {
 		n := byName[name]
+		if n == nil && unlisted[name] {
+			continue // not read back (readBack)
+		}
 		if n == nil || (w.record && !sameSet(n.Available, w.available)) || !sameSet(n.Active, w.active) {
 			res.Wrong = append(res.Wrong, name)
 		}
@@ -534,65 +550,36 @@ func (r *Runner) ApplyFeatures(ctx context.Context, plan FeaturePlan, pace *Pace
 	return res
 }
 
-// readBack reads Slurm's nodes after the plan's calls. Only the changed
-// ones are asked for, with `sinfo -N -n HOSTLIST` in the text form, since
-// 22.05's sinfo --json ignores -n (docs/slurm/behaviour.md §8): every read
-// of every node is slurmctld's work, and each sync already read them all.
-// The rest are as read for the plan. Every node is read (sinfo --json) when
-// the plan was not made from a read, when a planned feature holds a
-// character the text form splits on, or when the text read fails or lacks
-// a changed node: the answer is never less than the full read's.
+// readBack reads Slurm's listed nodes after the plan's calls, the way the
+// plan's were read (ReadNodes): the available sets again only when a
+// record was written, else as the plan had them. The unlisted nodes a
+// record write covered are not read back: sinfo does not show them, and
+// the whole listing that does (UnlistedNodes) is what the grouped reads
+// are there to spare.
 func (r *Runner) readBack(ctx context.Context, plan FeaturePlan) ([]Node, error) {
-	var names []string
-	textSafe := plan.From != nil
-	seen := map[string]bool{}
-	for _, u := range plan.Updates() {
-		for _, n := range u.Nodes {
-			if !seen[n] {
-				seen[n] = true
-				names = append(names, n)
+	list, err := r.ReadNodes(ctx, len(plan.Records) > 0 || plan.From == nil)
+	if err != nil {
+		return nil, err
+	}
+	if !list.Available {
+		from := make(map[string][]string, len(plan.From))
+		for _, n := range plan.From {
+			from[n.Name] = n.Available
+		}
+		for i := range list.Nodes {
+			set, ok := from[list.Nodes[i].Name]
+			if !ok {
+				// A node that came since the plan's read: its set is
+				// not known, so read them all.
+				if list, err = r.ReadNodes(ctx, true); err != nil {
+					return nil, err
+				}
+				break
 			}
-		}
-		for _, f := range append(slices.Clone(u.Available), u.Active...) {
-			textSafe = textSafe && !strings.ContainsAny(f, "|,\n")
+			list.Nodes[i].Available = set
 		}
 	}
-	if textSafe {
-		if merged, ok := r.readBackChanged(ctx, plan.From, names); ok {
-			return merged, nil
-		}
-	}
-	return r.Nodes(ctx)
-}
-
-// readBackChanged reads names with the text form and returns from with
-// those nodes' features and states replaced; false when the read fails or
-// lacks one of them.
-func (r *Runner) readBackChanged(ctx context.Context, from []Node, names []string) ([]Node, bool) {
-	out, err := r.Run(ctx, "sinfo", "-a", "-N", "-h", "-n", Compress(names), "-o", "%N|%f|%b|%T")
-	if err != nil {
-		return nil, false
-	}
-	read, err := ParseNodes(out)
-	if err != nil {
-		return nil, false
-	}
-	byName := make(map[string]Node, len(read))
-	for _, n := range read {
-		byName[n.Name] = n
-	}
-	for _, name := range names {
-		if _, ok := byName[name]; !ok {
-			return nil, false
-		}
-	}
-	merged := slices.Clone(from)
-	for i, n := range merged {
-		if c, ok := byName[n.Name]; ok {
-			merged[i].Available, merged[i].Active, merged[i].State = c.Available, c.Active, c.State
-		}
-	}
-	return merged, true
+	return list.Nodes, nil
 }
 
 // NodeLess orders node names the way people and sinfo do: by the text

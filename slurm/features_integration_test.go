@@ -63,11 +63,12 @@ func TestFeaturesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	offered := []string{"llmgw.llama", "llmgw.qwen"}
+	// Each record offers what its nodes hold: n[1-2] llama, n[3-4] both.
+	offered := map[string][]string{"ib-a": {"llmgw.llama"}, "ib-b": {"llmgw.llama", "llmgw.qwen"}}
 	records := slurmtest.ConfigRecords(t, r, "debug")
-	plan := PlanFeatures(nodes, p, desired, offered)
+	plan := PlanFeatures(nodes, p, desired, nil)
 	want := []string{
-		"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.llama,llmgw.qwen ActiveFeatures=ib-a,llmgw.llama",
+		"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.llama ActiveFeatures=ib-a,llmgw.llama",
 		"scontrol update NodeName='n[3-4]' AvailableFeatures=ib-b,llmgw.llama,llmgw.qwen ActiveFeatures=ib-b",
 		"scontrol update NodeName=n3 ActiveFeatures=ib-b,llmgw.llama,llmgw.qwen",
 	}
@@ -82,11 +83,11 @@ func TestFeaturesOnCluster(t *testing.T) {
 	for name, fabric := range devFabrics {
 		n := m[name]
 		wantActive := append([]string{fabric}, desired[name]...)
-		if !sameSet(n.Available, append([]string{fabric}, offered...)) || !sameSet(n.Active, wantActive) {
-			t.Errorf("%s: available %q active %q, want %q active of %q", name, n.Available, n.Active, wantActive, offered)
+		if !sameSet(n.Available, append([]string{fabric}, offered[fabric]...)) || !sameSet(n.Active, wantActive) {
+			t.Errorf("%s: available %q active %q, want %q active of %q", name, n.Available, n.Active, wantActive, offered[fabric])
 		}
 	}
-	if again := PlanFeatures(res.Nodes, p, desired, offered); len(again.Updates()) != 0 {
+	if again := PlanFeatures(res.Nodes, p, desired, nil); len(again.Updates()) != 0 {
 		t.Errorf("after applying, the plan is still %q", again.Commands())
 	}
 	if after := slurmtest.ConfigRecords(t, r, "debug"); after != records {

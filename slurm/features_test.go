@@ -24,8 +24,9 @@ func TestPlanFeatures(t *testing.T) {
 		name      string
 		nodes     []Node
 		desired   map[string][]string
-		offered   []string
-		want      []string // the commands
+		offered   []string            // kept on every node (what llmgw did before it offered per record)
+		keep      map[string][]string // kept on the nodes named
+		want      []string            // the commands
 		unchanged int
 		unknown   []string
 	}{
@@ -135,6 +136,45 @@ func TestPlanFeatures(t *testing.T) {
 			unknown:   []string{"gpu3", "gpu7"},
 		},
 		{
+			name: "each record offers what its nodes hold, not the catalog",
+			nodes: []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a")),
+				n("n3", l("ib-b"), l("ib-b")), n("n4", l("ib-b"), l("ib-b"))},
+			desired: map[string][]string{"n1": {"llmgw.a"}, "n3": {"llmgw.b"}, "n4": {"llmgw.b", "llmgw.c"}},
+			want: []string{
+				"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.a ActiveFeatures=ib-a",
+				"scontrol update NodeName='n[3-4]' AvailableFeatures=ib-b,llmgw.b,llmgw.c ActiveFeatures=ib-b,llmgw.b",
+				"scontrol update NodeName=n1 ActiveFeatures=ib-a,llmgw.a",
+				"scontrol update NodeName=n4 ActiveFeatures=ib-b,llmgw.b,llmgw.c",
+			},
+		},
+		{
+			name:      "a model its record keeps (held a while ago) stays offered: no write",
+			nodes:     []Node{n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a")), n("n2", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a"))},
+			desired:   map[string][]string{"n1": {"llmgw.a"}},
+			keep:      map[string][]string{"n2": {"llmgw.b"}},
+			unchanged: 2,
+		},
+		{
+			name:    "a model no node of the record holds or keeps leaves it",
+			nodes:   []Node{n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a")), n("n2", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a"))},
+			desired: map[string][]string{"n1": {"llmgw.a"}},
+			want: []string{
+				"scontrol update NodeName='n[1-2]' AvailableFeatures=ib-a,llmgw.a ActiveFeatures=ib-a",
+				"scontrol update NodeName=n1 ActiveFeatures=ib-a,llmgw.a",
+			},
+		},
+		{
+			name: "unlisted nodes (FUTURE, in no partition) of a record are in its write",
+			nodes: []Node{n("x1", nil, nil), {Name: "x2", State: "FUTURE", Unlisted: true},
+				{Name: "x3", State: "FUTURE", Unlisted: true}, n("n1", l("ib-a"), l("ib-a"))},
+			desired: map[string][]string{"x1": {"llmgw.a"}},
+			want: []string{
+				"scontrol update NodeName='x[1-3]' AvailableFeatures=llmgw.a ActiveFeatures=",
+				"scontrol update NodeName=x1 ActiveFeatures=llmgw.a",
+			},
+			unchanged: 1,
+		},
+		{
 			name:    "an admin feature that only looks similar is kept",
 			nodes:   []Node{n("n1", l("llmgw", "llmgwx.a", "LLMGW.a"), l("llmgw"))},
 			desired: map[string][]string{"n1": {"llmgw.a"}},
@@ -144,7 +184,11 @@ func TestPlanFeatures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := PlanFeatures(tc.nodes, p, tc.desired, tc.offered)
+			keep := everyNode(tc.nodes, tc.offered)
+			for node, fs := range tc.keep {
+				keep[node] = append(keep[node], fs...)
+			}
+			plan := PlanFeatures(tc.nodes, p, tc.desired, keep)
 			if got := plan.Commands(); !slices.Equal(got, tc.want) {
 				t.Errorf("commands:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 			}
@@ -160,6 +204,15 @@ func TestPlanFeatures(t *testing.T) {
 			checkWholeRecords(t, tc.nodes, plan)
 		})
 	}
+}
+
+// everyNode keeps offered on every node: every record offers them.
+func everyNode(nodes []Node, offered []string) map[string][]string {
+	out := map[string][]string{}
+	for _, nd := range nodes {
+		out[nd.Name] = slices.Clone(offered)
+	}
+	return out
 }
 
 // checkWholeRecords fails unless every AvailableFeatures write of plan
@@ -209,7 +262,7 @@ func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 	desired := map[string][]string{"n1": {"llmgw.x"}, "n2": {"llmgw.x", "llmgw.y"}, "n4": {"llmgw.y"}}
 	check := func(nodes []Node, desired map[string][]string, offered []string) []Node {
 		t.Helper()
-		plan := PlanFeatures(nodes, "llmgw.", desired, offered)
+		plan := PlanFeatures(nodes, "llmgw.", desired, everyNode(nodes, offered))
 		checkWholeRecords(t, nodes, plan)
 		after := slices.Clone(nodes)
 		at := map[string]int{}
@@ -230,7 +283,7 @@ func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 				}
 			}
 		}
-		again := PlanFeatures(after, "llmgw.", desired, offered)
+		again := PlanFeatures(after, "llmgw.", desired, everyNode(after, offered))
 		if len(again.Updates()) != 0 || again.Unchanged != len(nodes) {
 			t.Fatalf("after applying the plan, a new plan still has %q", again.Commands())
 		}
@@ -259,7 +312,7 @@ func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 		big = append(big, n(fmt.Sprintf("g%04d", i), l(f), l(f)))
 	}
 	d := random()
-	plan := PlanFeatures(big, "llmgw.", d, offered)
+	plan := PlanFeatures(big, "llmgw.", d, everyNode(big, offered))
 	sets := map[string]bool{}
 	for _, nd := range big {
 		sets[nd.Available[0]+"|"+setKey(d[nd.Name])] = true
@@ -271,7 +324,7 @@ func TestPlanFeaturesIsAFixedPoint(t *testing.T) {
 		t.Errorf("%d presence calls for %d distinct sets", got, most)
 	}
 	after := check(big, d, offered)
-	plan = PlanFeatures(after, "llmgw.", random(), offered)
+	plan = PlanFeatures(after, "llmgw.", random(), everyNode(after, offered))
 	if len(plan.Records) != 0 || len(plan.Presence) == 0 {
 		t.Errorf("a change of presence wrote %d records and %d active sets; want none and some", len(plan.Records), len(plan.Presence))
 	}
@@ -289,7 +342,7 @@ func TestPlanBetween(t *testing.T) {
 	}
 	desired := map[string][]string{"n1": {"llmgw.a", "llmgw.b"}, "n2": {"llmgw.a"}}
 	// A new model: every record is written, with what its nodes share.
-	plan := PlanFeatures(nodes, "llmgw.", desired, l("llmgw.a", "llmgw.b", "llmgw.c"))
+	plan := PlanFeatures(nodes, "llmgw.", desired, everyNode(nodes, l("llmgw.a", "llmgw.b", "llmgw.c")))
 	between, lost := plan.Between("llmgw.")
 	if !lost {
 		t.Errorf("n1 loses llmgw.b between the writes, but lost is false")
@@ -299,7 +352,7 @@ func TestPlanBetween(t *testing.T) {
 	}
 	// After a wipe nothing of llmgw's is there to lose.
 	wiped := []Node{n("n1", l("ib-a"), l("ib-a")), n("n2", l("ib-a"), l("ib-a"))}
-	if _, lost := PlanFeatures(wiped, "llmgw.", desired, l("llmgw.a", "llmgw.b")).Between("llmgw."); lost {
+	if _, lost := PlanFeatures(wiped, "llmgw.", desired, everyNode(wiped, l("llmgw.a", "llmgw.b"))).Between("llmgw."); lost {
 		t.Errorf("after a wipe: lost")
 	}
 	// A node that lost a model loses its feature with its presence call:
@@ -309,11 +362,11 @@ func TestPlanBetween(t *testing.T) {
 		n("n1", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a", "llmgw.a", "llmgw.b")),
 		n("n2", l("ib-a", "llmgw.a", "llmgw.b"), l("ib-a")),
 	}
-	between, lost = PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a"}, "n2": {"llmgw.b"}}, l("llmgw.a", "llmgw.b")).Between("llmgw.")
+	between, lost = PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a"}, "n2": {"llmgw.b"}}, everyNode(steady, l("llmgw.a", "llmgw.b"))).Between("llmgw.")
 	if got := fmt.Sprint(between[0].Active, between[1].Active); !lost || got != "[ib-a llmgw.a] [ib-a]" {
 		t.Errorf("n1 losing llmgw.b, n2 gaining it: between %s, lost %v", got, lost)
 	}
-	if _, lost := PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a", "llmgw.b"}, "n2": {"llmgw.b"}}, l("llmgw.a", "llmgw.b")).Between("llmgw."); lost {
+	if _, lost := PlanFeatures(steady, "llmgw.", map[string][]string{"n1": {"llmgw.a", "llmgw.b"}, "n2": {"llmgw.b"}}, everyNode(steady, l("llmgw.a", "llmgw.b"))).Between("llmgw."); lost {
 		t.Errorf("only a gain: lost")
 	}
 }
@@ -351,7 +404,7 @@ func TestParseNodesJSON(t *testing.T) {
 		{Name: "n4", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug"), Addr: "127.0.0.1", Hostname: "localhost"},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
+		t.Errorf("ParseNodesJSON =\n  %+v\nwant\n  %+v", got, want)
 	}
 }
 
@@ -377,7 +430,7 @@ func TestParseNodesJSONStates(t *testing.T) {
 		{Name: "x0002", State: "unknown", Partitions: l("extra"), Addr: "127.0.0.1", Hostname: "localhost"},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, want)
+		t.Errorf("ParseNodesJSON =\n  %+v\nwant\n  %+v", got, want)
 	}
 }
 
@@ -534,61 +587,82 @@ func TestRunnerPaths(t *testing.T) {
 	}
 }
 
-// TestApplyFeaturesReadsBackOnlyChanged: after the calls only the changed
-// nodes are read (sinfo -n, the text form, since 22.05's --json ignores
-// -n), the others are taken as read for the plan; and whenever the text
-// form could mislead or falls short, every node is read as before.
-func TestApplyFeaturesReadsBackOnlyChanged(t *testing.T) {
+// TestApplyFeaturesReadsBackGrouped: after the calls the nodes are read
+// the way the plan's were (ReadNodes): every node's active set, state and
+// partitions, one line each, and the available sets grouped by sinfo only
+// when a record was written, else as the plan had them; whenever the text
+// form could mislead, every node is read whole (--json) instead.
+func TestApplyFeaturesReadsBackGrouped(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "sinfo-calls")
 	fixture, _ := filepath.Abs(filepath.Join("testdata", "22.05", "sinfo-json-features.json"))
-	text := filepath.Join(t.TempDir(), "text")
+	list := filepath.Join(t.TempDir(), "list")
+	sets := filepath.Join(t.TempDir(), "sets")
 	dir := fakeSlurm(t, map[string]string{
 		"scontrol": fakeScontrol(os.DevNull, ""),
 		"sinfo": `echo "$*" >>'` + log + `'
-case "$*" in *--json*) exec cat '` + fixture + `';; esac
-cat '` + text + `'`,
+case "$*" in *--json*) exec cat '` + fixture + `';; *"-N -h -o"*) exec cat '` + list + `';; *%f*) exec cat '` + sets + `';; esac
+echo 'debug*'`,
 	})
 	r := &Runner{Dir: dir}
 	from := []Node{
-		{Name: "n1", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
-		{Name: "n2", Available: l("ib-a"), Active: l("ib-a"), State: "idle", Partitions: l("debug", "p2")},
+		{Name: "n1", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
+		{Name: "n2", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a"), State: "idle", Partitions: l("debug", "p2")},
 		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug")},
 	}
-	plan := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.m1"), "n3": l("llmgw.m1")}, nil)
-	run := func(textOut string, plan FeaturePlan) (FeatureResult, string) {
+	run := func(listOut, setsOut string, plan FeaturePlan) (FeatureResult, string) {
 		t.Helper()
-		os.WriteFile(text, []byte(textOut), 0o644)
+		os.WriteFile(list, []byte(listOut), 0o644)
+		os.WriteFile(sets, []byte(setsOut), 0o644)
 		os.Remove(log)
 		res := r.ApplyFeatures(context.Background(), plan, &Pacer{Share: 1})
 		calls, _ := os.ReadFile(log)
 		return res, string(calls)
 	}
 
-	res, calls := run("n1|ib-a,llmgw.m1|ib-a|idle\nn2|ib-a,llmgw.m1|ib-a,llmgw.m1|mixed\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\nn3|ib-b,llmgw.m1|ib-b,llmgw.m1|idle\n", plan)
-	if want := "-a -N -h -n n[1-3] -o %N|%f|%b|%T\n"; calls != want {
+	// Presence alone: one line a node, the available sets as planned.
+	presence := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.m1")}, nil)
+	if len(presence.Records) != 0 {
+		t.Fatalf("want a plan without record writes: %q", presence.Commands())
+	}
+	res, calls := run("n1|ib-a|idle|debug*|a1|h1\nn2|ib-a,llmgw.m1|mixed|debug*|a2|h2\nn2|ib-a,llmgw.m1|mixed|p2|a2|h2\nn3|ib-b|idle|debug*|a3|h3\n", "", presence)
+	if want := "-a -N -h -o %N|%b|%T|%P|%o|%n\n"; calls != want {
 		t.Errorf("sinfo calls %q, want only %q", calls, want)
 	}
 	if res.Err() != nil || len(res.Wrong) != 0 {
 		t.Errorf("read back: %v", res.Err())
 	}
 	want := []Node{
-		{Name: "n1", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a"), State: "idle", Partitions: l("debug")},
-		{Name: "n2", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a", "llmgw.m1"), State: "mixed", Partitions: l("debug", "p2")},
-		{Name: "n3", Available: l("ib-b", "llmgw.m1"), Active: l("ib-b", "llmgw.m1"), State: "idle", Partitions: l("debug")},
+		{Name: "n1", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a"), State: "idle", Partitions: l("debug"), Addr: "a1", Hostname: "h1"},
+		{Name: "n2", Available: l("ib-a", "llmgw.m1"), Active: l("ib-a", "llmgw.m1"), State: "mixed", Partitions: l("debug", "p2"), Addr: "a2", Hostname: "h2"},
+		{Name: "n3", Available: l("ib-b"), Active: l("ib-b"), State: "idle", Partitions: l("debug"), Addr: "a3", Hostname: "h3"},
 	}
 	if fmt.Sprint(res.Nodes) != fmt.Sprint(want) {
 		t.Errorf("nodes after the read-back\n %+v\nwant\n %+v", res.Nodes, want)
 	}
 
-	// A changed node missing from the text answer: every node, from --json
-	// (Nodes, however it reads them).
-	if _, calls := run("n1|ib-a,llmgw.m1|ib-a|idle\nn2|ib-a,llmgw.m1|ib-a,llmgw.m1|idle\n", plan); !strings.HasPrefix(calls, "-a -N -h -n n[1-3] ") || !strings.Contains(calls, "--json") {
-		t.Errorf("text answer without n3: sinfo calls %q; want the full --json read after it", calls)
+	// A record written: the available sets read again, grouped.
+	record := PlanFeatures(from, "llmgw.", map[string][]string{"n3": l("llmgw.m1")}, nil)
+	if len(record.Records) != 2 {
+		t.Fatalf("want two record writes: %q", record.Commands())
 	}
-	// A planned feature with the text form's separator: --json at once.
-	odd := PlanFeatures(from, "llmgw.", map[string][]string{"n2": l("llmgw.a|b")}, nil)
-	if _, calls := run("", odd); strings.Contains(calls, " -n ") || !strings.Contains(calls, "--json") {
-		t.Errorf("a feature with '|': sinfo calls %q; want only the --json read", calls)
+	res, calls = run("n1|ib-a|idle|debug*|a|h\nn2|ib-a|idle|debug*|a|h\nn3|ib-b,llmgw.m1|idle|debug*|a|h\n",
+		"n[1-2]|ib-a\nn3|ib-b,llmgw.m1\n|(null)\n", record)
+	if want := "-a -N -h -o %N|%b|%T|%P|%o|%n\n-a -h -o %N|%f\n"; calls != want {
+		t.Errorf("sinfo calls %q, want %q", calls, want)
+	}
+	if res.Err() != nil || len(res.Wrong) != 0 || fmt.Sprint(res.Nodes[2].Available) != "[ib-b llmgw.m1]" {
+		t.Errorf("read back: %v, %+v", res.Err(), res.Nodes)
+	}
+
+	// A node the plan did not know: its set is read, grouped.
+	_, calls = run("n1|ib-a|idle|debug*|a|h\nn2|ib-a,llmgw.m1|idle|debug*|a|h\nn3|ib-b|idle|debug*|a|h\nn9|(null)|idle|debug*|a|h\n",
+		"n[1-2]|ib-a,llmgw.m1\nn3|ib-b\nn9|(null)\n", presence)
+	if !strings.Contains(calls, "%N|%f") {
+		t.Errorf("a node the plan did not know: sinfo calls %q; want the available sets read", calls)
+	}
+	// A feature with the text form's separator: every node whole, --json.
+	if _, calls := run("n1|ib-a|idle|debug*|a|h\nn2|ib-a,odd|one|mixed|debug*|a|h\n", "", presence); !strings.Contains(calls, "--json") {
+		t.Errorf("a feature with '|': sinfo calls %q; want the --json read", calls)
 	}
 }
 

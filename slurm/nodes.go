@@ -26,9 +26,14 @@ type Node struct {
 	// Nil when it is in none.
 	Partitions []string
 	// Addr and Hostname are the node's NodeAddr and NodeHostname, where
-	// its daemons (and so its munged) speak from, when sinfo says them
-	// (22.05 does; later releases' records leave them empty).
+	// its daemons (and so its munged) speak from, when the read says them
+	// (the text form does; 22.05's JSON does, later releases' sinfo
+	// records leave them empty).
 	Addr, Hostname string
+	// Unlisted says slurmctld has the node but sinfo does not list it: a
+	// FUTURE node, or one in no partition (UnlistedNodes). No job runs
+	// there; it matters only as a member of a config record.
+	Unlisted bool
 }
 
 // Nodes lists the cluster's nodes, each once, in sinfo's order, from

@@ -76,7 +76,7 @@ func TestParseNodesEveryRelease(t *testing.T) {
 						t.Fatal(err)
 					}
 					if !reflect.DeepEqual(withoutAddrs(t, got), tc.want) {
-						t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, tc.want)
+						t.Errorf("ParseNodesJSON =\n  %+v\nwant\n  %+v", got, tc.want)
 					}
 				})
 			}
@@ -91,7 +91,7 @@ func TestParseNodesEveryRelease(t *testing.T) {
 					want[i] = n
 				}
 				if !reflect.DeepEqual(got, want) {
-					t.Errorf("ParseNodes =\n  %q\nwant\n  %q", got, want)
+					t.Errorf("ParseNodes =\n  %+v\nwant\n  %+v", got, want)
 				}
 			})
 		}
@@ -120,7 +120,7 @@ func TestParseNodesGroupedNeverWrong(t *testing.T) {
 				// Grouped records come in sinfo's grouping order.
 				slices.SortFunc(got, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 				if !reflect.DeepEqual(withoutAddrs(t, got), tc.want) {
-					t.Errorf("ParseNodesJSON =\n  %q\nwant\n  %q", got, tc.want)
+					t.Errorf("ParseNodesJSON =\n  %+v\nwant\n  %+v", got, tc.want)
 				}
 			})
 		}
@@ -148,7 +148,7 @@ esac`,
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(withoutAddrs(t, got), fixtureMixed) {
-				t.Errorf("Nodes() =\n  %q\nwant\n  %q", got, fixtureMixed)
+				t.Errorf("Nodes() =\n  %+v\nwant\n  %+v", got, fixtureMixed)
 			}
 		})
 		t.Run(filepath.Base(dir)+"/text", func(t *testing.T) {
@@ -164,7 +164,7 @@ esac`,
 				t.Fatal(err)
 			}
 			if len(got) != 4 || got[1].Name != "n2" || !reflect.DeepEqual(got[1].Active, l("ib-a", "llmgw.m1")) {
-				t.Errorf("Nodes() from the text form = %q", got)
+				t.Errorf("Nodes() from the text form = %+v", got)
 			}
 		})
 	}

@@ -62,7 +62,7 @@ func TestParseNodes(t *testing.T) {
 				t.Fatalf("ParseNodes: %v", err)
 			}
 			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("ParseNodes(%s) =\n  %q\nwant\n  %q", tc.file, got, tc.want)
+				t.Errorf("ParseNodes(%s) =\n  %+v\nwant\n  %+v", tc.file, got, tc.want)
 			}
 		})
 	}

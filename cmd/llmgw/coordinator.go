@@ -96,6 +96,10 @@ func coordinatorCmd(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&cfg.Features, "features", cfg.Features, "keep Slurm node features "+placement.FeaturePrefix+"MODEL in step with presence (needs scontrol update rights)")
 	fs.DurationVar(&cfg.FeatureInterval, "feature-interval", cfg.FeatureInterval, "how often to rewrite features when nothing changed (they are wiped by scontrol reconfigure)")
 	fs.StringVar(&cfg.FeatureFile, "feature-file", def(cfg.FeatureFile, coordinator.DefaultFeatureFile), "file publishing each node's partitions and features, for job_submit.lua")
+	if cfg.FeatureListingMaxMB == 0 {
+		cfg.FeatureListingMaxMB = coordinator.DefaultFeatureListingMaxMB
+	}
+	fs.Int64Var(&cfg.FeatureListingMaxMB, "feature-listing-max-mb", cfg.FeatureListingMaxMB, "MB llmgw's features may add to a node listing (sinfo); past it the least-held models get none")
 	prefetchOn := cfg.Prefetch == nil || *cfg.Prefetch
 	fs.BoolVar(&prefetchOn, "prefetch", prefetchOn, "with --features, ask the nodes backfill plans for a pending job to fetch its model ahead of the start (--prefetch=false: off)")
 	if cfg.PrefetchHorizon == 0 {
