@@ -91,6 +91,38 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// PutBack is the calls that give the nodes of now the features they had in
+// before (nodes in only one of them are left alone), for a demo or a test
+// that ran a coordinator on a cluster it must leave as it found it. Nodes
+// that had the same sets go back in one call, and AvailableFeatures only
+// where it changed: llmgw writes it a config record at a time, and a record
+// put back node by node could be split in slurmctld's memory.
+func PutBack(before, now []Node) []FeatureUpdate {
+	type sets struct {
+		record            bool
+		available, active string
+	}
+	var order []sets
+	calls := map[sets]*FeatureUpdate{}
+	for _, was := range before {
+		i := slices.IndexFunc(now, func(n Node) bool { return n.Name == was.Name })
+		if i < 0 || (slices.Equal(now[i].Active, was.Active) && slices.Equal(now[i].Available, was.Available)) {
+			continue
+		}
+		k := sets{!slices.Equal(now[i].Available, was.Available), strings.Join(was.Available, ","), strings.Join(was.Active, ",")}
+		if calls[k] == nil {
+			calls[k] = &FeatureUpdate{Record: k.record, Available: was.Available, Active: was.Active}
+			order = append(order, k)
+		}
+		calls[k].Nodes = append(calls[k].Nodes, was.Name)
+	}
+	out := make([]FeatureUpdate, 0, len(order))
+	for _, k := range order {
+		out = append(out, *calls[k])
+	}
+	return out
+}
+
 // FeaturePlan is what it takes to give every node its desired owned
 // features.
 type FeaturePlan struct {

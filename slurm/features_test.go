@@ -687,3 +687,34 @@ func TestApplyFeaturesStopsWhenSlurmIsGone(t *testing.T) {
 		t.Errorf("Err() = %v", err)
 	}
 }
+
+// TestPutBack: the calls that restore the nodes' features group nodes that
+// had the same sets, set AvailableFeatures only where it changed, and leave
+// alone nodes that did not change or are not in both lists.
+func TestPutBack(t *testing.T) {
+	before := []Node{
+		{Name: "n1", Available: []string{"ib-a"}, Active: []string{"ib-a"}},
+		{Name: "n2", Available: []string{"ib-a"}, Active: []string{"ib-a"}},
+		{Name: "n3", Available: []string{"ib-b"}, Active: []string{"ib-b"}},
+		{Name: "n4", Available: []string{"ib-b"}, Active: []string{"ib-b"}},
+		{Name: "gone", Available: []string{"x"}, Active: []string{"x"}},
+	}
+	now := []Node{
+		{Name: "n1", Available: []string{"ib-a", "llmgw.m"}, Active: []string{"ib-a", "llmgw.m"}},
+		{Name: "n2", Available: []string{"ib-a", "llmgw.m"}, Active: []string{"ib-a"}},
+		{Name: "n3", Available: []string{"ib-b"}, Active: []string{"ib-b", "llmgw.m"}},
+		{Name: "n4", Available: []string{"ib-b"}, Active: []string{"ib-b"}},
+		{Name: "new", Available: []string{"y"}, Active: []string{"y"}},
+	}
+	var got []string
+	for _, u := range PutBack(before, now) {
+		got = append(got, strings.Join(u.Args(), " "))
+	}
+	want := []string{
+		"update NodeName=n[1-2] AvailableFeatures=ib-a ActiveFeatures=ib-a",
+		"update NodeName=n3 ActiveFeatures=ib-b",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("PutBack:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

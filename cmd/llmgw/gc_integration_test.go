@@ -37,12 +37,10 @@ func clusterBin(t *testing.T) (string, *slurm.Runner) {
 }
 
 // putFeaturesBack puts every dev node's features back as they are now once
-// t ends, so a test whose coordinator wrote presence leaves the next test
-// the cluster it found. Call it before starting the coordinator: cleanups
-// run last-registered first, so this one runs after the coordinator
-// stopped and cannot write them again. Nodes that had the same sets go back
-// in one call, a config record whole (llmgw writes AvailableFeatures a
-// record at a time).
+// t ends (slurm.PutBack), so a test whose coordinator wrote presence leaves
+// the next test the cluster it found. Call it before starting the
+// coordinator: cleanups run last-registered first, so this one runs after
+// the coordinator stopped and cannot write them again.
 func putFeaturesBack(t *testing.T, sl *slurm.Runner) {
 	t.Helper()
 	before, err := sl.Nodes(context.Background())
@@ -56,23 +54,8 @@ func putFeaturesBack(t *testing.T, sl *slurm.Runner) {
 			t.Errorf("the dev nodes' features after the test: %v", err)
 			return
 		}
-		calls := map[string]*slurm.FeatureUpdate{}
-		var order []string
-		for _, was := range before {
-			i := slices.IndexFunc(now, func(n slurm.Node) bool { return n.Name == was.Name })
-			if i < 0 || (slices.Equal(now[i].Active, was.Active) && slices.Equal(now[i].Available, was.Available)) {
-				continue
-			}
-			record := !slices.Equal(now[i].Available, was.Available)
-			k := fmt.Sprint(record, "|", strings.Join(was.Available, ","), "|", strings.Join(was.Active, ","))
-			if calls[k] == nil {
-				calls[k] = &slurm.FeatureUpdate{Record: record, Available: was.Available, Active: was.Active}
-				order = append(order, k)
-			}
-			calls[k].Nodes = append(calls[k].Nodes, was.Name)
-		}
-		for _, k := range order {
-			if _, err := sl.Run(ctx, "scontrol", calls[k].Args()...); err != nil {
+		for _, put := range slurm.PutBack(before, now) {
+			if _, err := sl.Run(ctx, "scontrol", put.Args()...); err != nil {
 				t.Errorf("putting the dev nodes' features back: %v", err)
 			}
 		}

@@ -258,31 +258,9 @@ func (c *demoCluster) restoreFeatures(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Nodes that had the same sets go back in one call: the coordinator
-	// widened AvailableFeatures a whole config record at a time (the
-	// superset it may offer), and a record put back node by node could be
-	// split in slurmctld's memory.
-	type sets struct {
-		record            bool
-		available, active string
-	}
-	var order []sets
-	calls := map[sets]*slurm.FeatureUpdate{}
-	for _, was := range c.before {
-		i := slices.IndexFunc(now, func(n slurm.Node) bool { return n.Name == was.Name })
-		if i < 0 || (slices.Equal(now[i].Active, was.Active) && slices.Equal(now[i].Available, was.Available)) {
-			continue
-		}
-		k := sets{!slices.Equal(now[i].Available, was.Available), strings.Join(was.Available, ","), strings.Join(was.Active, ",")}
-		if calls[k] == nil {
-			calls[k] = &slurm.FeatureUpdate{Record: k.record, Available: was.Available, Active: was.Active}
-			order = append(order, k)
-		}
-		calls[k].Nodes = append(calls[k].Nodes, was.Name)
-	}
 	var errs []error
-	for _, k := range order {
-		if _, err := c.runner.Run(ctx, "scontrol", calls[k].Args()...); err != nil {
+	for _, put := range slurm.PutBack(c.before, now) {
+		if _, err := c.runner.Run(ctx, "scontrol", put.Args()...); err != nil {
 			errs = append(errs, err)
 		}
 	}
