@@ -45,7 +45,7 @@ build: $(if $(HAVE_SPANK_H),spank) munge-h
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/llmgw
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(HOOK) ./cmd/llmgw-hook
 
-# llmgw links libmunge (internal/munge): a decode through it costs a
+# llmgw links libmunge (api/munge): a decode through it costs a
 # fortieth of starting unmunge. Its header comes with libmunge-dev; the
 # tests also run real munged daemons (munge). As root, a fresh machine gets
 # them here, so that `make demo` and `make test` need no step by hand.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
+	"github.com/llmgw/llmgw/api/swarmtest"
 	"github.com/llmgw/llmgw/coordinator"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
-	"github.com/llmgw/llmgw/internal/swarmtest"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 

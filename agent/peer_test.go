@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 func TestPeerServerAuthenticatesAndServesOnlyVerifiedChunks(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 )
 
 // defaultPeerRetry is how often the agent tries its chunk server's address

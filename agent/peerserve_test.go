@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // TestHelperSquatter is not a test: squat runs this test binary as

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // TestSeedAskEndsWhenStuck: a seed ask ran with context.Background(), so a

@@ -31,9 +31,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 	"github.com/llmgw/llmgw/coordinator"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
 
 // knownNodes is the coordinator's node list (Slurm's in production).

@@ -1,7 +1,7 @@
 package agent
 
 // Hostile members (issue 24): a node that claims chunks and does not serve
-// them must not wedge its fabric. The liar is internal/swarmtest's Member,
+// them must not wedge its fabric. The liar is api/swarmtest's Member,
 // reporting to the real coordinator with its own host's munged.
 
 import (
@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
-	"github.com/llmgw/llmgw/internal/swarmtest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
+	"github.com/llmgw/llmgw/api/swarmtest"
 )
 
 // liarFabric is a fabric of honest nodes (fnodes, named by honest) and

@@ -4,7 +4,7 @@ package agent
 // server, a real sqlite file, MUNGE), nodes on 127.0.0.K each with its own
 // munged and the agent's swarm fetch and chunk server, an origin that knows
 // each node by its address, and a hostile node speaking the protocols with
-// its own host's munged (internal/swarmtest), which is what root on that
+// its own host's munged (api/swarmtest), which is what root on that
 // node can do.
 
 import (
@@ -22,11 +22,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
+	"github.com/llmgw/llmgw/api/swarmtest"
 	"github.com/llmgw/llmgw/coordinator"
 	"github.com/llmgw/llmgw/coordinator/store"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
-	"github.com/llmgw/llmgw/internal/swarmtest"
 )
 
 // coordProc is the coordinator as a process the test can stop and start

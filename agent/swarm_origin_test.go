@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // edgeOrigin serves one file as a CDN whose every answer comes from

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // pinOrigin serves one file at a bounded rate, the first GET the bytes of

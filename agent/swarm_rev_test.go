@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
 	"github.com/llmgw/llmgw/weights/hub/hubtest"

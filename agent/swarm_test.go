@@ -20,8 +20,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // standIn is a coordinator stand-in implementing the plan rules of

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 	"github.com/llmgw/llmgw/weights/fetch"
 )

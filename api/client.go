@@ -20,7 +20,7 @@ type Client struct {
 	// Token is sent as a bearer token when set and Auth is not.
 	Token string
 	// Auth, when set, authenticates each request (a MUNGE credential:
-	// internal/munge.Authenticator) instead of Token.
+	// api/munge.Authenticator) instead of Token.
 	Auth Authenticator
 	// HTTP is the client used (default: one with a 30 s timeout).
 	HTTP *http.Client

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 	"github.com/llmgw/llmgw/coordinator/store"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
 
 // fixedNodes stands in for Slurm's node list, which needs a cluster: the

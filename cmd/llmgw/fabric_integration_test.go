@@ -16,8 +16,8 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/swarmtest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/swarmtest"
 )
 
 // TestFabricFromSlurmOnCluster is issue 24's fabric on the real cluster:

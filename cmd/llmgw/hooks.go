@@ -11,7 +11,7 @@ import (
 	"github.com/llmgw/llmgw/agent/config"
 	"github.com/llmgw/llmgw/agent/nodeconf"
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 	"github.com/llmgw/llmgw/prolog"
 	"github.com/llmgw/llmgw/prolog/full"
 	"github.com/llmgw/llmgw/slurm"

@@ -20,8 +20,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // devMungeSocket is the socket of a dev cluster node's own munged

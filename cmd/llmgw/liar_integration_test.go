@@ -21,15 +21,15 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/swarmtest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/swarmtest"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // TestSwarmLiarOnCluster is issue 24's small liar case on the dev cluster:
 // a 3-node job whose nodes (n1-n3) fetch the model through their fabric's
 // swarm, and on n4, the fourth node of the fabric, a hostile member
-// instead of an agent (internal/swarmtest), speaking the protocols with
+// instead of an agent (api/swarmtest), speaking the protocols with
 // n4's own munged: what root on n4 can do. One fabric, "lab", as a site
 // with one fabric has it (no fabric_features: the nodes' word, which the
 // dev cluster's two Slurm fabrics do not then contradict).

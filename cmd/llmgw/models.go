@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge"
 	"github.com/llmgw/llmgw/api/table"
-	"github.com/llmgw/llmgw/internal/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 

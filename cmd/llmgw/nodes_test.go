@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 	"github.com/llmgw/llmgw/coordinator"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
 )
 
 // TestNodesCommand: an admin makes n1's token into a 0600 file, n1's agent

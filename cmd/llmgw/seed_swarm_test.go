@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 	"github.com/llmgw/llmgw/coordinator"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 

@@ -18,7 +18,7 @@
 # authentication costs the coordinator and its munged, one request at a
 # time (BenchmarkAuthenticate), one credential decode through munged's
 # protocol from Go (what the coordinator uses), through libmunge and
-# through unmunge (internal/munge BenchmarkDecode), and the store alone
+# through unmunge (api/munge BenchmarkDecode), and the store alone
 # (BenchmarkIngest).
 #
 # Rates are wall-clock and so depend on what else the machine runs; the CPU
@@ -58,7 +58,7 @@ if [ "$(id -u)" = 0 ] && { command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/m
 		grep -E '^ingest'
 	go test -run '^$' -bench 'BenchmarkAuthenticate$' -benchtime=3000x -count="$RUNS" ./coordinator/ |
 		grep -E '^Benchmark' | tr '\t' ' ' | tr -s ' '
-	go test -run '^$' -bench 'BenchmarkDecode$' -benchtime=2000x -count="$RUNS" ./internal/munge/ |
+	go test -run '^$' -bench 'BenchmarkDecode$' -benchtime=2000x -count="$RUNS" ./api/munge/ |
 		grep -E '^Benchmark' | tr '\t' ' ' | tr -s ' '
 else
 	echo "(MUNGE figures skipped: they need root and munged)"

@@ -38,8 +38,8 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/swarmtest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/swarmtest"
 )
 
 func main() {

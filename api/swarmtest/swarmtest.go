@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 )
 
 // Node is one hostile node: its name, the fabric it claims, its host's

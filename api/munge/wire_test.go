@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 )
 
 // silentMunged listens on a socket in dir, reads what each connection

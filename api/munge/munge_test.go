@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/llmgw/llmgw/internal/munge"
-	"github.com/llmgw/llmgw/internal/munge/mungetest"
+	"github.com/llmgw/llmgw/api/munge"
+	"github.com/llmgw/llmgw/api/munge/mungetest"
 )
 
 // codecs are both ways to reach one munged.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/api"
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 )
 
 // ErrNotServed is a SlowRead's error when the chunk server refused the

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/munge"
+	"github.com/llmgw/llmgw/api/munge"
 )
 
 // Realm is one munge key and the daemons started with it.
