@@ -14,7 +14,7 @@ import (
 
 // What a writer outside this package needs to fill a Hub model the way
 // EnsureHub does (issue 25): the agent's swarm, which fetches a model's
-// files once per fabric as one revision (agent/swarmrev*.go). Each blob is
+// files once per fabric as one revision (agent/swarmrev.go). Each blob is
 // written in the llmgw cache's staging directory under the locks
 // EnsureHub's own fetch of it takes (LockHub), verified against its digest
 // there before it gets its name (SealHashed), and moved into the Hugging
