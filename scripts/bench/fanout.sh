@@ -303,6 +303,9 @@ for d in m $(seq -f 'n%g' "$N"); do
 done
 
 # ---- the coordinator's view of Slurm: a stand-in for sinfo ----
+# The coordinator reads the node list as sinfo's text, one line per node
+# (slurm/nodelist.go: name, active features, state, partition, address,
+# hostname), and falls back to sinfo -N --json; both are answered here.
 {
 	printf '{"meta":{"Slurm":{"release":"22.05.8"}},"errors":[],"nodes":['
 	for k in $(seq "$N"); do
@@ -312,15 +315,24 @@ done
 	done
 	printf ']}\n'
 } >"$W/sinfo.json"
+for k in $(seq "$N"); do
+	printf 'n%d|%s|idle|bench*|%s|n%d\n' "$k" "$(fabric_of "$k")" "$(mgmt_ip "$k")" "$k"
+done >"$W/sinfo.list"
+for k in $(seq "$N"); do
+	printf 'n%d|%s\n' "$k" "$(fabric_of "$k")"
+done >"$W/sinfo.avail"
 cat >"$W/bin/sinfo" <<EOF
 #!/bin/sh
 # fanout.sh's stand-in for sinfo: the coordinator reads the node list (and
 # each node's address, which munge credentials must come from) with
-# sinfo -N --json.
+# sinfo -a -N -h -o '%N|%b|%T|%P|%o|%n', or sinfo -N --json.
 case "\$*" in
 *--json*) cat "$W/sinfo.json" ;;
 *--version*) echo "slurm 22.05.8" ;;
-*) echo "sinfo stand-in: only -N --json" >&2; exit 1 ;;
+*"-N -h -o %N|%b|%T|%P|%o|%n"*) cat "$W/sinfo.list" ;;
+*"-h -o %N|%f"*) cat "$W/sinfo.avail" ;;
+*"-h -o %P"*) echo "bench*" ;;
+*) echo "sinfo stand-in: only the node list (text or --json); got: \$*" >&2; exit 1 ;;
 esac
 EOF
 chmod 755 "$W/bin/sinfo"
