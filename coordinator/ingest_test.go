@@ -43,3 +43,16 @@ func TestValidReportDuplicates(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkValidReport is the check of one node's report of 50 weights
+// (BenchmarkCoordinator's), which every report pays before it is queued.
+func BenchmarkValidReport(b *testing.B) {
+	r := benchReport()
+	ws := r.Weights
+	for b.Loop() {
+		r.Weights = ws
+		if err := validReport(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
