@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -99,17 +98,33 @@ func validReport(r *api.Report) error {
 			return bad("peer_addr %.80q: %v; set agent.toml peer_addr to the chunk server's host:port on the fabric, or peer_interface", r.PeerAddr, err)
 		}
 	}
-	seen := make(map[string]struct{}, len(r.Weights))
+	// Agents list their weights in path order, so a duplicate is the path
+	// just before; a map of every path (an allocation per report, and
+	// most of this loop's time) is built only for a list out of order.
+	var seen map[string]struct{}
+	prev := ""
 	for i := range r.Weights {
 		w := &r.Weights[i]
 		if err := catalog.CheckAbsPath("weight path", w.Path); err != nil {
 			return bad("weights[%d]: %v", i, err)
 		}
-		p := filepath.Clean(w.Path)
-		if _, dup := seen[p]; dup {
-			return bad("lists weights at %q twice", p)
+		p := catalog.CleanPath(w.Path)
+		if seen == nil && i > 0 && p <= prev {
+			if p == prev {
+				return bad("lists weights at %q twice", p)
+			}
+			seen = make(map[string]struct{}, len(r.Weights))
+			for _, v := range r.Weights[:i] {
+				seen[catalog.CleanPath(v.Path)] = struct{}{}
+			}
 		}
-		seen[p] = struct{}{}
+		if seen != nil {
+			if _, dup := seen[p]; dup {
+				return bad("lists weights at %q twice", p)
+			}
+			seen[p] = struct{}{}
+		}
+		prev = p
 		if w.Size < 0 {
 			return bad("weights at %q have negative size %d", p, w.Size)
 		}

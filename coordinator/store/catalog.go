@@ -86,7 +86,13 @@ func (m *matcher) model(cacheDir string, w *api.Weight) string {
 	}
 	if cacheDir != "" && len(m.byCacheName) > 0 {
 		dir, base := filepath.Split(w.Path)
-		if filepath.Clean(dir) == cacheDir {
+		// Without the slash Split leaves, a clean path's directory is
+		// clean already, and CleanPath says so cheaply; filepath.Clean
+		// gives the same for both spellings.
+		if len(dir) > 1 {
+			dir = dir[:len(dir)-1]
+		}
+		if catalog.CleanPath(dir) == cacheDir {
 			if name, ok := m.byCacheName[base]; ok {
 				return name
 			}

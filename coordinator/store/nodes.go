@@ -8,13 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/placement"
+	"github.com/llmgw/llmgw/weights/catalog"
 )
 
 // Node is a node as last reported: who it is, its cache, and the reported
@@ -238,7 +238,7 @@ func (db *DB) IngestBatch(ctx context.Context, reports []Incoming, now time.Time
 func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, recv int64, prev nodeMeta, known bool) (*Node, [16]byte, error) {
 	cacheDir := ""
 	if r.Cache.Dir != "" {
-		cacheDir = filepath.Clean(r.Cache.Dir)
+		cacheDir = catalog.CleanPath(r.Cache.Dir)
 	}
 	n := &Node{
 		Name: r.Node, Fabric: r.Fabric, Looked: r.Looked, CacheDir: cacheDir,
@@ -257,7 +257,7 @@ func (db *DB) store(ctx context.Context, st *stmts, r *api.Report, same bool, re
 	ws := r.Weights
 	copied := false
 	for i := range ws {
-		if p := filepath.Clean(ws[i].Path); p != ws[i].Path {
+		if p := catalog.CleanPath(ws[i].Path); p != ws[i].Path {
 			if !copied {
 				ws, copied = slices.Clone(ws), true
 			}

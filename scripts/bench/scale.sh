@@ -26,8 +26,11 @@
 #   - scripts/bench/job-submit.sh at 10,000 nodes (the first job after the
 #     feature file changed; MODULE_BEFORE=2a0a373, the module before issue
 #     26, beside it);
-#   - BenchmarkCoordinatorMunge and BenchmarkCoordinator: first reports/s of
-#     10,000 agents through MUNGE, and llmgw status over 10,000 x 200;
+#   - scripts/bench/ingest.sh (BenchmarkCoordinatorMunge): first reports/s of
+#     10,000 agents through MUNGE, this tree and, back to back, the tree at
+#     INGEST_BEFORE (default 2a0a373, before issue 26; INGEST_BEFORE= leaves
+#     it out), INGEST_ROUNDS rounds (default 1);
+#   - BenchmarkCoordinator: llmgw status over 10,000 x 200;
 # and prints the goals table. It takes 6-8 minutes on 2 cores and the
 # machine's 127.0.0.11-14 and ports: run it under the cluster lock, with no
 # other cluster up:
@@ -75,18 +78,20 @@ js=$(BEFORE= MODULE_BEFORE=${MODULE_BEFORE:-2a0a373} scripts/bench/job-submit.sh
 echo "$js" | sed 's/^/  /'
 # Whole outputs first: a grep that stops at its first match would end the
 # pipeline early, and pipefail the script.
-out=$(go test -run '^$' -bench 'BenchmarkCoordinatorMunge$' -benchtime=1x -timeout 30m ./coordinator/)
-echo "$out" >>"$log"
-munge=$(grep 'ingest with MUNGE, first reports' <<<"$out" | sed -n 1p)
+ing=$(BEFORE=${INGEST_BEFORE-2a0a373} scripts/bench/ingest.sh --rounds "${INGEST_ROUNDS:-1}")
+echo "$ing" >>"$log"
+# Its rounds' lines: "round N  this tree|before (REV)  plain|tls  RATE ...".
+ingest_rate() { awk -v w="$1" '$3 == w && $5 == "plain" { print $6 }' <<<"$ing" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+munge=$(ingest_rate this)
+munge_before=$(ingest_rate before)
 out=$(go test -run '^$' -bench 'BenchmarkCoordinator$' -benchtime=1x -timeout 30m ./coordinator/)
 echo "$out" >>"$log"
 status=$(grep -i 'status' <<<"$out" | sed -n 1p)
-echo "  $munge"
+grep '^round' <<<"$ing" | sed 's/^/  ingest, MUNGE: /'
 echo "  $status"
 
 # The table, from the lines above.
 field() { grep "^scale: $1" "$log" | head -1 | sed "s/^scale: $1//"; }
-num() { grep -o "$1" <<<"$2" | head -1 | grep -o '[0-9.]*' | head -1; }
 metric() { grep -o "[0-9.]* $1" <<<"$plan" | cut -d' ' -f1; }
 recon=$(field "full reconcile after scontrol reconfigure, paced: ")
 rpcs=$(field "reconcile RPCs (sdiag), paced: ")
@@ -113,7 +118,7 @@ printf '%-58s %-34s %s\n' "  users during it" "" "$during_fast"
 printf '%-58s %-34s %s\n' "main scheduler mean cycle, with llmgw vs without" "<= 1.05x" \
 	"$(mean "$with") µs vs $(mean "$without") µs: $(awk -v a="$(mean "$with")" -v b="$(mean "$without")" 'BEGIN { if (b > 0) printf "%.2fx", a / b }')"
 printf '%-58s %-34s %s\n' "job_submit, first job after a change, 10,000 nodes" "<= 5 ms" "$after_change µs (before issue 26: $before_change µs)"
-printf '%-58s %-34s %s\n' "coordinator first reports/s with MUNGE, 10,000 agents" ">= 5,000" "$(num '[0-9]* reports/s' "$munge")"
+printf '%-58s %-34s %s\n' "coordinator first reports/s with MUNGE, 10,000 agents" ">= 5,000" "$munge${munge_before:+ (before issue 26, back to back: $munge_before)}"
 echo
 echo "steady state: $(field 'steady state with llmgw: ')"
 echo "queues: without: $without"

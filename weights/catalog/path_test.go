@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -24,4 +25,44 @@ func TestCheckAbsPath(t *testing.T) {
 			t.Errorf("CheckAbsPath(%q) = %v, want an error saying %q", p, err, want)
 		}
 	}
+}
+
+// TestCleanPath holds CleanPath to filepath.Clean, on the spellings that
+// make a path unclean at its start, middle and end.
+func TestCleanPath(t *testing.T) {
+	for _, p := range []string{
+		"", "/", "//", "///", ".", "..", "a", "a/b", "./a", "../a",
+		"/a", "/a/", "/a//b", "//a", "/./a", "/../a", "/a/.", "/a/..", "/a/./b", "/a/../b",
+		"/a/b/c.gguf", "/a/.b/..c/...", "/a/b.", "/a/..b", "/.a", "/..a", "/...",
+		"/var/cache/llmgw/hf%3Aorg%2Frepo", "/a/b/", "/a\\b", "/ä/b",
+	} {
+		if got, want := CleanPath(p), filepath.Clean(p); got != want {
+			t.Errorf("CleanPath(%q) = %q, filepath.Clean gives %q", p, got, want)
+		}
+	}
+}
+
+func FuzzCleanPath(f *testing.F) {
+	for _, p := range []string{"/", "/a/b", "/a//b", "/a/./b", "/a/../b", "/a/", "a/b", "/..."} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if got, want := CleanPath(p), filepath.Clean(p); got != want {
+			t.Errorf("CleanPath(%q) = %q, filepath.Clean gives %q", p, got, want)
+		}
+	})
+}
+
+func BenchmarkCleanPath(b *testing.B) {
+	const p = "/var/cache/llmgw/hf/org3/repo-017/model-017-q4_k_m.gguf"
+	b.Run("filepath.Clean", func(b *testing.B) {
+		for b.Loop() {
+			_ = filepath.Clean(p)
+		}
+	})
+	b.Run("CleanPath", func(b *testing.B) {
+		for b.Loop() {
+			_ = CleanPath(p)
+		}
+	})
 }
