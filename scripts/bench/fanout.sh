@@ -312,15 +312,20 @@ done
 	done
 	printf ']}\n'
 } >"$W/sinfo.json"
+for k in $(seq "$N"); do
+	printf 'n%d|%s|idle|bench|%s|n%d\n' "$k" "$(fabric_of "$k")" "$(mgmt_ip "$k")" "$k"
+done >"$W/sinfo.txt"
 cat >"$W/bin/sinfo" <<EOF
 #!/bin/sh
 # fanout.sh's stand-in for sinfo: the coordinator reads the node list (and
 # each node's address, which munge credentials must come from) with
-# sinfo -N --json.
+# sinfo -a -N -h -o '%N|%b|%T|%P|%o|%n' (slurm.ListNodes), and with
+# sinfo -N --json when the text cannot be read safely.
 case "\$*" in
 *--json*) cat "$W/sinfo.json" ;;
 *--version*) echo "slurm 22.05.8" ;;
-*) echo "sinfo stand-in: only -N --json" >&2; exit 1 ;;
+*"-N -h -o %N|%b|%T|%P|%o|%n"*) cat "$W/sinfo.txt" ;;
+*) echo "sinfo stand-in: only -a -N -h -o '%N|%b|%T|%P|%o|%n' and -N --json, not: \$*" >&2; exit 1 ;;
 esac
 EOF
 chmod 755 "$W/bin/sinfo"
