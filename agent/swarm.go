@@ -100,6 +100,9 @@ type swarm struct {
 	// the whole file: never sent again by this member (originGet).
 	staleValidators map[string]bool
 	fromOrigin      atomic.Int64
+	// originDiscarded is the part of fromOrigin dropped with a chunk whose
+	// origin read broke off (api.SwarmReport.OriginDiscarded).
+	originDiscarded atomic.Int64
 	// fromPeers counts the bytes of chunks read from peers that landed
 	// (verified, written); discarded the peers' bytes thrown away (a cut or
 	// stalled stream, a holder change, a digest mismatch). Counted as they
@@ -438,6 +441,14 @@ func (s *swarm) withoutPlan(last *api.SwarmPlan, refused time.Time) (api.SwarmPl
 
 // report is what the member tells the coordinator now.
 func (s *swarm) report(complete, gone bool) api.SwarmReport {
+	// The origin counts before the chunks held: a byte of the next chunk
+	// is counted only after the chunk before it is marked (fromOriginRun),
+	// so a report never counts more origin bytes than the chunks it marks
+	// and the one being read. The coordinator holds a lease holder to
+	// that (coordinator/swarmlease.go, digestOverdue); read the other way
+	// round, a chunk landing in between made an honest holder look a chunk
+	// ahead of its digests.
+	fromOrigin, originDiscarded := s.fromOrigin.Load(), s.originDiscarded.Load()
 	s.h.mu.Lock()
 	have := append([]byte(nil), s.h.have...)
 	mv := s.h.membersVersion
@@ -445,7 +456,7 @@ func (s *swarm) report(complete, gone bool) api.SwarmReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := api.SwarmReport{MembersVersion: mv, Node: s.node, Source: s.source, SHA256: s.sum, Size: s.size, ChunkSize: s.chunk, Have: have,
-		Complete: complete, Gone: gone, FromOrigin: s.fromOrigin.Load(), FromPeers: s.fromPeers.Load(),
+		Complete: complete, Gone: gone, FromOrigin: fromOrigin, OriginDiscarded: originDiscarded, FromPeers: s.fromPeers.Load(),
 		Unreachable: s.unreach, Validator: s.validator, Mismatch: s.accuse}
 	s.unreach = nil
 	for p := range s.bad {

@@ -144,6 +144,10 @@ type fOrigin struct {
 	stalled chan struct{}
 	stallMu sync.Once
 	sent    atomic.Int64
+	// cuts, while above 0, is how many more answers are cut (the
+	// connection dropped) once they have sent cutAfter bytes.
+	cuts     atomic.Int64
+	cutAfter int64
 
 	mu        sync.Mutex
 	reqs      []originReq
@@ -203,6 +207,16 @@ func (o *fOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.reqs[i].sent += int64(n)
 		o.mu.Unlock()
 	}}
+	if o.cuts.Load() > 0 {
+		tw.hold = func(wrote int64) {
+			if wrote >= o.cutAfter && o.cuts.Add(-1) >= 0 {
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+				panic(http.ErrAbortHandler)
+			}
+		}
+	}
 	if node == o.stall {
 		tw.hold = func(int64) {
 			if o.sent.Load() < o.stallAt {

@@ -90,7 +90,9 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 	// for three fabrics, 5 s a chunk). Counted per chunk, a reading seed
 	// lost its lease mid-chunk and a second node of its fabric read the
 	// origin too (1.24 copies per fabric).
+	var inChunk int64 // origin bytes of the chunk being read
 	count := func(n int) {
+		inChunk += int64(n)
 		s.fromOrigin.Add(int64(n))
 		s.onBytes("origin", int64(n))
 	}
@@ -112,6 +114,7 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 		// goes out as soon as the last byte is in.
 		hs := sha256.New()
 		got, err := 0, error(nil)
+		inChunk = 0
 		for got < len(buf) && err == nil {
 			var m int
 			m, err = body.Read(buf[got:])
@@ -126,7 +129,10 @@ func (s *swarm) fromOriginRun(ctx context.Context, plan api.SwarmPlan, until tim
 				err = io.ErrUnexpectedEOF
 			}
 			// The bytes of a partial chunk are dropped; the next request
-			// starts at this chunk.
+			// starts at this chunk. Reported as dropped: the coordinator
+			// expects a holder's digest once its origin bytes, less those
+			// dropped, make a whole chunk.
+			s.originDiscarded.Add(inChunk)
 			if ctx.Err() == nil {
 				s.log.WithError(err).Warn("swarm: origin read broke off; resuming")
 			}

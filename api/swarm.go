@@ -57,6 +57,12 @@ type SwarmReport struct {
 	// this file so far, verified or not, from the origin and from peers.
 	FromOrigin int64 `json:"from_origin_bytes"`
 	FromPeers  int64 `json:"from_peers_bytes"`
+	// OriginDiscarded is the part of FromOrigin this member dropped: the
+	// bytes of a chunk whose origin read broke off before its last byte
+	// (the next read starts at that chunk again). FromOrigin less this is
+	// the origin bytes of chunks it landed and of the chunk it is reading,
+	// which tells the coordinator when a lease holder's digest is due.
+	OriginDiscarded int64 `json:"origin_discarded_bytes,omitempty"`
 	// Bad names peers that sent a chunk whose digest did not match; the
 	// coordinator drops them from every plan of this swarm and says so in
 	// status.

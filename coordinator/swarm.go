@@ -98,7 +98,10 @@ type swarmMember struct {
 	// (SwarmReport.WaitMs): until then it is live though silent.
 	waitUntil time.Time
 	fromOrig  int64
-	fromPeers int64
+	// origDropped is the part of fromOrig the member dropped with origin
+	// reads that broke off (api.SwarmReport.OriginDiscarded).
+	origDropped int64
+	fromPeers   int64
 	// bad and unreach are the peers this member accused.
 	bad     map[string]bool
 	unreach map[string]time.Time
@@ -394,7 +397,7 @@ func (sw *swarms) report(s *Server, rep *api.SwarmReport, in swarmIn, now time.T
 	// digests as the holder (after a restart, the seed taking the lease
 	// back from a late joiner publishes what it read at once).
 	sw.checkLease(s, g, m, rep, in.readable, now, log)
-	m.fromOrig, m.fromPeers = rep.FromOrigin, rep.FromPeers
+	m.fromOrig, m.fromPeers, m.origDropped = rep.FromOrigin, rep.FromPeers, rep.OriginDiscarded
 	if rep.Gone {
 		if g.holder == rep.Node {
 			sw.passLease(s, g, now, "gone")

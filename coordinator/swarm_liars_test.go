@@ -146,19 +146,21 @@ func TestSwarmChunkSizeIsTheCoordinators(t *testing.T) {
 
 // TestSwarmLeaseNeedsEvidence (6): a holder that says it reads (its
 // FromOrigin grows by 1 MiB every 200 ms) and publishes no digest loses the
-// lease once its count passes two chunks with nothing published plus the
-// lease timeout, to the other member, and is not given it back while that
+// lease once its count passes a chunk with nothing published (and claimed,
+// digestOverdue), to the other member, and is not given it back while that
 // member can hold it.
 //
 // Seen failing as it should on main: the liar kept the lease for the whole
-// 40 s the test runs.
+// 40 s the test runs; then, with two chunks of allowance and the lease
+// timeout, for 11.4 s (fanout.sh --liars: the whole of its fabric's wait).
 func TestSwarmLeaseNeedsEvidence(t *testing.T) {
 	e := swarmEnv(t)
 	liar := sreport("n1")
 	if p := ask(t, e, liar); !p.Lease {
 		t.Fatal("the first asker has no lease")
 	}
-	limit := time.Duration(originAllowance*DefaultSwarmMinChunk/(5<<20))*time.Second + DefaultSwarmLeaseTimeout + time.Second
+	// A chunk and its slack at 5 MiB/s, and a report.
+	limit := time.Duration(float64(DefaultSwarmMinChunk+DefaultSwarmMinChunk/digestSlack)/(5<<20)*float64(time.Second)) + 200*time.Millisecond
 	var lost time.Duration
 	for d := 200 * time.Millisecond; d <= 40*time.Second; d += 200 * time.Millisecond {
 		e.clock.set(t0.Add(d))

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -61,6 +62,10 @@ type lease struct {
 	// the chunks whose digest it gave under this lease.
 	orig0     int64
 	evidenced map[int]bool
+	// dropped0 and have0 are the holder's OriginDiscarded and the chunks
+	// it held when it took the lease (digestOverdue).
+	dropped0 int64
+	have0    bitmap
 	// validator is the origin's, as the holder that last published a digest
 	// under its lease saw it (api.SwarmPlan.Validator).
 	validator string
@@ -111,6 +116,11 @@ func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.Swarm
 		if rep.FromOrigin > m.fromOrig && rep.FromOrigin-g.orig0 <= int64(len(g.evidenced)+originAllowance)*g.chunkSize &&
 			float64(rep.FromOrigin-g.progressBytes) >= minOriginRate(g.chunkSize)*now.Sub(g.progressAt).Seconds() {
 			g.progressAt, g.progressBytes = now, rep.FromOrigin
+		}
+		if readable && g.digestOverdue(m, rep) {
+			sw.revoke(s, g, m, now, fmt.Sprintf("its count of origin bytes says it read a whole chunk past the %d chunks it holds and published under the lease, and it gave no digest for it (%d bytes counted since it took the lease, %d of them dropped)",
+				g.gained(m), rep.FromOrigin-g.orig0, max(rep.OriginDiscarded-g.dropped0, 0)))
+			return
 		}
 		for i, d := range rep.Sums {
 			switch {
@@ -169,6 +179,51 @@ func (sw *swarms) checkLease(s *Server, g *swarm, m *swarmMember, rep *api.Swarm
 	}
 }
 
+// digestOverdue says whether the holder m's report rep counts more origin
+// bytes under the lease than the chunks it gained under it and the one it is
+// reading can hold, less those it dropped: its digest of a chunk it read
+// whole is overdue. An agent reads the origin in one stream, a chunk at a
+// time, hashing as the bytes arrive; it marks a chunk (and reports its
+// digest at once) before it counts a byte of the next, reports its count
+// before the chunks it marks (agent/swarm.go, report), and reports the bytes
+// of a chunk whose read broke off as dropped. So an honest holder's count,
+// less what it dropped, is never past one chunk beyond the chunks it gained
+// under the lease, whatever its rate, its load or its origin's: that is the
+// whole bound, with no timeout in it but for the microseconds between a
+// report's two reads when the lease is taken in the middle of a chunk
+// (digestSlack). A holder past it counted bytes it does not have: the
+// review's liar adding 1 MiB every 200 ms and publishing nothing kept the
+// lease for two chunks of allowance and then the lease timeout (11.4 s of a
+// 21 s fan-out, fanout.sh --liars); past it, it loses the lease after one
+// chunk at the rate it claims.
+func (g *swarm) digestOverdue(m *swarmMember, rep *api.SwarmReport) bool {
+	read := rep.FromOrigin - g.orig0 - max(rep.OriginDiscarded-g.dropped0, 0)
+	return read > int64(g.gained(m)+1)*g.chunkSize+g.chunkSize/digestSlack
+}
+
+// digestSlack: digestOverdue allows a holder 1/digestSlack of a chunk over
+// its bound. The count and the chunks held are read one after the other in
+// a report, and a chunk that lands between the two reads of the report that
+// takes the lease is counted as held before its last bytes are counted
+// under the lease: microseconds of a stream, a sixteenth of a chunk (1 MiB
+// of 16 MiB) being ample even for a report preempted under load.
+const digestSlack = 16
+
+// gained is how many chunks the holder m has gained under its lease: the
+// chunks it marks that it did not when it took it, or the digests it
+// published under it if more (a chunk can be dropped from its claims when
+// another reader's digest for it is withdrawn).
+func (g *swarm) gained(m *swarmMember) int {
+	n := 0
+	for i, b := range m.have {
+		if i < len(g.have0) {
+			b &^= g.have0[i]
+		}
+		n += bits.OnesCount8(b)
+	}
+	return max(n, len(g.evidenced))
+}
+
 // takeLease gives m the lease when it is free: to the heir, for
 // successorWait, or to the first to ask after. A complete member needs no
 // origin; a member that lost it for want of evidence waits while another
@@ -185,6 +240,7 @@ func (sw *swarms) takeLease(s *Server, g *swarm, m *swarmMember, now time.Time, 
 	g.holder, g.heir = m.node, ""
 	g.progressAt, g.leaseAt = now, now
 	g.orig0, g.progressBytes = m.fromOrig, m.fromOrig
+	g.dropped0, g.have0 = m.origDropped, m.have
 	g.evidenced = map[int]bool{}
 	g.leaseChanges++
 	log.Info("swarm: origin lease taken")
