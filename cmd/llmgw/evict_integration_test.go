@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,11 +32,7 @@ func TestEvictOnCluster(t *testing.T) {
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
 	ctlMunge := devMungeSocket(t, conf, "")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	e := &e2e{bin: bin, sl: sl}
 	base := t.TempDir()
 	coordConf := filepath.Join(base, "coordinator.toml")

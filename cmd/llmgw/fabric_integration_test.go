@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,11 +35,7 @@ func TestFabricFromSlurmOnCluster(t *testing.T) {
 	bin, _ := clusterBin(t)
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	base := t.TempDir()
 	coordConf := filepath.Join(base, "coordinator.toml")
 	toml := fmt.Sprintf("munge_socket = %q\nfabric_features = [\"ib-a\", \"ib-b\"]\nswarm_min_chunk = %d\n", devMungeSocket(t, conf, ""), 1<<20)

@@ -36,6 +36,18 @@ func clusterBin(t *testing.T) (string, *slurm.Runner) {
 	return bin, &slurm.Runner{Timeout: time.Minute}
 }
 
+// slurmTools returns the absolute paths of scontrol and sinfo, for a test
+// coordinator's --scontrol and --sinfo.
+func slurmTools(t *testing.T) (scontrol, sinfo string) {
+	t.Helper()
+	scontrol, err1 := exec.LookPath("scontrol")
+	sinfo, err2 := exec.LookPath("sinfo")
+	if err1 != nil || err2 != nil {
+		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
+	}
+	return scontrol, sinfo
+}
+
 // putFeaturesBack puts every dev node's features back as they are now once
 // t ends (slurm.PutBack), so a test whose coordinator wrote presence leaves
 // the next test the cluster it found. Call it before starting the

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,11 +40,7 @@ func TestHubSwarmOnCluster(t *testing.T) {
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
 	ctlMunge := devMungeSocket(t, conf, "")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	base := t.TempDir()
 	coordConf := filepath.Join(base, "coordinator.toml")
 	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", ctlMunge)), 0o644); err != nil {

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -53,11 +52,7 @@ func TestMungeIdentityOnCluster(t *testing.T) {
 	bin, _ := clusterBin(t)
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	base := t.TempDir()
 	coordConf := filepath.Join(base, "coordinator.toml")
 	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", devMungeSocket(t, conf, ""))), 0o644); err != nil {

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -50,11 +49,7 @@ func TestSwarmLiarOnCluster(t *testing.T) {
 	bin, sl := clusterBin(t)
 	ctx := context.Background()
 	conf := os.Getenv("SLURM_CONF")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	e := &e2e{bin: bin, sl: sl}
 	base := t.TempDir()
 	const chunk = 1 << 20

@@ -389,11 +389,7 @@ func submitRoot(t *testing.T, sl *slurm.Runner, args ...string) string {
 func prefetchCoordinator(t *testing.T, bin, base string, flags ...string) coordProcess {
 	t.Helper()
 	conf := os.Getenv("SLURM_CONF")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	coordConf := filepath.Join(base, "coordinator.toml")
 	if err := os.WriteFile(coordConf, []byte(fmt.Sprintf("munge_socket = %q\n", devMungeSocket(t, conf, ""))), 0o644); err != nil {
 		t.Fatal(err)

@@ -179,11 +179,7 @@ func startE2E(t *testing.T) *e2e {
 		noneDrained(t, sl)
 	})
 
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	c := startCoordinator(t, bin, base, "--report-interval", e2eReportInterval.String(),
 		"--features", "--feature-interval", e2eFeatureInterval.String(), "--feature-file", e.featureFile,
 		"--slurm-conf", conf, "--scontrol", scontrol, "--sinfo", sinfo)

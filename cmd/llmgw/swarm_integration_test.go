@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -60,11 +59,7 @@ func TestSwarmOnCluster(t *testing.T) {
 	// and hooks sign with that node's own, whose origin is the node's
 	// NodeAddr, as they would through /run/munge on a real node.
 	ctlMunge := devMungeSocket(t, conf, "")
-	scontrol, err1 := exec.LookPath("scontrol")
-	sinfo, err2 := exec.LookPath("sinfo")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("scontrol, sinfo: %v %v", err1, err2)
-	}
+	scontrol, sinfo := slurmTools(t)
 	e := &e2e{bin: bin, sl: sl}
 	base := t.TempDir()
 
