@@ -17,6 +17,7 @@ import (
 	"github.com/llmgw/llmgw/api"
 	"github.com/llmgw/llmgw/coordinator/prefetch"
 	"github.com/llmgw/llmgw/coordinator/store"
+	"github.com/llmgw/llmgw/internal/jsonlite"
 	"github.com/llmgw/llmgw/weights/catalog"
 )
 
@@ -382,9 +383,34 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) error {
 				ans.Prefetch = s.prefetch.Asks(rep.Node)
 			}
 		}
-		writeJSON(w, http.StatusAccepted, ans)
+		writeAnswer(w, &ans)
 		return nil
 	}
+}
+
+// writeAnswer writes a report's answer as writeJSON does. Nearly every
+// answer is a result and the catalog's tag alone, and those are written
+// without encoding/json's reflection; any other goes through writeJSON.
+func writeAnswer(w http.ResponseWriter, ans *ReportAnswer) {
+	if ans.GC != nil || ans.Seed != nil || ans.Prefetch != nil {
+		writeJSON(w, http.StatusAccepted, ans)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	w.Write(appendAnswer(make([]byte, 0, 64+len(ans.CatalogTag)), ans))
+}
+
+// appendAnswer appends a ReportAnswer of a result and a catalog tag as
+// json.Encoder writes it, newline included.
+func appendAnswer(b []byte, ans *ReportAnswer) []byte {
+	b = append(b, `{"result":`...)
+	b = jsonlite.AppendString(b, ans.Result)
+	if ans.CatalogTag != "" {
+		b = append(b, `,"catalog_tag":`...)
+		b = jsonlite.AppendString(b, ans.CatalogTag)
+	}
+	return append(b, "}\n"...)
 }
 
 // submit queues q for the writer and waits for its batch to commit: an
