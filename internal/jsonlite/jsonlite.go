@@ -225,23 +225,25 @@ func (s *Scanner) String() (string, bool) {
 	}
 	s.i++
 	start := s.i
-	// The common case, no escape: one allocation.
-	for s.i < len(s.b) {
-		c := s.b[s.i]
+	// The common case, no escape: one allocation. The loop runs on a
+	// local slice, which the compiler keeps in registers (through s it
+	// reloaded both on every byte, and strings are most of a report).
+	rest := s.b[start:]
+	for j, c := range rest {
 		switch {
 		case c == '"':
-			v := s.b[start:s.i]
-			s.i++
+			v := rest[:j]
+			s.i = start + j + 1
 			if !utf8.Valid(v) {
 				return "", false
 			}
 			return string(v), true
 		case c == '\\':
+			s.i = start + j
 			return s.escaped(start)
 		case c < 0x20:
 			return "", false
 		}
-		s.i++
 	}
 	return "", false
 }
