@@ -85,27 +85,34 @@ func (s *Scanner) Object(field func(name string) bool) bool {
 			}
 		}
 		seen = append(seen, name)
-		// A null leaves any field as it was, which for the fresh structs
-		// decoded here is its zero value, whatever the field's type or
-		// name (encoding/json sets a slice to nil, and ignores null for
-		// the rest, time.Time included).
-		if s.peek() == 'n' {
-			if !s.literal("null") {
-				return false
-			}
-		} else if !field(name) {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if end, ok := s.member(func() bool { return field(name) }); !ok || end {
+			return ok
 		}
 	}
+}
+
+// member reads a member's value with read, or a null, and what follows it:
+// end says the object ended there. A null leaves any field as it was,
+// which for the fresh structs decoded here is its zero value, whatever the
+// field's type or name (encoding/json sets a slice to nil, and ignores
+// null for the rest, time.Time included).
+func (s *Scanner) member(read func() bool) (end, ok bool) {
+	if s.peek() == 'n' {
+		if !s.literal("null") {
+			return false, false
+		}
+	} else if !read() {
+		return false, false
+	}
+	switch s.peek() {
+	case ',':
+		s.i++
+		return false, true
+	case '}':
+		s.i++
+		return true, true
+	}
+	return false, false
 }
 
 // Fields reads an object whose member names are all among names (at most
@@ -138,21 +145,8 @@ func (s *Scanner) Fields(names []string, field func(i int) bool) bool {
 			return false
 		}
 		seen |= 1 << i
-		if s.peek() == 'n' {
-			if !s.literal("null") {
-				return false
-			}
-		} else if !field(i) {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if end, ok := s.member(func() bool { return field(i) }); !ok || end {
+			return ok
 		}
 	}
 }
