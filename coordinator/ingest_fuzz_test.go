@@ -14,23 +14,17 @@ import (
 )
 
 // decodeReportBody is the handler's way from bytes to a checked report:
-// decode, the weights decoded from their raw bytes, then validReport. With
-// first, the report is taken as its node's first (no weights on record), so
-// its weights are decoded in the same pass. key is the weights' fingerprint.
-func decodeReportBody(body []byte, first bool) (rep *api.Report, key [32]byte, err error) {
+// decode, the weights decoded from their raw bytes, then validReport. key
+// is the weights' fingerprint.
+func decodeReportBody(body []byte) (rep *api.Report, key [32]byte, err error) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/reports", bytes.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	var wire wireReport
-	if first {
-		wire.firstOf = func(string) bool { return true }
-	}
 	if err := decode(httptest.NewRecorder(), r, MaxReportBytes, "report", &wire); err != nil {
 		return nil, key, err
 	}
 	rep = &wire.Report
-	if wire.Weights.decoded {
-		rep.Weights = wire.Weights.ws
-	} else if err := decodeWeights(wire.Weights.raw, rep); err != nil {
+	if err := decodeWeights(wire.Weights.raw, rep); err != nil {
 		return nil, key, err
 	}
 	key = weightsKey(wire.Weights.raw, rep.Cache.Dir)
@@ -74,20 +68,8 @@ func FuzzReportDecode(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rep, key, err := decodeReportBody(body, false)
-		// A node's first report has its weights decoded in the same pass
-		// as the rest; that must take and refuse exactly what decoding
-		// them from their raw bytes does, and fingerprint the same bytes.
-		first, firstKey, firstErr := decodeReportBody(body, true)
-		if (err == nil) != (firstErr == nil) {
-			t.Fatalf("decoding %q: %v; as a first report: %v", body, err, firstErr)
-		}
+		rep, key, err := decodeReportBody(body)
 		if err == nil {
-			a, _ := json.Marshal(rep)
-			b, _ := json.Marshal(first)
-			if !bytes.Equal(a, b) || key != firstKey {
-				t.Fatalf("decoding %q: %s (key %x); as a first report: %s (key %x)", body, a, key, b, firstKey)
-			}
 			// The fingerprint is of the weights exactly as sent.
 			var sent struct {
 				Weights json.RawMessage `json:"weights"`
@@ -123,28 +105,8 @@ func FuzzReportDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding a report taken: %v", err)
 		}
-		if _, _, err := decodeReportBody(again, false); err != nil {
+		if _, _, err := decodeReportBody(again); err != nil {
 			t.Fatalf("a report taken (%q) is refused when sent again as %q: %v", body, again, err)
 		}
 	})
-}
-
-// A report of a node with no weights on record has its weights decoded in
-// the same pass as the rest; any other keeps them raw for the comparison
-// with what its node sent last.
-func TestFirstReportDecodesWeightsInOnePass(t *testing.T) {
-	for node, first := range map[string]bool{"n1": true, "n2": false} {
-		body, _ := json.Marshal(report(node, "ib-a", 1, api.Weight{Path: "/models/a.gguf", Size: 7}))
-		r := httptest.NewRequest(http.MethodPost, "/v1/reports", bytes.NewReader(body))
-		wire := wireReport{firstOf: func(n string) bool { return n == "n1" }}
-		if err := decode(httptest.NewRecorder(), r, MaxReportBytes, "report", &wire); err != nil {
-			t.Fatal(err)
-		}
-		if wire.Weights.decoded != first || first && (len(wire.Weights.ws) != 1 || wire.Weights.ws[0].Path != "/models/a.gguf") {
-			t.Errorf("%s (first: %v): decoded %v, %+v", node, first, wire.Weights.decoded, wire.Weights.ws)
-		}
-		if !bytes.HasPrefix(wire.Weights.raw, []byte(`[{"path":"/models/a.gguf"`)) || !bytes.HasSuffix(wire.Weights.raw, []byte("}]")) {
-			t.Errorf("%s: raw weights %q", node, wire.Weights.raw)
-		}
-	}
 }

@@ -1,6 +1,10 @@
 package coordinator
 
 import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,5 +58,31 @@ func BenchmarkValidReport(b *testing.B) {
 		if err := validReport(r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestAppendAnswer: the answer written without encoding/json is byte for
+// byte what json.Encoder writes, and a member it does not write would
+// show: appendAnswer knows every member of ReportAnswer but those
+// writeAnswer leaves to writeJSON.
+func TestAppendAnswer(t *testing.T) {
+	for _, ans := range []ReportAnswer{
+		{Result: "stored"},
+		{Result: "dropped", CatalogTag: "c1-42"},
+		{Result: "stored", CatalogTag: "<&>\"\\\u2028é\xff"},
+	} {
+		var want bytes.Buffer
+		json.NewEncoder(&want).Encode(ans)
+		if got := appendAnswer(nil, &ans); string(got) != want.String() {
+			t.Errorf("appendAnswer(%+v) = %s; json.Encoder writes %s", ans, got, want.Bytes())
+		}
+	}
+	var names []string
+	ty := reflect.TypeFor[ReportAnswer]()
+	for i := range ty.NumField() {
+		names = append(names, ty.Field(i).Name)
+	}
+	if want := []string{"Result", "GC", "Seed", "CatalogTag", "Prefetch"}; !slices.Equal(names, want) {
+		t.Errorf("ReportAnswer's members are %q, not %q: writeAnswer must send the new ones to writeJSON or write them", names, want)
 	}
 }

@@ -215,15 +215,6 @@ type storedNode struct {
 	same bool
 }
 
-// noWeights says whether node has no weights fingerprint on record: it
-// never reported weights since the coordinator started.
-func (v *view) noWeights(node string) bool {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	_, ok := v.keys[node]
-	return !ok
-}
-
 // sameWeights says whether key is the fingerprint of node's stored weights.
 func (v *view) sameWeights(node string, key [32]byte) bool {
 	v.mu.RLock()

@@ -120,13 +120,17 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	// One deadline for the whole decode, the wait for a turn included:
 	// a report's handler has no deadline of its own, and while munged
 	// hangs the handlers queued behind the slots would otherwise wait
-	// on, then spend credentials whose senders have long given up.
+	// on, then spend credentials whose senders have long given up. It is
+	// a time, not a context of its own: a decode per report made
+	// context.WithTimeout's timer a few per cent of a report's cost.
 	timeout := w.Timeout
 	if timeout <= 0 {
 		timeout = wireTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 	w.slotsOnce.Do(func() {
 		n := w.MaxInFlight
 		if n <= 0 {
@@ -136,11 +140,21 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	})
 	select {
 	case w.slots <- struct{}{}:
-		defer func() { <-w.slots }()
-	case <-ctx.Done():
-		return fail("waiting for a turn to ask munged: %v", ctx.Err())
+	default:
+		// No turn free: wait for one, as long as the deadline allows.
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case w.slots <- struct{}{}:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return fail("waiting for a turn to ask munged: %v", ctx.Err())
+		case <-t.C:
+			return fail("waiting for a turn to ask munged: %v", context.DeadlineExceeded)
+		}
 	}
-	c, err := w.dial(ctx)
+	defer func() { <-w.slots }()
+	c, err := w.dial(ctx, deadline)
 	if err != nil {
 		return fail("cannot reach munged: %v; is munged running?", err)
 	}
@@ -148,7 +162,6 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	if err := checkServer(c); err != nil {
 		return fail("%v", err)
 	}
-	deadline, _ := ctx.Deadline()
 	c.SetDeadline(deadline)
 	// A cancelled ctx ends the exchange now rather than at the deadline.
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
@@ -167,10 +180,16 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 		return fail("sending the credential to munged: %v", err)
 	}
 
-	var hdr [wireHdrSize]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+	// The answer is read into the request's buffer, which is larger than
+	// any answer to it (munged's answer carries the payload, shorter than
+	// the credential, and fixed fields), so header and body usually come
+	// in one read.
+	buf := msg[:cap(msg)]
+	got, err := io.ReadAtLeast(c, buf, wireHdrSize)
+	if err != nil {
 		return fail("reading munged's answer: %v", err)
 	}
+	hdr := buf[:wireHdrSize]
 	if m := binary.BigEndian.Uint32(hdr[0:]); m != wireMagic {
 		return fail("munged answered with magic %#x, not %#x: is this munged's socket?", m, wireMagic)
 	}
@@ -191,10 +210,17 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 	if n > maxWireRsp {
 		return fail("munged's answer is %d bytes; the limit is %d", n, maxWireRsp)
 	}
-	rsp := make([]byte, n)
-	if _, err := io.ReadFull(c, rsp); err != nil {
+	// Anything past the answer its header announces is not read, as
+	// before: munged sends one answer and closes.
+	total := wireHdrSize + int(n)
+	if total > len(buf) {
+		buf = append(buf[:got], make([]byte, total-got)...)
+	}
+	buf = buf[:total]
+	if _, err := io.ReadFull(c, buf[min(got, total):]); err != nil {
 		return fail("reading munged's answer: %v", err)
 	}
+	rsp := buf[wireHdrSize:]
 	out, status, msgText, ok := parseDecodeAnswer(rsp)
 	if !ok {
 		return fail("munged's decode answer of %d bytes does not parse", n)
@@ -211,8 +237,8 @@ func (w *Wire) Decode(ctx context.Context, cred string) (Cred, error) {
 // dial connects to munged, trying again as libmunge does when the socket
 // refuses for now (a full backlog, or munged restarting): nothing has been
 // sent yet, so a second try cannot count as a replay.
-func (w *Wire) dial(ctx context.Context) (net.Conn, error) {
-	var d net.Dialer
+func (w *Wire) dial(ctx context.Context, deadline time.Time) (net.Conn, error) {
+	d := net.Dialer{Deadline: deadline}
 	for i := 1; ; i++ {
 		c, err := d.DialContext(ctx, "unix", w.Path)
 		if err == nil || i == wireDialAttempts || !(errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ECONNREFUSED)) {

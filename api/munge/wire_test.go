@@ -314,3 +314,50 @@ func TestWireDecodeRefusesASocketOfAnotherUser(t *testing.T) {
 		t.Errorf("the same answer from this process's own listener: %+v, %v; want it taken", c, err)
 	}
 }
+
+// The answer is read into the request's buffer, so header and body come in
+// one read when munged writes them at once; an answer longer than the
+// request, or written in pieces, must be read whole all the same.
+func TestWireDecodeReadsAnswerInPieces(t *testing.T) {
+	for name, tc := range map[string]struct {
+		payload []byte
+		pieces  []int // where the answer is cut between writes
+	}{
+		"at once":                    {[]byte("payload"), nil},
+		"header, then body":          {[]byte("payload"), []int{11}},
+		"byte by byte":               {[]byte("payload"), []int{1, 2, 3, 5, 8, 13, 21, 34, 55}},
+		"longer than the request":    {[]byte(strings.Repeat("p", 10000)), nil},
+		"longer, header cut":         {[]byte(strings.Repeat("p", 10000)), []int{7, 4000}},
+		"followed by what is unread": {[]byte("payload"), nil},
+	} {
+		answer := decodeAnswer(tc.payload)
+		full := len(answer)
+		if name == "followed by what is unread" {
+			answer = append(answer, "junk"...)
+		}
+		sock := filepath.Join(t.TempDir(), "munge.socket")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.Read(make([]byte, 4096))
+			from := 0
+			for _, to := range append(tc.pieces, len(answer)) {
+				c.Write(answer[from:to])
+				from = to
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		c, err := (&munge.Wire{Path: sock, Timeout: 5 * time.Second}).Decode(context.Background(), "MUNGE:AAAA:")
+		if err != nil || string(c.Payload) != string(tc.payload) || c.Addr.String() != "127.0.0.9" {
+			t.Errorf("%s (%d bytes): %+v, %v; want the payload from 127.0.0.9", name, full, len(c.Payload), err)
+		}
+	}
+}

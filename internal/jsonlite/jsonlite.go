@@ -19,7 +19,7 @@
 package jsonlite
 
 import (
-	"strconv"
+	"math"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -85,27 +85,92 @@ func (s *Scanner) Object(field func(name string) bool) bool {
 			}
 		}
 		seen = append(seen, name)
-		// A null leaves any field as it was, which for the fresh structs
-		// decoded here is its zero value, whatever the field's type or
-		// name (encoding/json sets a slice to nil, and ignores null for
-		// the rest, time.Time included).
-		if s.peek() == 'n' {
-			if !s.literal("null") {
-				return false
-			}
-		} else if !field(name) {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if end, ok := s.member(func() bool { return field(name) }); !ok || end {
+			return ok
 		}
 	}
+}
+
+// member reads a member's value with read, or a null, and what follows it:
+// end says the object ended there. A null leaves any field as it was,
+// which for the fresh structs decoded here is its zero value, whatever the
+// field's type or name (encoding/json sets a slice to nil, and ignores
+// null for the rest, time.Time included).
+func (s *Scanner) member(read func() bool) (end, ok bool) {
+	if s.peek() == 'n' {
+		if !s.literal("null") {
+			return false, false
+		}
+	} else if !read() {
+		return false, false
+	}
+	switch s.peek() {
+	case ',':
+		s.i++
+		return false, true
+	case '}':
+		s.i++
+		return true, true
+	}
+	return false, false
+}
+
+// Fields reads an object whose member names are all among names (at most
+// 64), each written as it is there, without escapes; field(i) reads the
+// value of names[i]. It is Object for a struct that refuses unknown
+// members, without an allocation per member: any other name declines
+// (encoding/json would match it case-insensitively, or refuse it), and
+// so does a name given twice. A null value leaves the member as it was.
+func (s *Scanner) Fields(names []string, field func(i int) bool) bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	var seen uint64
+	for {
+		name, ok := s.plainName()
+		if !ok || s.peek() != ':' {
+			return false
+		}
+		s.i++
+		i := 0
+		for i < len(names) && names[i] != string(name) {
+			i++
+		}
+		if i == len(names) || i >= 64 || seen&(1<<i) != 0 {
+			return false
+		}
+		seen |= 1 << i
+		if end, ok := s.member(func() bool { return field(i) }); !ok || end {
+			return ok
+		}
+	}
+}
+
+// plainName reads a string of printable ASCII without escapes, as a member
+// name the caller compares, not keeps; anything else declines.
+func (s *Scanner) plainName() ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	s.i++
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			s.i++
+			return s.b[start : s.i-1], true
+		}
+		if c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
 }
 
 // Array reads an array, calling elem to read each element.
@@ -154,23 +219,25 @@ func (s *Scanner) String() (string, bool) {
 	}
 	s.i++
 	start := s.i
-	// The common case, no escape: one allocation.
-	for s.i < len(s.b) {
-		c := s.b[s.i]
+	// The common case, no escape: one allocation. The loop runs on a
+	// local slice, which the compiler keeps in registers (through s it
+	// reloaded both on every byte, and strings are most of a report).
+	rest := s.b[start:]
+	for j, c := range rest {
 		switch {
 		case c == '"':
-			v := s.b[start:s.i]
-			s.i++
+			v := rest[:j]
+			s.i = start + j + 1
 			if !utf8.Valid(v) {
 				return "", false
 			}
 			return string(v), true
 		case c == '\\':
+			s.i = start + j
 			return s.escaped(start)
 		case c < 0x20:
 			return "", false
 		}
-		s.i++
 	}
 	return "", false
 }
@@ -272,12 +339,13 @@ func (s *Scanner) RawString() ([]byte, bool) {
 	return s.b[start:s.i], true
 }
 
-// integer returns the next number if it is written as a JSON integer
-// (-?(0|[1-9][0-9]*)); a fraction or an exponent declines.
-func (s *Scanner) integer() (string, bool) {
+// integer reads the next number if it is written as a JSON integer
+// (-?(0|[1-9][0-9]*)), as its sign and magnitude; a fraction, an exponent
+// or a magnitude of 2^64 or more declines.
+func (s *Scanner) integer() (neg bool, u uint64, ok bool) {
 	s.ws()
-	start := s.i
 	if s.i < len(s.b) && s.b[s.i] == '-' {
+		neg = true
 		s.i++
 	}
 	d := s.i
@@ -285,35 +353,51 @@ func (s *Scanner) integer() (string, bool) {
 		s.i++
 	}
 	if s.i == d || s.b[d] == '0' && s.i-d > 1 {
-		return "", false
+		return false, 0, false
 	}
 	if s.i < len(s.b) {
 		switch s.b[s.i] {
 		case '.', 'e', 'E':
-			return "", false
+			return false, 0, false
 		}
 	}
-	return string(s.b[start:s.i]), true
+	digits := s.b[d:s.i]
+	if len(digits) > 20 {
+		return false, 0, false
+	}
+	// Read without a string, so without an allocation per number.
+	for _, c := range digits {
+		v := u*10 + uint64(c-'0')
+		if u > math.MaxUint64/10 || v < u*10 {
+			return false, 0, false
+		}
+		u = v
+	}
+	return neg, u, true
 }
 
 // Int reads an integer that fits in bits bits.
 func (s *Scanner) Int(bits int) (int64, bool) {
-	n, ok := s.integer()
-	if !ok {
+	neg, u, ok := s.integer()
+	limit := uint64(1) << (bits - 1)
+	switch {
+	case !ok:
 		return 0, false
+	case neg && u <= limit:
+		return int64(-u), true
+	case !neg && u < limit:
+		return int64(u), true
 	}
-	v, err := strconv.ParseInt(n, 10, bits)
-	return v, err == nil
+	return 0, false
 }
 
 // Uint reads an unsigned integer that fits in bits bits.
 func (s *Scanner) Uint(bits int) (uint64, bool) {
-	n, ok := s.integer()
-	if !ok {
+	neg, u, ok := s.integer()
+	if !ok || neg || bits < 64 && u >= uint64(1)<<bits {
 		return 0, false
 	}
-	v, err := strconv.ParseUint(n, 10, bits)
-	return v, err == nil
+	return u, true
 }
 
 // Skip reads any value, for a field the caller does not know, which

@@ -2,6 +2,8 @@ package jsonlite
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +37,38 @@ func FuzzSkip(f *testing.F) {
 		s := New(b)
 		if s.Skip() && s.End() && !json.Valid(b) {
 			t.Fatalf("Skip read %q, which is not valid JSON", b)
+		}
+	})
+}
+
+// FuzzInt holds Int and Uint to strconv on JSON integers: what they read,
+// strconv reads the same, and what strconv reads of a plain JSON integer,
+// they read too, at every width the decoders use.
+func FuzzInt(f *testing.F) {
+	for _, s := range []string{"0", "-0", "1", "-1", "01", "1.0", "1e3", "127", "128", "-128", "-129", "255", "256",
+		"4294967295", "4294967296", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
+		"-9223372036854775809", "18446744073709551615", "18446744073709551616", "99999999999999999999", "100000000000000000000"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// strconv reads the number alone; JSON allows blanks around it.
+		n := strings.Trim(string(b), " \t\r\n")
+		plain := json.Valid(b) && !strings.ContainsAny(n, ".eE") && n != "" && (n[0] == '-' || n[0] >= '0' && n[0] <= '9')
+		for _, bits := range []int{8, 16, 32, 64} {
+			s := New(b)
+			v, ok := s.Int(bits)
+			ok = ok && s.End() // the rest is the caller's to judge
+			want, err := strconv.ParseInt(n, 10, bits)
+			if ok && (err != nil || v != want) || !ok && plain && err == nil {
+				t.Fatalf("Int(%q, %d) = %d, %v; strconv gives %d, %v", b, bits, v, ok, want, err)
+			}
+			s = New(b)
+			u, ok := s.Uint(bits)
+			ok = ok && s.End()
+			wantU, err := strconv.ParseUint(n, 10, bits)
+			if ok && (err != nil || u != wantU) || !ok && plain && err == nil {
+				t.Fatalf("Uint(%q, %d) = %d, %v; strconv gives %d, %v", b, bits, u, ok, wantU, err)
+			}
 		}
 	})
 }
