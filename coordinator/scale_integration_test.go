@@ -48,7 +48,9 @@ import (
 //     like: the features' own cost to the scheduler), then composed by
 //     job_submit.lua from the feature file: the scheduler's cycles with
 //     llmgw's features and preferences; users' sinfo with the
-//     AvailableFeatures superset on every node.
+//     AvailableFeatures superset on every node;
+//  6. the reconciler stopped, its features wiped: phase 1's figures again,
+//     back to back with 5.
 //
 // It needs SLURM_CONF, root (sdiag -r) and LLMGW_SCALE=1, since it holds the
 // machine for minutes.
@@ -200,17 +202,9 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 
-	// 3. A wipe, and the full reconcile after it: once at full speed (the
-	// brake alone, which only answers the calls' own waits), once paced by
-	// users' reads as the coordinator paces itself.
-	for _, pacing := range []struct {
-		label string
-		pacer slurm.Pacer
-	}{
-		{"unpaced", slurm.Pacer{Share: 1, Target: 1e9}},
-		{"paced", slurm.Pacer{}},
-	} {
-		e.srv.features.pacer = pacing.pacer
+	// wipe runs scontrol reconfigure, which drops every feature scontrol
+	// set, and waits until slurmctld answers without them.
+	wipe := func() {
 		wiped := time.Now()
 		if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
 			// Seen at 10,000 nodes right after a reconcile: slurmctld
@@ -229,6 +223,20 @@ func BenchmarkScale(b *testing.B) {
 			}
 		}
 		say("scontrol reconfigure: slurmctld answered, the features wiped, %.1f s after", time.Since(wiped).Seconds())
+	}
+
+	// 3. A wipe, and the full reconcile after it: once at full speed (the
+	// brake alone, which only answers the calls' own waits), once paced by
+	// users' reads as the coordinator paces itself.
+	for _, pacing := range []struct {
+		label string
+		pacer slurm.Pacer
+	}{
+		{"unpaced", slurm.Pacer{Share: 1, Target: 1e9}},
+		{"paced", slurm.Pacer{}},
+	} {
+		e.srv.features.pacer = pacing.pacer
+		wipe()
 		// Users' latency idle, just before and just after the reconcile:
 		// the baseline "during" compares with. A baseline from the start
 		// of the run would not do: squeue's answer holds every job in
@@ -272,7 +280,8 @@ func BenchmarkScale(b *testing.B) {
 
 	// 4. Steady state.
 	sdiagReset(b, run)
-	e.srv.features.start(e.srv.stop)
+	loopStop := make(chan struct{})
+	e.srv.features.start(loopStop)
 	time.Sleep(time.Minute)
 	st := sdiag(b, run)
 	say("steady state with llmgw: %.0f RPCs/min (%s)", st.perMinute(time.Minute), st.top(4))
@@ -288,6 +297,20 @@ func BenchmarkScale(b *testing.B) {
 	say("with llmgw, idle: squeue %s (%.2fx without), sbatch %s (%.2fx without), sinfo %s (%.2fx without)",
 		with.squeue, with.squeue.ratio(idle.squeue), with.sbatch, with.sbatch.ratio(idle.sbatch), with.sinfo, with.sinfo.ratio(idle.sinfo))
 	say("saved state: node_state %.1f MB without llmgw, %.1f MB with (slurmctld writes it whole after node changes)", stateBefore, nodeStateMB(run))
+
+	// 6. Without llmgw again, back to back with 5: the reconciler stopped,
+	// its features wiped. Phase 1 ran on a controller of another age
+	// (before any reconfigure, the cloud nodes just powering up for the
+	// filler, a job table of one), and its scheduler's cycles came out
+	// ten times those of 5 with the same queue; these are the ones to
+	// compare with.
+	close(loopStop)
+	e.srv.features.wait()
+	wipe()
+	again := probe(b, run, 20, nil)
+	say("without llmgw again, idle: squeue %s (with llmgw %.2fx this), sbatch %s (%.2fx), sinfo %s (%.2fx)",
+		again.squeue, with.squeue.ratio(again.squeue), again.sbatch, with.sbatch.ratio(again.sbatch), again.sinfo, with.sinfo.ratio(again.sinfo))
+	queue("without llmgw again", scaleJobs, nil)
 }
 
 const (
