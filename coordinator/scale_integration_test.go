@@ -40,11 +40,17 @@ import (
 //  3. scontrol reconfigure, which wipes the features, then the full
 //     reconcile after it: its time, its update RPCs against the distinct
 //     presence sets and records (slurmctld's own counts, sdiag), and users'
-//     squeue and sbatch latency while it runs;
+//     squeue and sbatch latency while it runs, against their latency
+//     just before and just after it (the jobs slurmctld holds, ended ones
+//     included, grow through the run and slow every squeue);
 //  4. the reconciler's loop for a minute: RPCs per minute in steady state;
-//  5. the same queue as in 1, now composed by job_submit.lua from the feature
-//     file: the scheduler's cycles with llmgw's features and preferences;
-//     users' sinfo with the AvailableFeatures superset on every node.
+//  5. the same queue as in 1 with llmgw's features on the nodes (like for
+//     like: the features' own cost to the scheduler), then composed by
+//     job_submit.lua from the feature file: the scheduler's cycles with
+//     llmgw's features and preferences; users' sinfo with the
+//     AvailableFeatures superset on every node;
+//  6. the reconciler stopped, its features wiped: phase 1's figures again,
+//     back to back with 5.
 //
 // It needs SLURM_CONF, root (sdiag -r) and LLMGW_SCALE=1, since it holds the
 // machine for minutes.
@@ -196,17 +202,9 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 
-	// 3. A wipe, and the full reconcile after it: once at full speed (the
-	// brake alone, which only answers the calls' own waits), once paced by
-	// users' reads as the coordinator paces itself.
-	for _, pacing := range []struct {
-		label string
-		pacer slurm.Pacer
-	}{
-		{"unpaced", slurm.Pacer{Share: 1, Target: 1e9}},
-		{"paced", slurm.Pacer{}},
-	} {
-		e.srv.features.pacer = pacing.pacer
+	// wipe runs scontrol reconfigure, which drops every feature scontrol
+	// set, and waits until slurmctld answers without them.
+	wipe := func() {
 		wiped := time.Now()
 		if _, err := run.Run(ctx, "scontrol", "reconfigure"); err != nil {
 			// Seen at 10,000 nodes right after a reconcile: slurmctld
@@ -225,6 +223,32 @@ func BenchmarkScale(b *testing.B) {
 			}
 		}
 		say("scontrol reconfigure: slurmctld answered, the features wiped, %.1f s after", time.Since(wiped).Seconds())
+	}
+
+	// 3. A wipe, and the full reconcile after it: once at full speed (the
+	// brake alone, which only answers the calls' own waits), once paced by
+	// users' reads as the coordinator paces itself.
+	for _, pacing := range []struct {
+		label string
+		pacer slurm.Pacer
+	}{
+		{"unpaced", slurm.Pacer{Share: 1, Target: 1e9}},
+		{"paced", slurm.Pacer{}},
+	} {
+		e.srv.features.pacer = pacing.pacer
+		wipe()
+		// Users' latency idle, just before and just after the reconcile:
+		// the baseline "during" compares with. A baseline from the start
+		// of the run would not do: squeue's answer holds every job in
+		// slurmctld's memory, ended ones too for MinJobAge (300 s here;
+		// slurmctld packs each job whatever its state: _pack_job,
+		// src/slurmctld/job_mgr.c, 22.05.8, and squeue drops them after),
+		// and by now the queues and the probes have left hundreds (at
+		// 22.05.8: squeue 7.2 ms over 1 job, 12.6 ms over about 650 with
+		// no reconcile at all). Bracketed, the job table grows through
+		// the three in step.
+		jobsBefore := jobsInMemory(run)
+		before := probe(b, run, 20, nil)
 		sdiagReset(b, run)
 		var during latencies
 		stop := make(chan struct{})
@@ -238,27 +262,55 @@ func BenchmarkScale(b *testing.B) {
 		close(stop)
 		wg.Wait()
 		st := sdiag(b, run)
+		jobsDuring := jobsInMemory(run)
+		after := probe(b, run, 20, nil)
+		jobsAfter := jobsInMemory(run)
 		say("reconcile RPCs (sdiag), %s: %d update_node of %d in all; the goal is at most the distinct presence sets (%d) + 1 per record written (%d)",
 			pacing.label, st.rpc["REQUEST_UPDATE_NODE"], st.total(), len(sets), res.Records)
+		say("idle around the reconcile, %s: squeue %s before, %s after; sbatch %s before, %s after; jobs in slurmctld's memory %d, %d, %d",
+			pacing.label, before.squeue, after.squeue, before.sbatch, after.sbatch, jobsBefore, jobsDuring, jobsAfter)
+		idleSqueue, idleSbatch := bracket(before.squeue, after.squeue), bracket(before.sbatch, after.sbatch)
 		say("during the reconcile, %s: squeue %s (%.2fx idle), sbatch %s (%.2fx idle)",
-			pacing.label, during.squeue, during.squeue.ratio(idle.squeue), during.sbatch, during.sbatch.ratio(idle.sbatch))
+			pacing.label, during.squeue, during.squeue.ratio(idleSqueue), during.sbatch, during.sbatch.ratio(idleSbatch))
+		say("during the reconcile, %s, against the idle controller of phase 1 (1 job in memory): squeue %.2fx, sbatch %.2fx",
+			pacing.label, during.squeue.ratio(idle.squeue), during.sbatch.ratio(idle.sbatch))
 	}
 	e.srv.features.pacer = slurm.Pacer{}
 	say("config records: %d before llmgw, %d after its reconciles", recordsBefore, slurmtest.ConfigRecords(b, run, "debug"))
 
 	// 4. Steady state.
 	sdiagReset(b, run)
-	e.srv.features.start(e.srv.stop)
+	loopStop := make(chan struct{})
+	e.srv.features.start(loopStop)
 	time.Sleep(time.Minute)
 	st := sdiag(b, run)
 	say("steady state with llmgw: %.0f RPCs/min (%s)", st.perMinute(time.Minute), st.top(4))
 
-	// 5. The queue with llmgw's features.
+	// 5. The queues with llmgw's features: first the very queue of phase
+	// 1, no job asking for a model, which is what the features alone cost
+	// the scheduler (like for like); then the same jobs naming models,
+	// composed by job_submit.lua into preferences, which changes what the
+	// scheduler tries per job.
+	queue("with llmgw's features, no preference", scaleJobs, nil)
 	queue("with llmgw", scaleJobs, models)
 	with := probe(b, run, 20, nil)
 	say("with llmgw, idle: squeue %s (%.2fx without), sbatch %s (%.2fx without), sinfo %s (%.2fx without)",
 		with.squeue, with.squeue.ratio(idle.squeue), with.sbatch, with.sbatch.ratio(idle.sbatch), with.sinfo, with.sinfo.ratio(idle.sinfo))
 	say("saved state: node_state %.1f MB without llmgw, %.1f MB with (slurmctld writes it whole after node changes)", stateBefore, nodeStateMB(run))
+
+	// 6. Without llmgw again, back to back with 5: the reconciler stopped,
+	// its features wiped. Phase 1 ran on a controller of another age
+	// (before any reconfigure, the cloud nodes just powering up for the
+	// filler, a job table of one), and its scheduler's cycles came out
+	// ten times those of 5 with the same queue; these are the ones to
+	// compare with.
+	close(loopStop)
+	e.srv.features.wait()
+	wipe()
+	again := probe(b, run, 20, nil)
+	say("without llmgw again, idle: squeue %s (with llmgw %.2fx this), sbatch %s (%.2fx), sinfo %s (%.2fx)",
+		again.squeue, with.squeue.ratio(again.squeue), again.sbatch, with.sbatch.ratio(again.sbatch), again.sinfo, with.sinfo.ratio(again.sinfo))
+	queue("without llmgw again", scaleJobs, nil)
 }
 
 const (
@@ -351,7 +403,16 @@ func probe(b *testing.B, run *slurm.Runner, n int, stop chan struct{}) latencies
 			}
 		}
 		timed(&out.squeue, "squeue")
-		timed(&out.sbatch, "sbatch", "--hold", "-p", "extra", "-N1", "-J", "llmgw-scale-probe", "-o", "/dev/null", "--wrap", "true")
+		// A held job, cancelled at once: held ones left pending would
+		// grow squeue's answer sample by sample.
+		t0 := time.Now()
+		id, err := run.Run(ctx, "sbatch", "--parsable", "--hold", "-p", "extra", "-N1", "-J", "llmgw-scale-probe", "-o", "/dev/null", "--wrap", "true")
+		out.sbatch = append(out.sbatch, time.Since(t0))
+		if err != nil {
+			b.Errorf("sbatch: %v", err)
+		} else {
+			run.Run(ctx, "scancel", strings.TrimSpace(string(id)))
+		}
 		if n > 0 {
 			timed(&out.sinfo, "sinfo")
 		}
@@ -359,6 +420,23 @@ func probe(b *testing.B, run *slurm.Runner, n int, stop chan struct{}) latencies
 	}
 	run.Run(ctx, "scancel", "-n", "llmgw-scale-probe")
 	return out
+}
+
+// bracket is the idle latency around a run: the mean of the medians just
+// before and just after it, as one sample, so that what grows linearly
+// through the three (the jobs in slurmctld's memory) cancels out.
+func bracket(before, after latency) latency {
+	return latency{(before.median() + after.median()) / 2}
+}
+
+// jobsInMemory counts the jobs slurmctld holds, ended ones included: what
+// every squeue's answer carries.
+func jobsInMemory(run *slurm.Runner) int {
+	out, err := run.Run(context.Background(), "squeue", "-h", "-t", "all", "-o", "%i")
+	if err != nil {
+		return -1
+	}
+	return strings.Count(string(out), "\n")
 }
 
 // nodeStateMB is the size of slurmctld's saved node state, in MB.
