@@ -64,13 +64,8 @@ func (s *Scanner) End() bool {
 // null; field must read the value (or return false to decline). Duplicate names decline: encoding/json
 // merges them in ways not worth copying.
 func (s *Scanner) Object(field func(name string) bool) bool {
-	if s.peek() != '{' {
-		return false
-	}
-	s.i++
-	if s.peek() == '}' {
-		s.i++
-		return true
+	if more, ok := s.open(); !more {
+		return ok
 	}
 	var seen []string
 	for {
@@ -89,6 +84,20 @@ func (s *Scanner) Object(field func(name string) bool) bool {
 			return ok
 		}
 	}
+}
+
+// open reads an object's opening brace: more says members follow, ok
+// that it is an object at all ({} is one, with no member).
+func (s *Scanner) open() (more, ok bool) {
+	if s.peek() != '{' {
+		return false, false
+	}
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return false, true
+	}
+	return true, true
 }
 
 // member reads a member's value with read, or a null, and what follows it:
@@ -122,13 +131,8 @@ func (s *Scanner) member(read func() bool) (end, ok bool) {
 // (encoding/json would match it case-insensitively, or refuse it), and
 // so does a name given twice. A null value leaves the member as it was.
 func (s *Scanner) Fields(names []string, field func(i int) bool) bool {
-	if s.peek() != '{' {
-		return false
-	}
-	s.i++
-	if s.peek() == '}' {
-		s.i++
-		return true
+	if more, ok := s.open(); !more {
+		return ok
 	}
 	var seen uint64
 	for {
