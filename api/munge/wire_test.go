@@ -19,21 +19,22 @@ import (
 )
 
 // silentMunged listens on a socket in dir, reads what each connection
-// sends and then answers with answer (nothing when nil) and keeps the
-// connection open until the test ends.
-func silentMunged(t *testing.T, answer []byte) string {
+// sends and then answers with answer (nothing when nil), cut between
+// writes at the offsets in pieces, and keeps the connection open until
+// the test ends.
+func silentMunged(t *testing.T, answer []byte, pieces ...int) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "munge.socket")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serveAnswer(t, l, answer)
+	serveAnswer(t, l, answer, pieces...)
 	return sock
 }
 
 // serveAnswer is silentMunged's server on a listener of the caller's.
-func serveAnswer(t *testing.T, l net.Listener, answer []byte) {
+func serveAnswer(t *testing.T, l net.Listener, answer []byte, pieces ...int) {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
@@ -45,8 +46,14 @@ func serveAnswer(t *testing.T, l net.Listener, answer []byte) {
 			go func() {
 				buf := make([]byte, 4096)
 				c.Read(buf)
-				if answer != nil {
-					c.Write(answer)
+				if answer == nil {
+					return
+				}
+				from := 0
+				for _, to := range append(pieces, len(answer)) {
+					c.Write(answer[from:to])
+					from = to
+					time.Sleep(5 * time.Millisecond)
 				}
 			}()
 		}
@@ -335,26 +342,7 @@ func TestWireDecodeReadsAnswerInPieces(t *testing.T) {
 		if name == "followed by what is unread" {
 			answer = append(answer, "junk"...)
 		}
-		sock := filepath.Join(t.TempDir(), "munge.socket")
-		l, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			c.Read(make([]byte, 4096))
-			from := 0
-			for _, to := range append(tc.pieces, len(answer)) {
-				c.Write(answer[from:to])
-				from = to
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+		sock := silentMunged(t, answer, tc.pieces...)
 		c, err := (&munge.Wire{Path: sock, Timeout: 5 * time.Second}).Decode(context.Background(), "MUNGE:AAAA:")
 		if err != nil || string(c.Payload) != string(tc.payload) || c.Addr.String() != "127.0.0.9" {
 			t.Errorf("%s (%d bytes): %+v, %v; want the payload from 127.0.0.9", name, full, len(c.Payload), err)
